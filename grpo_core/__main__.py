@@ -1,0 +1,163 @@
+"""CLI: `python -m grpo_core` (also installed as `grpo-health`).
+
+Each subcommand is one function in its own module, imported only when called, so
+`status`/`control` never pay for importing torch. Bad input exits 2 with one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from grpo_core.config import ConfigError
+from grpo_core.store import StoreError
+
+
+def _add_run_options(p: argparse.ArgumentParser):
+    p.add_argument("--config", help="TOML run config (see `config` for every knob)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one knob, e.g. --set grpo.group_size=8 (repeatable)")
+    p.add_argument("--run-id", help="run id (default: generated)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+
+
+def cmd_train(args):
+    from grpo_core.trainer import cli_train
+    return cli_train(args)
+
+
+def cmd_pilot(args):
+    from grpo_core.pilot import cli_pilot
+    return cli_pilot(args)
+
+
+def cmd_report(args):
+    from grpo_core.report import cli_report
+    return cli_report(args)
+
+
+def cmd_import(args):
+    from grpo_core.integrations.importers import cli_import
+    return cli_import(args)
+
+
+def cmd_status(args):
+    from grpo_core.store import RunStore, display_status
+    from grpo_core import names as N
+    with RunStore.open(args.run, readonly=True) as s:
+        meta = s.get_meta()
+        last = s.last_step()
+        row = s.scalars_wide(since_step=(last - 1) if last is not None else -1)
+        out = {"run_id": s.run_id, "status": display_status(meta), "last_step": last,
+               "steps": (meta.get("config") or {}).get("grpo", {}).get("steps"),
+               "error": meta.get("error")}
+        if not row.empty:
+            r = row.iloc[-1]
+            for name in (N.TRAINABLE_RATIO, N.CUM_TRAINABLE_RATIO, N.REWARD, N.REWARD_STD,
+                         N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE):
+                if name in r and r[name] == r[name]:
+                    out[name] = float(r[name])
+        pending = s.control()
+        out["pending_requests"] = int((pending["status"] == "pending").sum()) if len(pending) else 0
+    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    return 0
+
+
+def _parse_pairs(pairs: list[str]) -> dict[str, float]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise ConfigError(f"expected name=value, got {p!r} (e.g. answer_f1=0.5)")
+        k, v = p.split("=", 1)
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:
+            raise ConfigError(f"weight for {k.strip()!r} must be a number, got {v!r}") from None
+    return out
+
+
+def cmd_control(args):
+    from grpo_core import control
+    payload = control.parse_cli_request(args.action, args.values)
+    rid = control.send(args.run, args.action.replace("-", "_"), payload, source="cli")
+    print(f"request {rid} sent: {args.action} {json.dumps(payload)} (pending until the trainer's next step)")
+    return 0
+
+
+def cmd_runs(args):
+    from grpo_core.store import list_runs
+    df = list_runs(args.runs_dir)
+    if df.empty:
+        print("no runs yet: start one with `python -m grpo_core train`")
+    else:
+        print(df[["run_id", "status", "last_step", "steps", "kind", "error"]].to_string(index=False))
+    return 0
+
+
+def cmd_config(args):
+    from grpo_core.config import describe
+    for key, default, help in describe():
+        print(f"{key:34} = {default!r:24} {help}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="grpo-health", description="GRPO Health: train with GRPO and watch "
+                                 "whether the training is healthy.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="run the GRPO trainer (no arguments: the built-in demo)")
+    _add_run_options(p)
+    p.add_argument("--resume", action="store_true", help="continue the run from its last complete checkpoint")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("pilot", help="sample and score without training: check reward variance first")
+    _add_run_options(p)
+    p.set_defaults(func=cmd_pilot)
+
+    p = sub.add_parser("report", help="post-run analysis as HTML or Markdown")
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--out", help="report.html or report.md (default: print Markdown)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("import", help="import a run from another trainer (TRL trainer_state.json, W&B)")
+    p.add_argument("kind", choices=["trl", "wandb", "csv"], help="what FILE is")
+    p.add_argument("file", help="trainer_state.json, run-*.wandb or a W&B CSV export")
+    p.add_argument("--run-id", help="run id (default: from the file name)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("status", help="one run's status and latest health")
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("control", help="send a request to a running trainer (applied between steps)")
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("action", choices=["set-weights", "set-threshold", "set-difficulty", "pause", "resume",
+                                      "stop", "checkpoint"])
+    p.add_argument("values", nargs="*", help="set-weights: name=value ...; set-threshold: X; set-difficulty: N")
+    p.set_defaults(func=cmd_control)
+
+    p = sub.add_parser("runs", help="list runs")
+    p.add_argument("--runs-dir")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("config", help="every config knob with its default and help")
+    p.set_defaults(func=cmd_config)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ConfigError, StoreError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""Run configuration: every knob, with one help line, loaded from TOML.
+
+`RunConfig` is a tree of dataclasses. `load_config(path, overrides)` reads a TOML
+file, applies `--set section.key=value` overrides and validates; every error names
+the field and the fix ("grpo.group_size must be >= 2, got 1"). Unknown keys are
+errors that suggest the nearest known key, because a typo silently ignored is a
+run silently wrong.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message names the field and the fix."""
+
+
+def knob(default, help: str, **kw):
+    """A dataclass field with its help line (shown by `--help-config` and the UI)."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+# The built-in demo task's metrics and their default weights (tasks/demo.py defines them).
+DEMO_WEIGHTS = {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2, "format": 0.1, "length": 0.1}
+
+
+@dataclass
+class ModelConfig:
+    path: str = knob("", "Local Hugging Face causal LM folder or hub id; empty = built-in tiny model")
+    hidden_size: int = knob(64, "Built-in model: hidden size")
+    num_layers: int = knob(2, "Built-in model: transformer layers")
+    num_heads: int = knob(4, "Built-in model: attention heads")
+    intermediate_size: int = knob(256, "Built-in model: MLP width")
+    warm_start_steps: int = knob(40, "Built-in model: supervised warm-start steps on the task before GRPO (cached)")
+    device: str = knob("auto", "auto | cpu | cuda | cuda:N; auto = CUDA when present")
+    dtype: str = knob("auto", "auto | float32 | bfloat16 | float16; auto = bf16 on CUDA, fp32 on CPU")
+
+
+@dataclass
+class TaskConfig:
+    name: str = knob("demo", "demo (built-in cite-your-source task) | jsonl")
+    level: int = knob(1, "Demo difficulty level, 1 (easy) .. 4 (hard)")
+    dataset: str = knob("", "JSONL file of prompts (task.name = jsonl); one JSON object per line")
+    seed: int = knob(0, "Seed for the task's prompt stream")
+
+
+@dataclass
+class RewardConfig:
+    weights: dict = knob(dict(DEMO_WEIGHTS), "Metric name -> weight (finite, >= 0, not all zero); may change mid-run")
+    custom: dict = knob({}, "Extra metrics: name -> 'module:function' (function(completion, example) -> float)")
+    outcome_metric: str = knob("", "Outcome gate: a group is trainable only if this metric varies in it ('' = off)")
+
+
+@dataclass
+class GRPOConfig:
+    steps: int = knob(200, "Training steps (each: rollout, score, advantage, loss, update)")
+    prompts_per_step: int = knob(8, "Prompts (groups) sampled per step")
+    group_size: int = knob(8, "Completions per prompt (G); GRPO needs >= 2")
+    max_new_tokens: int = knob(16, "Max tokens generated per completion")
+    temperature: float = knob(1.0, "Sampling temperature (> 0)")
+    top_p: float = knob(1.0, "Nucleus sampling mass, in (0, 1]")
+    lr: float = knob(3e-4, "AdamW learning rate")
+    weight_decay: float = knob(0.0, "AdamW weight decay")
+    max_grad_norm: float = knob(1.0, "Gradient clipping norm (0 = off)")
+    beta: float = knob(0.0, "KL coefficient to the frozen reference model (0 = no reference kept)")
+    epsilon_low: float = knob(0.2, "Lower clip range of the importance ratio")
+    epsilon_high: float = knob(0.2, "Upper clip range of the importance ratio (DAPO clip-higher when > low)")
+    loss_type: str = knob("token", "token (normalise over all completion tokens) | sequence (mean per sequence)")
+    scale: str = knob("group", "Advantage scaling: group (by group std) | batch (by batch std) | none")
+    min_group_std: float = knob(0.01, "A group is trainable when its total-reward std > this (0 = ART's 'not all equal')")
+    drop_untrainable: bool = knob(True, "Drop non-trainable groups from forward/backward (with beta > 0 also drops their KL term)")
+    dynamic_sampling: bool = knob(False, "Sample more prompt batches until enough trainable groups (DAPO-style)")
+    dynamic_max_batches: int = knob(4, "Dynamic sampling: cap on prompt batches per step")
+    dynamic_min_trainable: int = knob(4, "Dynamic sampling: stop once this many trainable groups")
+    seed: int = knob(0, "Seed for torch sampling and init")
+
+
+@dataclass
+class HealthConfig:
+    min_reward_std: float = knob(0.1, "Healthy when mean group reward std > this")
+    min_trainable_ratio: float = knob(0.3, "Healthy when trainable ratio > this; alert below")
+    trend_window: int = knob(20, "Steps in the window for the reward trend and ratio decline")
+    min_trend_points: int = knob(5, "A trend gets a sign only with at least this many steps")
+    zero_trainable_steps: int = knob(3, "Alert after this many consecutive steps with zero trainable groups")
+    near_zero_ratio: float = knob(0.05, "A ratio at or below this counts as near zero")
+    near_zero_steps: int = knob(20, "Suggest stopping after this many near-zero steps in a row")
+    uniform_std: float = knob(1e-3, "A metric whose within-group std is <= this in a group is uniform there")
+
+
+@dataclass
+class CurriculumConfig:
+    mode: str = knob("fixed", "fixed (level set by config/requests) | auto (raise level when easy)")
+    raise_ratio: float = knob(0.2, "auto: raise the level when the ratio stays below this ...")
+    raise_reward: float = knob(0.8, "... while the mean reward is above this (task too easy)")
+    window: int = knob(20, "auto: steps the condition must hold")
+    max_level: int = knob(4, "auto: highest level it may reach")
+
+
+@dataclass
+class LogConfig:
+    runs_dir: str = knob("", "Runs directory ('' = $GRPO_RUNS_DIR or ./runs)")
+    checkpoint_every: int = knob(50, "Save a checkpoint every N steps (0 = only on stop)")
+    keep_text: str = knob("all", "Completion text to keep: all | sample (every rollout's scores are always kept)")
+    text_sample_groups: int = knob(2, "keep_text = sample: groups per step whose texts are kept")
+    wandb: str = knob("off", "W&B mirror: off | offline | online (online is the only mode that touches the network)")
+    wandb_project: str = knob("grpo-health", "W&B project name")
+    progress: bool = knob(True, "tqdm progress bar on the terminal")
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+
+
+def _section_classes() -> dict[str, type]:
+    return {f.name: f.default_factory().__class__ for f in dataclasses.fields(RunConfig)}
+
+
+def describe() -> list[tuple[str, Any, str]]:
+    """(section.key, default, help) for every knob: the config reference."""
+    out = []
+    for sec, cls in _section_classes().items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out.append((f"{sec}.{f.name}", default, f.metadata.get("help", "")))
+    return out
+
+
+def _suggest(name: str, options) -> str:
+    near = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return f" (did you mean '{near[0]}'?)" if near else ""
+
+
+def _coerce(path: str, value: Any, default: Any) -> Any:
+    """Cast a TOML/override value to the field's type, naming the field on failure."""
+    want = type(default)
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if want is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigError(f"{path} must be an integer, got {value!r}")
+        try:
+            f = float(value)
+        except ValueError:
+            raise ConfigError(f"{path} must be an integer, got {value!r}") from None
+        if not math.isfinite(f) or f != int(f):
+            raise ConfigError(f"{path} must be an integer, got {value!r}")
+        return int(f)
+    if want is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{path} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path} must be a number, got {value!r}") from None
+    if want is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path} must be a table (name = value pairs), got {value!r}")
+        return dict(value)
+    if want is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(data: dict) -> RunConfig:
+    """Build a RunConfig from nested dicts (TOML); unknown keys are errors with a suggestion."""
+    if not isinstance(data, dict):
+        raise ConfigError("config must be a table of sections")
+    classes = _section_classes()
+    cfg = RunConfig()
+    for sec, values in data.items():
+        if sec not in classes:
+            raise ConfigError(f"unknown config section '{sec}'{_suggest(sec, classes)}; "
+                              f"sections are: {', '.join(classes)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{sec}] must be a table, got {values!r}")
+        target = getattr(cfg, sec)
+        known = {f.name for f in dataclasses.fields(target)}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"unknown key '{sec}.{key}'{_suggest(key, known)}")
+            setattr(target, key, _coerce(f"{sec}.{key}", value, getattr(target, key)))
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """'grpo.group_size=4' -> ('grpo', 'group_size', 4). Values are TOML literals, else strings."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    if len(parts) < 2:
+        raise ConfigError(f"--set expects section.key=value (e.g. grpo.group_size=8), got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    if len(parts) == 3:  # reward.weights.answer_f1=0.5
+        return parts[0], parts[1], {parts[2]: value}
+    if len(parts) != 2:
+        raise ConfigError(f"--set key must be section.key, got {key!r}")
+    return parts[0], parts[1], value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for text in overrides or []:
+        sec, key, value = parse_override(text)
+        section = data.setdefault(sec, {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"[{sec}] must be a table")
+        if isinstance(value, dict) and key in section and isinstance(section[key], dict):
+            section[key] = {**section[key], **value}
+        elif isinstance(value, dict) and sec == "reward" and key == "weights":
+            section[key] = {**RewardConfig().weights, **value}
+        else:
+            section[key] = value
+    return data
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Raise ConfigError naming the first bad field and the fix; return cfg when valid."""
+    g, h, m, t, lg, c = cfg.grpo, cfg.health, cfg.model, cfg.task, cfg.log, cfg.curriculum
+
+    def need(ok: bool, msg: str):
+        if not ok:
+            raise ConfigError(msg)
+
+    need(g.group_size >= 2, f"grpo.group_size must be >= 2 (GRPO compares completions inside a group), got {g.group_size}")
+    need(g.prompts_per_step >= 1, f"grpo.prompts_per_step must be >= 1, got {g.prompts_per_step}")
+    need(g.steps >= 1, f"grpo.steps must be >= 1, got {g.steps}")
+    need(g.max_new_tokens >= 1, f"grpo.max_new_tokens must be >= 1, got {g.max_new_tokens}")
+    need(math.isfinite(g.temperature) and g.temperature > 0, f"grpo.temperature must be > 0, got {g.temperature}")
+    need(0 < g.top_p <= 1, f"grpo.top_p must be in (0, 1], got {g.top_p}")
+    need(math.isfinite(g.lr) and g.lr > 0, f"grpo.lr must be > 0, got {g.lr}")
+    need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")
+    need(g.epsilon_low >= 0 and g.epsilon_high >= 0, "grpo.epsilon_low and grpo.epsilon_high must be >= 0")
+    need(g.loss_type in ("token", "sequence"), f"grpo.loss_type must be 'token' or 'sequence', got {g.loss_type!r}")
+    need(g.scale in ("group", "batch", "none"), f"grpo.scale must be 'group', 'batch' or 'none', got {g.scale!r}")
+    need(math.isfinite(g.min_group_std) and 0 <= g.min_group_std < 1,
+         f"grpo.min_group_std must be in [0, 1), got {g.min_group_std}")
+    need(g.dynamic_max_batches >= 1, f"grpo.dynamic_max_batches must be >= 1, got {g.dynamic_max_batches}")
+    need(g.max_grad_norm >= 0, f"grpo.max_grad_norm must be >= 0, got {g.max_grad_norm}")
+    need(m.device == "auto" or m.device == "cpu" or m.device.startswith("cuda"),
+         f"model.device must be auto, cpu or cuda[:N], got {m.device!r}")
+    need(m.dtype in ("auto", "float32", "bfloat16", "float16"),
+         f"model.dtype must be auto, float32, bfloat16 or float16, got {m.dtype!r}")
+    need(m.hidden_size % max(m.num_heads, 1) == 0 and m.num_heads >= 1,
+         f"model.hidden_size ({m.hidden_size}) must be a multiple of model.num_heads ({m.num_heads})")
+    need(t.name in ("demo", "jsonl"), f"task.name must be 'demo' or 'jsonl', got {t.name!r}")
+    need(1 <= t.level <= 4, f"task.level must be between 1 and 4, got {t.level}")
+    need(t.name != "jsonl" or bool(t.dataset), "task.dataset must name a JSONL file when task.name = 'jsonl'")
+    need(c.mode in ("fixed", "auto"), f"curriculum.mode must be 'fixed' or 'auto', got {c.mode!r}")
+    need(lg.keep_text in ("all", "sample"), f"log.keep_text must be 'all' or 'sample', got {lg.keep_text!r}")
+    need(lg.wandb in ("off", "offline", "online"), f"log.wandb must be off, offline or online, got {lg.wandb!r}")
+    need(lg.checkpoint_every >= 0, f"log.checkpoint_every must be >= 0, got {lg.checkpoint_every}")
+    need(0 <= h.min_trainable_ratio <= 1, f"health.min_trainable_ratio must be in [0, 1], got {h.min_trainable_ratio}")
+    need(h.trend_window >= 2, f"health.trend_window must be >= 2, got {h.trend_window}")
+    validate_weights(cfg.reward.weights, None)
+    for name, target in cfg.reward.custom.items():
+        need(isinstance(target, str) and ":" in target,
+             f"reward.custom.{name} must be 'module:function', got {target!r}")
+    need(not cfg.reward.outcome_metric or cfg.reward.outcome_metric in cfg.reward.weights,
+         f"reward.outcome_metric {cfg.reward.outcome_metric!r} is not a metric in reward.weights "
+         f"({', '.join(cfg.reward.weights)})")
+    return cfg
+
+
+def validate_weights(weights: dict, known: list[str] | None) -> dict[str, float]:
+    """Weights must be finite, >= 0, not all zero, and name known metrics."""
+    if not isinstance(weights, dict) or not weights:
+        raise ConfigError("reward.weights must name at least one metric, e.g. answer_f1 = 1.0")
+    out = {}
+    for name, w in weights.items():
+        if known is not None and name not in known:
+            raise ConfigError(f"reward.weights.{name}: unknown metric{_suggest(name, known)}; "
+                              f"metrics are: {', '.join(known)}")
+        try:
+            w = float(w)
+        except (TypeError, ValueError):
+            raise ConfigError(f"reward.weights.{name} must be a number, got {w!r}") from None
+        if not math.isfinite(w):
+            raise ConfigError(f"reward.weights.{name} must be finite, got {w}")
+        if w < 0:
+            raise ConfigError(f"reward.weights.{name} must be >= 0, got {w}")
+        out[name] = w
+    if sum(out.values()) <= 0:
+        raise ConfigError("reward.weights are all zero: give at least one metric a positive weight")
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """TOML file (optional) + `--set` overrides -> validated RunConfig."""
+    data: dict = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    data = apply_overrides(data, overrides or [])
+    return validate(from_dict(data))

@@ -1,0 +1,72 @@
+"""The metric names: the one place they are spelled.
+
+Compatible with ART (`data/...`) and TRL (`reward`, `reward_std`,
+`frac_reward_zero_std`) where the two overlap; see ../shared/DESIGN.md. Everything
+else (store, charts, reports, wandb mirror, importers) imports from here.
+"""
+
+# --- groups: how much of the step's compute could carry a signal --------------
+GROUPS_SUBMITTED = "data/step_num_groups_submitted"
+GROUPS_TRAINABLE = "data/step_num_groups_trainable"
+CUM_GROUPS_SUBMITTED = "data/cum/num_groups_submitted"
+CUM_GROUPS_TRAINABLE = "data/cum/num_groups_trainable"
+SCORING_ERRORS = "data/scoring_errors"  # rollouts whose metric raised or gave NaN/inf
+SAMPLING_BATCHES = "data/sampling_batches"  # prompt batches drawn (dynamic sampling)
+
+# --- health -------------------------------------------------------------------
+TRAINABLE_RATIO = "health/trainable_ratio"
+CUM_TRAINABLE_RATIO = "health/cum_trainable_ratio"
+PHANTOM_GROUPS = "health/phantom_groups"
+MIN_GROUP_STD = "health/min_group_std"  # the threshold in force at this step
+DIFFICULTY = "health/difficulty"  # the task level in force at this step
+
+# --- reward -------------------------------------------------------------------
+REWARD = "train/reward"
+REWARD_STD = "train/reward_std"  # mean within-group std of the total reward
+FRAC_REWARD_ZERO_STD = "frac_reward_zero_std"  # TRL's name: 1 - trainable ratio
+
+
+def metric_mean(metric: str) -> str:
+    return f"reward/{metric}/mean"
+
+
+def metric_group_std(metric: str) -> str:
+    return f"reward/{metric}/group_std"
+
+
+def metric_weight(metric: str) -> str:
+    return f"reward/{metric}/weight"
+
+
+def parse_metric_name(name: str) -> tuple[str, str] | None:
+    """`reward/<metric>/<field>` -> (metric, field); None for any other name."""
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] == "reward" and parts[2] in ("mean", "group_std", "weight"):
+        return parts[1], parts[2]
+    return None
+
+
+# --- loss ---------------------------------------------------------------------
+LOSS_POLICY = "loss/policy"
+LOSS_KL = "loss/kl"
+LOSS_ENTROPY = "loss/entropy"
+GRAD_NORM = "loss/grad_norm"
+CLIP_RATIO = "loss/clip_ratio"
+
+# --- completions, time, throughput ----------------------------------------------
+COMPLETION_MEAN_LENGTH = "completions/mean_length"
+TIME_STEP = "time/step_s"
+TIME_GENERATE = "time/generate_s"
+TIME_SCORE = "time/score_s"
+TIME_TRAIN = "time/train_s"
+TIME_LOG = "time/log_s"  # store + mirror writes of the previous step
+THROUGHPUT_TOKENS = "throughput/tokens_per_s"
+
+# The names every step of the embedded trainer logs (per-metric names come on top).
+STEP_SCALARS = (
+    GROUPS_SUBMITTED, GROUPS_TRAINABLE, CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE,
+    TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, PHANTOM_GROUPS, REWARD, REWARD_STD,
+    FRAC_REWARD_ZERO_STD, LOSS_POLICY, LOSS_KL, LOSS_ENTROPY, GRAD_NORM, CLIP_RATIO,
+    COMPLETION_MEAN_LENGTH, TIME_STEP, TIME_GENERATE, TIME_SCORE, TIME_TRAIN,
+    THROUGHPUT_TOKENS,
+)

@@ -1,0 +1,434 @@
+"""The run store: one SQLite file per run (WAL), the one contract between the
+trainer process and the dashboard. This module owns the schema; nothing else
+spells out a table or column.
+
+Layout: `<runs_dir>/<run_id>/run.db` (+ config.toml, trainer.log, checkpoints/).
+The trainer writes a whole step (scalars, groups, rollouts, events) in one
+transaction, so a reader or a crash never sees half a step. The dashboard only
+reads, and writes *requests* into `control`; the trainer claims each pending
+request exactly once (a conditional UPDATE inside BEGIN IMMEDIATE), applies it
+between steps and records the step it took effect or the reason it was rejected.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+SCHEMA_VERSION = 1
+DB_NAME = "run.db"
+
+# Run status (meta.status). "stale" is never stored: readers derive it from the heartbeat.
+CREATED, RUNNING, PAUSED, FINISHED, FAILED, STOPPED = (
+    "created", "running", "paused", "finished", "failed", "stopped")
+STALE = "stale"
+LIVE_STATUSES = (CREATED, RUNNING, PAUSED)
+STALE_AFTER_S = 10.0  # a live run whose heartbeat is older than this shows as stale
+
+# Control request kinds (dashboard/CLI -> trainer) and statuses.
+SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY = "set_weights", "set_threshold", "set_difficulty"
+PAUSE, RESUME, STOP, CHECKPOINT = "pause", "resume", "stop", "checkpoint"
+CONTROL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, PAUSE, RESUME, STOP, CHECKPOINT)
+PENDING, APPLYING, APPLIED, REJECTED = "pending", "applying", "applied", "rejected"
+
+# Event kinds (trainer -> readers).
+EV_LIFECYCLE, EV_ALERT, EV_CHANGE, EV_REJECTED, EV_CHECKPOINT = (
+    "lifecycle", "alert", "change", "rejected", "checkpoint")
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS scalars (
+    step INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
+    PRIMARY KEY (name, step)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS scalars_step ON scalars (step);
+CREATE TABLE IF NOT EXISTS groups (
+    step INTEGER NOT NULL, grp INTEGER NOT NULL, prompt_id TEXT, size INTEGER,
+    reward_mean REAL, reward_std REAL, trainable INTEGER, phantom INTEGER,
+    PRIMARY KEY (step, grp)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rollouts (
+    step INTEGER NOT NULL, grp INTEGER NOT NULL, idx INTEGER NOT NULL,
+    total REAL, scores TEXT, completion TEXT, error TEXT,
+    PRIMARY KEY (step, grp, idx)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER, time REAL, kind TEXT, payload TEXT);
+CREATE TABLE IF NOT EXISTS control (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL, kind TEXT, payload TEXT,
+    status TEXT, applied_step INTEGER, message TEXT, source TEXT);
+CREATE INDEX IF NOT EXISTS control_status ON control (status, id);
+"""
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be opened or used; the message says why."""
+
+
+def runs_dir(path: str | os.PathLike | None = None) -> Path:
+    """The runs directory: explicit path, else $GRPO_RUNS_DIR, else ./runs."""
+    return Path(path or os.environ.get("GRPO_RUNS_DIR") or "runs").resolve()
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id) or ".." in run_id:
+        raise StoreError(f"run id {run_id!r} is not allowed: use letters, digits, '_', '-', '.' "
+                         "(at most 64, no '..' or '/')")
+    return run_id
+
+
+def new_run_id(prefix: str = "run") -> str:
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+
+
+def resolve_db(run: str | os.PathLike) -> Path:
+    """A run dir, a run.db path, or a run id under the runs dir -> the db path."""
+    p = Path(run)
+    if p.is_dir():
+        return p / DB_NAME
+    if p.suffix == ".db" or p.is_file():
+        return p
+    return runs_dir() / check_run_id(str(run)) / DB_NAME
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_json_default, allow_nan=False)
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _finite(v) -> float | None:
+    v = float(v)
+    return v if np.isfinite(v) else None
+
+
+class RunStore:
+    """One run's SQLite file. Cheap to open; one instance per process/thread."""
+
+    def __init__(self, db_path: str | os.PathLike, *, create: bool = False, readonly: bool = False):
+        self.path = Path(db_path)
+        self.run_dir = self.path.parent
+        self.run_id = self.run_dir.name
+        if not create and not self.path.is_file():
+            raise StoreError(f"no run store at {self.path}")
+        try:
+            if readonly:
+                uri = f"file:{self.path}?mode=ro"
+                self.conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None,
+                                            check_same_thread=False)
+            else:
+                self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                            check_same_thread=False)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoint, never corrupt
+            self.conn.execute("PRAGMA busy_timeout=30000")
+            if create:
+                self.conn.executescript(_SCHEMA)
+            else:
+                self._check()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a readable run store: {e}") from None
+
+    # ---- lifecycle ---------------------------------------------------------------
+    @classmethod
+    def create(cls, run_id: str, config: dict, *, root: str | os.PathLike | None = None,
+               kind: str = "train", exist_ok: bool = False) -> "RunStore":
+        run_dir = runs_dir(root) / check_run_id(run_id)
+        if (run_dir / DB_NAME).exists() and not exist_ok:
+            raise StoreError(f"run {run_id!r} already exists in {run_dir.parent}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        store = cls(run_dir / DB_NAME, create=True)
+        if store.get_meta().get("schema_version") is None:
+            store.set_meta(schema_version=SCHEMA_VERSION, config=config, status=CREATED,
+                           kind=kind, created=time.time(), run_id=run_id)
+        return store
+
+    @classmethod
+    def open(cls, run: str | os.PathLike, readonly: bool = False) -> "RunStore":
+        return cls(resolve_db(run), readonly=readonly)
+
+    def _check(self):
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = {"meta", "scalars", "groups", "rollouts", "events", "control"} - tables
+        if missing:
+            raise StoreError(f"{self.path} is not a run store (missing tables: {', '.join(sorted(missing))})")
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @contextmanager
+    def transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT: one writer at a time, all or nothing."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ---- meta --------------------------------------------------------------------
+    def set_meta(self, **values):
+        rows = [(k, _dumps(v)) for k, v in values.items()]
+        with self.transaction() as c:
+            c.executemany("INSERT INTO meta(key, value) VALUES (?, ?) "
+                          "ON CONFLICT(key) DO UPDATE SET value = excluded.value", rows)
+
+    def get_meta(self) -> dict:
+        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+
+    def set_status(self, status: str, error: str | None = None, **extra):
+        values = {"status": status, "status_time": time.time(), **extra}
+        if error is not None:
+            values["error"] = error
+        self.set_meta(**values)
+
+    def heartbeat(self, **extra):
+        self.set_meta(heartbeat=time.time(), **extra)
+
+    @property
+    def config(self) -> dict:
+        return self.get_meta().get("config") or {}
+
+    # ---- the trainer's write: one step, one transaction ------------------------------
+    def log_step(self, step: int, scalars: dict[str, float], groups: pd.DataFrame | None = None,
+                 rollouts: Iterable[tuple] | None = None, events: Iterable[tuple[str, dict]] = ()):
+        """Write step `step` atomically.
+
+        groups: frame with columns group, prompt_id, size, reward_mean, reward_std, trainable, phantom.
+        rollouts: tuples (group, idx, total, scores: dict, completion: str|None, error: str|None).
+        events: (kind, payload) pairs.
+        """
+        now = time.time()
+        with self.transaction() as c:
+            c.executemany("INSERT OR REPLACE INTO scalars(step, name, value) VALUES (?, ?, ?)",
+                          [(step, k, _finite(v)) for k, v in scalars.items()])
+            if groups is not None and len(groups):
+                g = groups
+                c.executemany(
+                    "INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    zip([step] * len(g), g["group"].astype(int).tolist(), g["prompt_id"].astype(str).tolist(),
+                        g["size"].astype(int).tolist(), g["reward_mean"].astype(float).tolist(),
+                        g["reward_std"].astype(float).tolist(), g["trainable"].astype(int).tolist(),
+                        g["phantom"].astype(int).tolist()))
+            if rollouts is not None:
+                c.executemany("INSERT OR REPLACE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              [(step, int(gi), int(i), _finite(t), _dumps(s), text, err)
+                               for gi, i, t, s, text, err in rollouts])
+            if events:
+                c.executemany("INSERT INTO events(step, time, kind, payload) VALUES (?, ?, ?, ?)",
+                              [(step, now, kind, _dumps(p)) for kind, p in events])
+            c.execute("INSERT INTO meta(key, value) VALUES ('heartbeat', ?) "
+                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (_dumps(now),))
+
+    def add_event(self, kind: str, payload: dict, step: int | None = None) -> int:
+        with self.transaction() as c:
+            cur = c.execute("INSERT INTO events(step, time, kind, payload) VALUES (?, ?, ?, ?)",
+                            (step, time.time(), kind, _dumps(payload)))
+            return cur.lastrowid
+
+    # ---- reads (incremental: "what changed since step N") -----------------------------
+    def last_step(self) -> int | None:
+        row = self.conn.execute("SELECT MAX(step) FROM scalars").fetchone()
+        return row[0]
+
+    def scalars(self, since_step: int = -1, names: list[str] | None = None,
+                until_step: int | None = None) -> pd.DataFrame:
+        """Long frame (step, name, value) for steps > since_step."""
+        q = "SELECT step, name, value FROM scalars WHERE step > ?"
+        args: list = [since_step]
+        if until_step is not None:
+            q += " AND step <= ?"
+            args.append(until_step)
+        if names:
+            q += f" AND name IN ({','.join('?' * len(names))})"
+            args += list(names)
+        return pd.read_sql_query(q + " ORDER BY step", self.conn, params=args)
+
+    def scalars_wide(self, since_step: int = -1, names: list[str] | None = None,
+                     until_step: int | None = None) -> pd.DataFrame:
+        """One row per step, one column per metric name (index: step)."""
+        long = self.scalars(since_step, names, until_step)
+        if long.empty:
+            return pd.DataFrame(index=pd.Index([], name="step", dtype="int64"))
+        return long.pivot(index="step", columns="name", values="value").sort_index()
+
+    def groups(self, since_step: int = -1, until_step: int | None = None) -> pd.DataFrame:
+        q = ('SELECT step, grp AS "group", prompt_id, size, reward_mean, reward_std, trainable, phantom '
+             "FROM groups WHERE step > ?")
+        args: list = [since_step]
+        if until_step is not None:
+            q += " AND step <= ?"
+            args.append(until_step)
+        df = pd.read_sql_query(q + " ORDER BY step, grp", self.conn, params=args)
+        df["trainable"] = df["trainable"].astype(bool)
+        df["phantom"] = df["phantom"].astype(bool)
+        return df
+
+    def rollouts(self, since_step: int = -1, until_step: int | None = None,
+                 step: int | None = None, group: int | None = None, with_text: bool = True) -> pd.DataFrame:
+        """Frame (step, group, idx, total, error[, completion], <metric>...): scores expanded
+        into one column per metric."""
+        cols = 'step, grp AS "group", idx, total, scores, error' + (", completion" if with_text else "")
+        q, args = f"SELECT {cols} FROM rollouts WHERE step > ?", [since_step]
+        if until_step is not None:
+            q += " AND step <= ?"
+            args.append(until_step)
+        if step is not None:
+            q += " AND step = ?"
+            args.append(step)
+        if group is not None:
+            q += " AND grp = ?"
+            args.append(group)
+        df = pd.read_sql_query(q + " ORDER BY step, grp, idx", self.conn, params=args)
+        if df.empty:
+            return df.drop(columns="scores")
+        scores = pd.DataFrame([json.loads(s) if s else {} for s in df.pop("scores")], index=df.index)
+        return pd.concat([df, scores.astype(float)], axis=1)
+
+    def events(self, since_id: int = 0, kinds: list[str] | None = None) -> pd.DataFrame:
+        q, args = "SELECT id, step, time, kind, payload FROM events WHERE id > ?", [since_id]
+        if kinds:
+            q += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args += list(kinds)
+        df = pd.read_sql_query(q + " ORDER BY id", self.conn, params=args)
+        df["payload"] = [json.loads(p) if p else {} for p in df["payload"]]
+        return df
+
+    # ---- control: requests, applied exactly once ------------------------------------------
+    def request(self, kind: str, payload: dict | None = None, source: str = "ui") -> int:
+        if kind not in CONTROL_KINDS:
+            raise StoreError(f"unknown control kind {kind!r}; kinds are: {', '.join(CONTROL_KINDS)}")
+        status = self.get_meta().get("status")
+        if status in (FINISHED, FAILED, STOPPED):
+            raise StoreError(f"run {self.run_id} is {status}: control requests apply only to a live run")
+        with self.transaction() as c:
+            cur = c.execute("INSERT INTO control(time, kind, payload, status, source) VALUES (?, ?, ?, ?, ?)",
+                            (time.time(), kind, _dumps(payload or {}), PENDING, source))
+            return cur.lastrowid
+
+    def claim_pending(self) -> list[dict]:
+        """Take every pending request (in id order) for applying. Two claimers racing for
+        the same rows: the conditional UPDATE lets exactly one of them have each row."""
+        with self.transaction() as c:
+            rows = c.execute("SELECT id, time, kind, payload, source FROM control "
+                             "WHERE status = ? ORDER BY id", (PENDING,)).fetchall()
+            claimed = []
+            for rid, t, kind, payload, source in rows:
+                if c.execute("UPDATE control SET status = ? WHERE id = ? AND status = ?",
+                             (APPLYING, rid, PENDING)).rowcount == 1:
+                    claimed.append({"id": rid, "time": t, "kind": kind,
+                                    "payload": json.loads(payload), "source": source})
+        return claimed
+
+    def resolve_request(self, request_id: int, applied: bool, step: int | None, message: str = ""):
+        """Mark a claimed request applied at `step` or rejected with `message`, and log the event."""
+        status = APPLIED if applied else REJECTED
+        with self.transaction() as c:
+            n = c.execute("UPDATE control SET status = ?, applied_step = ?, message = ? "
+                          "WHERE id = ? AND status = ?", (status, step, message, request_id, APPLYING)).rowcount
+            if n != 1:
+                raise StoreError(f"control request {request_id} was not claimed (already resolved?)")
+            kind, payload, source = c.execute("SELECT kind, payload, source FROM control WHERE id = ?",
+                                              (request_id,)).fetchone()
+            c.execute("INSERT INTO events(step, time, kind, payload) VALUES (?, ?, ?, ?)",
+                      (step, time.time(), EV_CHANGE if applied else EV_REJECTED,
+                       _dumps({"request_id": request_id, "kind": kind, "request": json.loads(payload),
+                               "source": source, "message": message})))
+
+    def reject_open_requests(self, reason: str):
+        """On run end: nothing stays pending forever."""
+        with self.transaction() as c:
+            c.execute("UPDATE control SET status = ?, message = ? WHERE status IN (?, ?)",
+                      (REJECTED, reason, PENDING, APPLYING))
+
+    def control(self, since_id: int = 0) -> pd.DataFrame:
+        df = pd.read_sql_query("SELECT id, time, kind, payload, status, applied_step, message, source "
+                               "FROM control WHERE id > ? ORDER BY id", self.conn, params=[since_id])
+        df["payload"] = [json.loads(p) if p else {} for p in df["payload"]]
+        return df
+
+    def changes(self) -> pd.DataFrame:
+        """Applied changes (weights/threshold/difficulty/...): step + request, for chart markers."""
+        ev = self.events(kinds=[EV_CHANGE])
+        if ev.empty:
+            return pd.DataFrame(columns=["step", "kind", "request", "source", "message"])
+        return pd.DataFrame({"step": ev["step"], "kind": [p["kind"] for p in ev["payload"]],
+                             "request": [p["request"] for p in ev["payload"]],
+                             "source": [p.get("source") for p in ev["payload"]],
+                             "message": [p.get("message", "") for p in ev["payload"]]})
+
+
+# ---- the runs index ---------------------------------------------------------------------
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is not alive for us.
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def display_status(meta: dict, now: float | None = None) -> str:
+    """Stored status, or 'stale' for a live run whose process is gone or silent."""
+    status = meta.get("status", CREATED)
+    if status not in LIVE_STATUSES:
+        return status
+    now = time.time() if now is None else now
+    beat = meta.get("heartbeat") or meta.get("created") or 0
+    same_host = meta.get("host") in (None, os.uname().nodename)
+    if meta.get("pid") and same_host and not pid_alive(meta.get("pid")):
+        return STALE
+    if status != CREATED and now - beat > STALE_AFTER_S:
+        return STALE
+    return status
+
+
+def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Every run under the runs dir: id, status (incl. stale/unreadable), last step, steps,
+    heartbeat, created, error. An unreadable store is listed with the reason, never raised."""
+    base = runs_dir(root)
+    rows = []
+    for db in sorted(base.glob(f"*/{DB_NAME}")) if base.is_dir() else []:
+        row = {"run_id": db.parent.name, "path": str(db.parent)}
+        try:
+            with RunStore(db, readonly=True) as s:
+                meta = s.get_meta()
+                cfg = meta.get("config") or {}
+                row.update(status=display_status(meta), last_step=s.last_step(),
+                           steps=(cfg.get("grpo") or {}).get("steps"), kind=meta.get("kind", "train"),
+                           created=meta.get("created"), heartbeat=meta.get("heartbeat"),
+                           error=meta.get("error"), source=meta.get("source", "grpo_core"))
+        except (StoreError, sqlite3.DatabaseError, ValueError) as e:
+            row.update(status="unreadable", error=str(e))
+        rows.append(row)
+    cols = ["run_id", "status", "last_step", "steps", "kind", "created", "heartbeat", "error", "source", "path"]
+    df = pd.DataFrame(rows, columns=cols)
+    return df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)
