@@ -1,0 +1,52 @@
+# The two commands of the README: `make run` and `make test`. Each creates .venv if
+# missing and installs what it needs; nothing else is done by hand.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 8501
+
+.PHONY: run test test-fast bench screenshots lint-docker clean-venv
+
+# Installs are keyed on the requirement files' contents, so a changed pin reinstalls.
+RUN_STAMP  := $(VENV)/.run-$(shell cat requirements.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+TEST_STAMP := $(VENV)/.test-$(shell cat requirements.txt requirements-test.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(RUN_STAMP): | $(PY)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e . || $(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q -r requirements-test.txt
+	@# Browser tests drive Debian's chromium through Playwright (never `playwright install`).
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	touch $@
+
+run: $(RUN_STAMP)  ## dashboard on http://127.0.0.1:$(PORT) with the built-in demo run training
+	$(PY) -m grpo_core serve --port $(PORT)
+
+test: $(TEST_STAMP) lint-docker  ## the whole suite, slow end-to-end tests included
+	$(PY) -m pytest -q
+
+test-fast: $(TEST_STAMP)  ## everything but the slow end-to-end tests
+	$(PY) -m pytest -q -m "not slow"
+
+lint-docker: $(TEST_STAMP)
+	$(PY) -m tests.check_dockerfile
+
+bench: $(TEST_STAMP)  ## all benchmarks; figures land in docs/benchmarks.md (not part of make test)
+	$(PY) bench/health_bench.py
+	$(PY) bench/dashboard_bench.py
+	$(PY) bench/demo_curves.py
+
+screenshots: $(TEST_STAMP)  ## refresh docs/screenshots/ from the browser test
+	GRPO_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser_live.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,27 @@
+"""Shared test set-up. Every test gets its own runs directory: nothing a test does
+touches ./runs or another test's runs."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _isolated_runs_dir(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    monkeypatch.setenv("GRPO_RUNS_DIR", str(runs))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    yield
+
+
+@pytest.fixture
+def runs_dir(tmp_path) -> Path:
+    return Path(os.environ["GRPO_RUNS_DIR"])
