@@ -377,6 +377,26 @@ class RunStore:
                              "source": [p.get("source") for p in ev["payload"]],
                              "message": [p.get("message", "") for p in ev["payload"]]})
 
+    # ---- reads for long runs (dashboard): bounded, index-driven ---------------------------------
+    def scalar_names(self, step: int | None = None) -> list[str]:
+        """Names logged at `step` (default: the last step); uses the step index, so it
+        stays cheap on a 20,000-step run where SELECT DISTINCT would scan everything."""
+        step = self.last_step() if step is None else step
+        if step is None:
+            return []
+        return [r[0] for r in self.conn.execute("SELECT name FROM scalars WHERE step = ? ORDER BY name", (step,))]
+
+    def scalars_binned(self, names: list[str], bin_size: int, until_step: int,
+                       since_step: int = -1) -> pd.DataFrame:
+        """Long frame (bin, name, total, count): SUM and COUNT of non-null values per
+        bin = step // bin_size over since_step < step <= until_step, in one pass over the
+        (name, step) index. Lets a chart show a long history with bounded memory."""
+        if not names:
+            return pd.DataFrame(columns=["bin", "name", "total", "count"])
+        q = (f"SELECT step / ? AS bin, name, SUM(value) AS total, COUNT(value) AS count FROM scalars "
+             f"WHERE name IN ({','.join('?' * len(names))}) AND step > ? AND step <= ? GROUP BY name, bin")
+        return pd.read_sql_query(q, self.conn, params=[int(bin_size), *names, since_step, until_step])
+
 
 # ---- the runs index ---------------------------------------------------------------------
 def pid_alive(pid: int | None) -> bool:
