@@ -9,9 +9,11 @@ these on tens of thousands of rollouts per refresh.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from grpo_core import names as N
 
@@ -73,3 +75,561 @@ def step_scalars(stats: GroupStats, scores: np.ndarray, metric_names: list[str],
         out[N.metric_group_std(name)] = float(mstd[k])
         out[N.metric_weight(name)] = float(weights.get(name, 0.0))
     return out
+
+
+# =============================================================================================
+# Windows of steps: trend, alerts, verdict (over RunStore.scalars_wide(): index step, names.*)
+# =============================================================================================
+@dataclass
+class Alert:
+    kind: str  # "zero_trainable" | "low_ratio" | "low_reward_std" | "declining_ratio" | "near_zero"
+    severity: str  # "warning" | "critical"
+    message: str  # a full sentence with the numbers and the fix
+    step: int | None  # the last step the alert is about
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool | None  # None: not enough data to judge
+    value: float | None
+    threshold: float | None
+    text: str
+
+
+@dataclass
+class Trend:
+    slope: float | None  # per step (per index unit of a Series)
+    sign: int  # +1 / -1 / 0 (flat, not significant, or window too short)
+    p_value: float | None
+    n: int
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) (no scipy in the dashboard's environment)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with df degrees of freedom."""
+    if not math.isfinite(t):
+        return 0.0
+    return _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def reward_trend(values: np.ndarray | pd.Series, min_points: int = 5, alpha: float = 0.05) -> Trend:
+    """OLS slope over the window; a sign only with >= min_points values and p < alpha.
+
+    A Series is regressed on its (numeric) index, so the slope is per step; NaNs are dropped."""
+    if isinstance(values, pd.Series):
+        y = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
+        try:
+            x = np.asarray(values.index, dtype=np.float64)
+        except (TypeError, ValueError):
+            x = np.arange(len(y), dtype=np.float64)
+    else:
+        y = np.asarray(values, dtype=np.float64).ravel()
+        x = np.arange(len(y), dtype=np.float64)
+    keep = np.isfinite(y) & np.isfinite(x)
+    x, y = x[keep], y[keep]
+    n = len(y)
+    if n < 2 or np.ptp(x) == 0:
+        return Trend(None, 0, None, n)
+    xc = x - x.mean()
+    sxx = float(xc @ xc)
+    slope = float(xc @ (y - y.mean())) / sxx
+    if n < 3:
+        return Trend(slope, 0, None, n)
+    resid = y - y.mean() - slope * xc
+    sse = float(resid @ resid)
+    scale = max(abs(float(y.mean())), float(np.abs(y).max()), 1e-300)
+    if sse <= (1e-12 * scale) ** 2 * n:  # an exact line (or a constant): no noise to test against
+        p = 1.0 if abs(slope) * np.ptp(x) <= 1e-12 * scale else 0.0
+    else:
+        p = t_two_sided_p(slope / math.sqrt(sse / (n - 2) / sxx), n - 2)
+    sign = int(np.sign(slope)) if n >= max(min_points, 3) and p < alpha else 0
+    return Trend(slope, sign, p, n)
+
+
+def _col(wide: pd.DataFrame, name: str) -> pd.Series | None:
+    if name not in wide.columns:
+        return None
+    s = pd.to_numeric(wide[name], errors="coerce")
+    return s if s.notna().any() else None
+
+
+def step_ratio_series(wide: pd.DataFrame) -> pd.Series:
+    """Per-step trainable ratio from whatever the run logged: our ratio, the step counts,
+    ART's cumulative counts, or TRL's frac_reward_zero_std (imported runs have only some)."""
+    r = _col(wide, N.TRAINABLE_RATIO)
+    if r is not None:
+        return r.dropna()
+    sub, tr = _col(wide, N.GROUPS_SUBMITTED), _col(wide, N.GROUPS_TRAINABLE)
+    if sub is not None and tr is not None:
+        return (tr / sub.where(sub > 0)).dropna()
+    csub, ctr = _col(wide, N.CUM_GROUPS_SUBMITTED), _col(wide, N.CUM_GROUPS_TRAINABLE)
+    if csub is not None and ctr is not None:
+        cum = pd.DataFrame({"s": csub, "t": ctr}).dropna()
+        d = cum.diff()
+        d.iloc[0] = cum.iloc[0]  # first row: the run so far (exact when the frame starts at step 0)
+        return (d["t"] / d["s"].where(d["s"] > 0)).dropna()
+    z = _col(wide, N.FRAC_REWARD_ZERO_STD)
+    if z is not None:
+        return (1.0 - z).dropna()
+    return pd.Series(dtype=np.float64)
+
+
+def window_ratio(wide: pd.DataFrame, window: int) -> tuple[float | None, int | None, int | None, int]:
+    """Pooled trainable ratio over the last `window` steps: (ratio, trainable, submitted, steps).
+
+    Pooled (sum of trainable / sum of submitted), so 5 of 28 groups reads 5/28 whatever
+    the step sizes; counts are None when the run logged only ratios."""
+    sub, tr = _col(wide, N.GROUPS_SUBMITTED), _col(wide, N.GROUPS_TRAINABLE)
+    if sub is not None and tr is not None:
+        d = pd.DataFrame({"s": sub, "t": tr}).dropna().tail(window)
+        if len(d) and d["s"].sum() > 0:
+            s, t = int(d["s"].sum()), int(d["t"].sum())
+            return t / s, t, s, len(d)
+    csub, ctr = _col(wide, N.CUM_GROUPS_SUBMITTED), _col(wide, N.CUM_GROUPS_TRAINABLE)
+    if csub is not None and ctr is not None:
+        d = pd.DataFrame({"s": csub, "t": ctr}).dropna()
+        if len(d):
+            last, k = d.iloc[-1], min(window, len(d))
+            base = d.iloc[-k - 1] if len(d) > k else pd.Series({"s": 0.0, "t": 0.0})
+            s, t = int(last["s"] - base["s"]), int(last["t"] - base["t"])
+            if s > 0:
+                return t / s, t, s, k
+    r = step_ratio_series(wide).tail(window)
+    if len(r):
+        return float(r.mean()), None, None, len(r)
+    return None, None, None, 0
+
+
+def _trailing_run(mask: np.ndarray) -> int:
+    """Length of the run of True at the end of mask (no loop)."""
+    false_at = np.flatnonzero(~mask)
+    return int(len(mask) - (false_at[-1] + 1 if len(false_at) else 0))
+
+
+def _last_step(wide: pd.DataFrame) -> int | None:
+    return int(wide.index[-1]) if len(wide.index) else None
+
+
+def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:
+    """Alerts at the window's last step; `wide` is RunStore.scalars_wide(), cfg a HealthConfig."""
+    out: list[Alert] = []
+    if wide is None or wide.empty:
+        return out
+    wide = wide.sort_index()
+    last = _last_step(wide)
+    ratio_s = step_ratio_series(wide)
+
+    # Zero trainable groups, step after step: every rollout of those steps was wasted compute.
+    tr = _col(wide, N.GROUPS_TRAINABLE)
+    zero = (tr.dropna() == 0).to_numpy() if tr is not None else (ratio_s == 0).to_numpy()
+    streak = _trailing_run(zero)
+    if streak >= cfg.zero_trainable_steps:
+        out.append(Alert("zero_trainable", "critical",
+                         f"{streak} steps with zero trainable groups: raise the group size "
+                         f"or the weights of continuous metrics", last))
+
+    # Low trainable ratio over the window.
+    ratio, t, s, k = window_ratio(wide, cfg.trend_window)
+    if ratio is not None and ratio < cfg.min_trainable_ratio:
+        counts = f" ({t} of {s} groups)" if s is not None else ""
+        out.append(Alert("low_ratio", "warning",
+                         f"trainable ratio {ratio:.2f}{counts} over the last {k} steps is below "
+                         f"{cfg.min_trainable_ratio:g}: most groups carry no learning signal; raise the group "
+                         f"size or the weights of continuous metrics, or change the task difficulty", last))
+
+    # Rewards barely differ inside a group.
+    rstd = _col(wide, N.REWARD_STD)
+    if rstd is not None:
+        w = rstd.dropna().tail(cfg.trend_window)
+        m = float(w.mean())
+        if m < cfg.min_reward_std:
+            out.append(Alert("low_reward_std", "warning",
+                             f"mean group reward std {m:.3f} over the last {len(w)} steps is below "
+                             f"{cfg.min_reward_std:g}: completions of a prompt score almost alike; raise the "
+                             f"sampling temperature, the group size or the weights of continuous metrics", last))
+
+    # Ratio falling: the tasks are getting easy (or uniformly hard).
+    win = ratio_s.tail(cfg.trend_window)
+    tr_ = reward_trend(win, cfg.min_trend_points)
+    if tr_.sign < 0:
+        out.append(Alert("declining_ratio", "warning",
+                         f"trainable ratio falling over the last {tr_.n} steps ({win.iloc[0]:.2f} -> "
+                         f"{win.iloc[-1]:.2f}, slope {tr_.slope:+.3f}/step, p={tr_.p_value:.3f}): the tasks are "
+                         f"getting easy; switch to harder tasks or turn on the curriculum (curriculum.mode = auto)",
+                         last))
+
+    # Ratio near zero for long: nothing left to learn at this setting.
+    near = _trailing_run((ratio_s <= cfg.near_zero_ratio).to_numpy())
+    if near >= cfg.near_zero_steps:
+        out.append(Alert("near_zero", "critical",
+                         f"{near} steps with trainable ratio at or below {cfg.near_zero_ratio:g}: the run has "
+                         f"stopped learning; stop it, or change the task difficulty or the reward weights", last))
+    return out
+
+
+@dataclass
+class Verdict:
+    status: str  # "healthy" | "warning" | "critical" | "unknown" (no data)
+    checks: list[Check]
+    alerts: list[Alert]
+    trend: Trend
+
+
+def verdict(wide: pd.DataFrame, cfg) -> Verdict:
+    """healthy: mean group reward std > min_reward_std, trainable ratio > min_trainable_ratio
+    and the reward rising over the window; warning: a check fails or a warning alert;
+    critical: a critical alert (zero trainable / near zero); unknown: no data."""
+    if wide is None or wide.empty:
+        return Verdict("unknown", [], [], Trend(None, 0, None, 0))
+    wide = wide.sort_index()
+    checks = []
+
+    rstd = _col(wide, N.REWARD_STD)
+    if rstd is not None:
+        w = rstd.dropna().tail(cfg.trend_window)
+        v = float(w.mean())
+        checks.append(Check("reward_std", v > cfg.min_reward_std, v, cfg.min_reward_std,
+                            f"mean group reward std {v:.3f} over {len(w)} steps "
+                            f"({'>' if v > cfg.min_reward_std else '<='} {cfg.min_reward_std:g})"))
+    else:
+        checks.append(Check("reward_std", None, None, cfg.min_reward_std, "no group reward std logged"))
+
+    ratio, t, s, k = window_ratio(wide, cfg.trend_window)
+    if ratio is not None:
+        counts = f", {t} of {s} groups" if s is not None else ""
+        ok = ratio > cfg.min_trainable_ratio
+        checks.append(Check("trainable_ratio", ok, ratio, cfg.min_trainable_ratio,
+                            f"trainable ratio {ratio:.2f} over {k} steps{counts} "
+                            f"({'>' if ok else '<='} {cfg.min_trainable_ratio:g})"))
+    else:
+        checks.append(Check("trainable_ratio", None, None, cfg.min_trainable_ratio, "no group counts logged"))
+
+    rew = _col(wide, N.REWARD)
+    trend = reward_trend(rew.dropna().tail(cfg.trend_window), cfg.min_trend_points) if rew is not None \
+        else Trend(None, 0, None, 0)
+    if trend.n < max(cfg.min_trend_points, 3):
+        checks.append(Check("reward_trend", None, trend.slope, 0.0,
+                            f"reward trend needs {cfg.min_trend_points} steps, have {trend.n}"))
+    else:
+        word = {1: "rising", -1: "falling", 0: "flat (no significant slope)"}[trend.sign]
+        checks.append(Check("reward_trend", trend.sign > 0, trend.slope, 0.0,
+                            f"reward {word} over {trend.n} steps (slope {trend.slope:+.4f}/step, "
+                            f"p={trend.p_value:.3f})"))
+
+    al = alerts(wide, cfg)
+    if any(a.severity == "critical" for a in al):
+        status = "critical"
+    elif al or any(c.ok is False for c in checks):
+        status = "warning"
+    elif any(c.ok for c in checks):
+        status = "healthy"
+    else:
+        status = "unknown"
+    return Verdict(status, checks, al, trend)
+
+
+# =============================================================================================
+# Rollouts: ragged groups as flat arrays + segment sums (what-if, bottlenecks, suggestions)
+# =============================================================================================
+ROLLOUT_COLUMNS = ("step", "group", "idx", "total", "error", "completion")
+
+
+@dataclass
+class RolloutArrays:
+    """A window of rollouts as flat arrays, rows sorted by (step, group, idx) so each group
+    is one contiguous segment: every per-group quantity is an np.add.reduceat away."""
+    scores: np.ndarray  # [N, K] raw metric scores (NaN -> 0, as the composite scores a failed metric)
+    codes: np.ndarray  # [N] group code 0..n_groups-1, non-decreasing
+    n_groups: int
+    group_step: np.ndarray  # [n_groups] step of each group
+    group_id: np.ndarray  # [n_groups] group number inside its step
+    starts: np.ndarray  # [n_groups] first row of each group
+    counts: np.ndarray  # [n_groups] rollouts in each group (ragged allowed)
+    metric_names: list[str]
+
+
+def metric_columns(rollouts: pd.DataFrame) -> list[str]:
+    """The per-metric score columns of a RunStore.rollouts() frame."""
+    return [c for c in rollouts.columns if c not in ROLLOUT_COLUMNS]
+
+
+def rollout_arrays(rollouts: pd.DataFrame, metric_names: list[str] | None = None) -> RolloutArrays:
+    """RunStore.rollouts() frame (step, group, idx, total, <metric>...) -> RolloutArrays."""
+    names = list(metric_columns(rollouts) if metric_names is None else metric_names)
+    missing = [m for m in names if m not in rollouts.columns]
+    n = len(rollouts)
+    if missing and n:
+        raise ValueError(f"no scores for metric(s) {', '.join(missing)} in these rollouts "
+                         f"(metrics: {', '.join(metric_columns(rollouts)) or 'none'})")
+    step = rollouts["step"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
+    grp = rollouts["group"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
+    scores = rollouts[names].to_numpy(np.float64, na_value=np.nan) if n else np.zeros((0, len(names)))
+    ds, dg = np.diff(step), np.diff(grp)
+    if not np.all((ds > 0) | ((ds == 0) & (dg >= 0))):  # the store returns sorted rows; others may not
+        keys = (rollouts["idx"].to_numpy(), grp, step) if "idx" in rollouts.columns else (grp, step)
+        order = np.lexsort(keys)
+        step, grp, scores = step[order], grp[order], scores[order]
+    scores = np.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=0.0)
+    is_start = np.empty(n, dtype=bool)
+    if n:
+        is_start[0] = True
+        is_start[1:] = (step[1:] != step[:-1]) | (grp[1:] != grp[:-1])
+    starts = np.flatnonzero(is_start)
+    codes = np.cumsum(is_start) - 1
+    counts = np.diff(np.append(starts, n))
+    return RolloutArrays(scores, codes, len(starts), step[starts], grp[starts], starts, counts, names)
+
+
+def _dense_arrays(scores: np.ndarray) -> RolloutArrays:
+    """[P, G, K] (equal group sizes) -> RolloutArrays, metrics unnamed."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 3:
+        raise ValueError(f"scores must be [groups, group_size, metrics], got shape {s.shape}")
+    p, g, k = s.shape
+    starts = np.arange(0, p * g, g)
+    return RolloutArrays(s.reshape(p * g, k), np.repeat(np.arange(p), g), p, np.zeros(p, np.int64),
+                         np.arange(p), starts, np.full(p, g), [f"m{i}" for i in range(k)])
+
+
+def _as_arrays(x, metric_names: list[str] | None = None) -> RolloutArrays:
+    if isinstance(x, RolloutArrays):
+        return x
+    if isinstance(x, pd.DataFrame):
+        return rollout_arrays(x, metric_names)
+    return _dense_arrays(x)
+
+
+def _seg_mean(x: np.ndarray, a: RolloutArrays) -> np.ndarray:
+    c = a.counts if x.ndim == 1 else a.counts[:, None]
+    return np.add.reduceat(x, a.starts, axis=0) / c
+
+
+def _seg_std(x: np.ndarray, a: RolloutArrays) -> np.ndarray:
+    """Population std (ddof=0) of x [N] or [N, C] inside each group: two-pass, so a group of
+    equal values gives exactly 0 and large offsets do not cancel."""
+    dev = x - _seg_mean(x, a)[a.codes]
+    return np.sqrt(_seg_mean(dev * dev, a))
+
+
+def per_metric_group_std(scores) -> np.ndarray:
+    """[K]: mean over groups of each raw metric's within-group std. scores: [P, G, K],
+    RolloutArrays or a rollouts frame (ragged groups allowed)."""
+    a = _as_arrays(scores)
+    if a.n_groups == 0:
+        return np.full(a.scores.shape[1], np.nan)
+    return _seg_std(a.scores, a).mean(axis=0)
+
+
+def uniform_fraction(scores, uniform_std: float = 1e-3) -> np.ndarray:
+    """[K]: share of groups in which each metric is uniform (within-group std <= uniform_std)."""
+    a = _as_arrays(scores)
+    if a.n_groups == 0:
+        return np.full(a.scores.shape[1], np.nan)
+    return (_seg_std(a.scores, a) <= max(uniform_std, STD_EPS)).mean(axis=0)
+
+
+def variance_contribution(scores, weights) -> np.ndarray:
+    """[K]: share of the within-group variance of the weighted total that each metric explains.
+
+    Var(sum_k w_k x_k) = sum_k w_k Cov(x_k, total), pooled over groups (sums of within-group
+    cross-products, so bigger groups weigh more). Shares sum to 1 when the total varies;
+    a share can be negative (a metric that works against the others). All zeros when the
+    total is constant in every group: there is no variance to explain."""
+    a = _as_arrays(scores)
+    w = _weight_vector(weights, a.metric_names) if isinstance(weights, dict) else np.asarray(weights, np.float64)
+    if w.shape != (a.scores.shape[1],):
+        raise ValueError(f"weights must have one value per metric ({a.scores.shape[1]}), got shape {w.shape}")
+    if a.n_groups == 0:
+        return np.zeros_like(w)
+    xc = a.scores - _seg_mean(a.scores, a)[a.codes]
+    t = xc @ w
+    var = float(t @ t)
+    if var <= 0.0:
+        return np.zeros_like(w)
+    return w * (xc.T @ t) / var
+
+
+def _weight_vector(weights: dict[str, float], metric_names: list[str]) -> np.ndarray:
+    from grpo_core.config import validate_weights  # pure module; kept local to stay import-light
+    clean = validate_weights(weights, metric_names)
+    return np.array([clean.get(m, 0.0) for m in metric_names], dtype=np.float64)
+
+
+def _trainable_groups(a: RolloutArrays, w: np.ndarray, min_group_std: float,
+                      outcome_metric: str | None, uniform_std: float) -> np.ndarray:
+    """bool [n_groups] for w [K], or [n_groups, C] for C weight vectors w [K, C]: the rule of
+    group_stats (std > max(min_group_std, STD_EPS), plus the outcome gate) on segments."""
+    passes = _seg_std(a.scores @ w, a) > max(min_group_std, STD_EPS)
+    if outcome_metric:
+        if outcome_metric not in a.metric_names:
+            raise ValueError(f"outcome metric {outcome_metric!r} has no scores in these rollouts "
+                             f"(metrics: {', '.join(a.metric_names)})")
+        varies = _seg_std(a.scores[:, a.metric_names.index(outcome_metric)], a) > max(uniform_std, STD_EPS)
+        passes &= varies if passes.ndim == 1 else varies[:, None]
+    return passes
+
+
+def what_if(rollouts, weights: dict[str, float], min_group_std: float = 0.01,
+            outcome_metric: str | None = None, uniform_std: float = 1e-3) -> float:
+    """Trainable ratio this window would have had under `weights` (metrics not named: 0).
+    Recomputes every group's total from the raw scores, so under the recorded weights it
+    equals the recorded ratio. 0.0 for an empty window (as trainable_ratio)."""
+    a = _as_arrays(rollouts)
+    w = _weight_vector(weights, a.metric_names)
+    if a.n_groups == 0:
+        return 0.0
+    return trainable_ratio(a.n_groups, int(_trainable_groups(a, w, min_group_std, outcome_metric,
+                                                             uniform_std).sum()))
+
+
+def what_if_per_step(rollouts, weights: dict[str, float], min_group_std: float = 0.01,
+                     outcome_metric: str | None = None, uniform_std: float = 1e-3) -> pd.Series:
+    """Trainable ratio per step under `weights` (index: step)."""
+    a = _as_arrays(rollouts)
+    w = _weight_vector(weights, a.metric_names)
+    if a.n_groups == 0:
+        return pd.Series(dtype=np.float64, name="trainable_ratio", index=pd.Index([], name="step", dtype="int64"))
+    ok = _trainable_groups(a, w, min_group_std, outcome_metric, uniform_std)
+    steps, code = np.unique(a.group_step, return_inverse=True)
+    ratio = np.bincount(code, weights=ok) / np.bincount(code)
+    return pd.Series(ratio, index=pd.Index(steps, name="step"), name="trainable_ratio")
+
+
+def _candidate_mix(d0: np.ndarray, rng: np.random.Generator, n_random: int) -> np.ndarray:
+    """Points of the simplex near d0 (rows): single moves of mass from one metric to another,
+    moves of a share of everything towards one metric, and seeded random mixes."""
+    k = len(d0)
+    eye = np.eye(k)
+    donors, receivers = np.nonzero(~np.eye(k, dtype=bool))
+    fracs = np.array([0.25, 0.5, 0.75, 1.0])
+    amt = (d0[donors][:, None] * fracs[None, :]).reshape(-1)  # [pairs * fracs]
+    moves = np.repeat(d0[None, :], len(amt), axis=0)
+    moves -= np.repeat(eye[donors], len(fracs), axis=0) * amt[:, None]
+    moves += np.repeat(eye[receivers], len(fracs), axis=0) * amt[:, None]
+    shares = np.array([0.1, 0.25, 0.5])
+    towards = ((1 - shares)[:, None, None] * d0 + shares[:, None, None] * eye[None]).reshape(-1, k)
+    s = rng.choice([0.1, 0.2, 0.35, 0.5], size=(n_random, 1))
+    rand = (1 - s) * d0 + s * rng.dirichlet(np.ones(k), size=n_random)
+    return np.vstack([moves, towards, rand])
+
+
+def _why(w: dict[str, float], w0: dict[str, float], uf: dict[str, float], ratio: float, cur: float) -> str:
+    diff = {m: w[m] - w0[m] for m in w}
+    up = sorted((m for m in diff if diff[m] > 1e-12), key=lambda m: -diff[m])[:2]
+    down = sorted((m for m in diff if diff[m] < -1e-12), key=lambda m: diff[m])[:2]
+    part = lambda m: f"{m} {diff[m]:+.3f} (uniform in {uf[m]:.0%} of groups)"  # noqa: E731
+    moves = "; ".join(x for x in (", ".join(map(part, up)), ", ".join(map(part, down))) if x)
+    return f"{moves}: predicted trainable ratio {ratio:.2f} vs {cur:.2f} now"
+
+
+def suggest_weights(rollouts, current: dict[str, float], min_group_std: float = 0.01, floor: float = 0.05,
+                    n: int = 3, outcome_metric: str | None = None, *, uniform_std: float = 1e-3,
+                    seed: int = 0, n_random: int = 256) -> list[dict]:
+    """Weights near `current` that would have made more groups trainable in this window.
+
+    Bounded search on the simplex of the metrics named in `current` (same total weight,
+    each >= floor * total so no metric is switched off): mass moved from one metric to
+    another (uniform ones are the usual donors), shares moved towards one metric, and a
+    seeded random search nearby. Of the candidates that beat the current ratio it keeps
+    the trade-off front (no other is both closer to current and better) and returns up to
+    n of it, best ratio first: the best one, then the smallest changes that reach (n-1)/n,
+    (n-2)/n, ... of its gain. [] when nothing beats the current weights. Each
+    predicted_ratio is what_if() of the returned weights."""
+    a = _as_arrays(rollouts)
+    w0v = _weight_vector(current, a.metric_names)  # validates names and values
+    names = list(current)
+    idx = [a.metric_names.index(m) for m in names]
+    k, total = len(names), float(w0v.sum())
+    cur_ratio = what_if(a, current, min_group_std, outcome_metric, uniform_std)
+    if k < 2 or a.n_groups == 0 or n <= 0:
+        return []
+    f = min(max(float(floor), 0.0), 1.0 / k)
+    free = 1.0 - k * f
+    if free <= 1e-12:  # the floor pins every metric: no room to move
+        return []
+    d0 = np.clip(w0v[idx] / total - f, 0.0, None)
+    d0 = d0 / d0.sum() if d0.sum() > 0 else np.full(k, 1.0 / k)
+    d = _candidate_mix(d0, np.random.default_rng(seed), n_random)
+    cand = np.unique(total * (f + free * np.clip(d, 0.0, None)), axis=0)  # [C, k]
+    full = np.zeros((len(cand), len(a.metric_names)))
+    full[:, idx] = cand
+    ratios = np.concatenate([_trainable_groups(a, full[i:i + 64].T, min_group_std, outcome_metric,
+                                               uniform_std).mean(axis=0) for i in range(0, len(full), 64)])
+    dist = np.abs(cand - w0v[idx]).sum(axis=1) / total
+    # Pareto front of (higher ratio, smaller change): walk candidates from the closest out and
+    # keep each one that beats every closer one.
+    order = np.lexsort((-ratios, dist))
+    r = ratios[order]
+    best_before = np.maximum.accumulate(np.r_[cur_ratio, r[:-1]])
+    front = order[(r > best_before) & (r > cur_ratio)]
+    if not len(front):
+        return []
+    # n picks spread over the gain: the largest, then the smallest changes reaching (n-1)/n, ... of it.
+    gain = ratios[front[-1]] - cur_ratio
+    targets = cur_ratio + gain * np.arange(n, 0, -1) / n
+    picks = front[np.searchsorted(ratios[front], targets - 1e-12)]
+    chosen = list(dict.fromkeys(int(i) for i in picks))
+    uf = dict(zip(a.metric_names, uniform_fraction(a, uniform_std)))
+    w0 = {m: float(current[m]) for m in names}
+    out = []
+    for i in chosen:
+        w = {m: float(v) for m, v in zip(names, cand[i])}
+        pred = what_if(a, w, min_group_std, outcome_metric, uniform_std)
+        out.append({"weights": w, "predicted_ratio": pred, "current_ratio": cur_ratio,
+                    "why": _why(w, w0, uf, pred, cur_ratio)})
+    return sorted(out, key=lambda s: -s["predicted_ratio"])
+
+
+# =============================================================================================
+# Planner: binary rewards and group size
+# =============================================================================================
+def p_trainable_binary(p, G):
+    """Probability that a group of G binary rewards with success rate p is not all equal:
+    1 - p^G - (1-p)^G. Broadcasts over arrays."""
+    pa, ga = np.asarray(p, dtype=np.float64), np.asarray(G)
+    if np.any(~np.isfinite(pa)) or np.any((pa < 0) | (pa > 1)):
+        raise ValueError(f"success rate p must be in [0, 1], got {p!r}")
+    if np.any(ga < 1) or np.any(ga != np.round(ga)):
+        raise ValueError(f"group size G must be an integer >= 1, got {G!r}")
+    out = np.clip(1.0 - pa ** ga - (1.0 - pa) ** ga, 0.0, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def min_group_size(p: float, target: float, g_max: int = 256) -> int | None:
+    """Smallest G >= 2 whose binary trainable probability reaches target; None if no G <= g_max does."""
+    if not 0 < target <= 1:
+        raise ValueError(f"target probability must be in (0, 1], got {target!r}")
+    g = np.arange(2, max(int(g_max), 2) + 1)
+    ok = np.flatnonzero(p_trainable_binary(p, g) >= target)
+    return int(g[ok[0]]) if len(ok) else None
