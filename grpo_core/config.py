@@ -257,7 +257,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if not ok:
             raise ConfigError(msg)
 
-    need(g.group_size >= 2, f"grpo.group_size must be >= 2 (GRPO compares completions inside a group), got {g.group_size}")
+    need(g.group_size >= 2, f"grpo.group_size must be >= 2, got {g.group_size} (GRPO compares completions inside a group)")
     need(g.prompts_per_step >= 1, f"grpo.prompts_per_step must be >= 1, got {g.prompts_per_step}")
     need(g.steps >= 1, f"grpo.steps must be >= 1, got {g.steps}")
     need(g.max_new_tokens >= 1, f"grpo.max_new_tokens must be >= 1, got {g.max_new_tokens}")
@@ -287,6 +287,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(lg.checkpoint_every >= 0, f"log.checkpoint_every must be >= 0, got {lg.checkpoint_every}")
     need(0 <= h.min_trainable_ratio <= 1, f"health.min_trainable_ratio must be in [0, 1], got {h.min_trainable_ratio}")
     need(h.trend_window >= 2, f"health.trend_window must be >= 2, got {h.trend_window}")
+    for key in ("min_reward_std", "uniform_std"):
+        v = getattr(h, key)
+        need(math.isfinite(v) and v >= 0, f"health.{key} must be a finite number >= 0, got {v}")
+    need(math.isfinite(h.near_zero_ratio) and 0 <= h.near_zero_ratio <= 1,
+         f"health.near_zero_ratio must be in [0, 1], got {h.near_zero_ratio}")
+    for key in ("zero_trainable_steps", "near_zero_steps", "min_trend_points"):
+        need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
     validate_weights(cfg.reward.weights, None)
     for name, target in cfg.reward.custom.items():
         need(isinstance(target, str) and ":" in target,
