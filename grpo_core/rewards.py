@@ -152,7 +152,8 @@ class CompositeReward:
                     if not math.isfinite(v):
                         raise ValueError(f"returned {v}")
                 except Exception as e:  # one bad completion/metric must not crash the step
-                    errors[i] = f"{name}: {type(e).__name__}: {e}"[:300]
+                    msg = f"{name}: {type(e).__name__}: {e}"[:300]
+                    errors[i] = msg if errors[i] is None else f"{errors[i]}; {msg}"  # keep every metric's
                     v = 0.0
                 raw[i, j] = v
         return Scored(raw, raw @ self.w, errors)
