@@ -1,0 +1,324 @@
+"""Pilot: sample and score with the current model *before* training, and plan from it.
+
+A pilot is a training run without the update: G completions for N prompts, scored by the
+same composite reward, logged into a run store of kind "pilot" in exactly the format the
+trainer logs (steps = batches of prompts), so every chart and report reads it. From it,
+`pilot_summary` says whether training would get a learning signal: the measured trainable
+ratio (the prediction for the first training steps), which metrics are uniform inside
+groups, how large G must be for a binary metric to vary (1 - p^G - (1-p)^G), which
+weights would do better, and a verdict: ready to train, or what to change first.
+
+This module is imported by the Streamlit page: no torch at the top level. `cli_pilot`
+imports the trainer (torch) lazily; `start_pilot` runs it as a detached process.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grpo_core import health as H
+from grpo_core.config import RunConfig
+from grpo_core.rewards import KINDS
+from grpo_core.store import RunStore, StoreError, check_run_id, new_run_id, runs_dir
+
+DEFAULT_BATCHES = 8  # pilot batches unless --set grpo.steps=N (a config's steps is its training length)
+PLANNER_G_MAX = 64  # the planner's curve runs G = 2 .. this; a G beyond it is a difficulty problem
+EASY_SHARE = 0.5  # over half the groups all-solved (or all-failed): the level is wrong, not G
+MIN_DIVERSITY = 0.5  # fewer distinct completions per group than this: sampling too cold
+
+KIND_LABEL = {"weights": "the reward weights", "group_size": "the group size",
+              "difficulty": "the task difficulty", "temperature": "the sampling temperature"}
+
+
+# =============================================================================================
+# Summary of a pilot store (pure numpy/pandas; the page and the tests call this)
+# =============================================================================================
+@dataclass
+class Plan:
+    """Group-size planner for one binary metric."""
+    metric: str
+    p: float  # measured success rate
+    weight: float
+    current_g: int
+    current_p_trainable: float  # 1 - p^G - (1-p)^G at the pilot's G
+    measured_vary: float  # share of pilot groups in which the metric varied
+    g_needed: int | None  # smallest G with P(trainable) >= target (None: none up to 256)
+    curve: pd.DataFrame  # columns G, p_trainable (G = 2 .. PLANNER_G_MAX)
+
+
+@dataclass
+class Action:
+    kind: str  # "weights" | "group_size" | "difficulty" | "temperature"
+    text: str  # a full sentence with the numbers
+    settings: dict  # what to set: {"weights": {...}} | {"group_size": 8} | {"level": 3} | {"temperature": 1.5}
+    predicted_ratio: float | None = None
+
+
+@dataclass
+class PilotVerdict:
+    ready: bool
+    headline: str  # "ready to train" | "change the group size first" | ... | "no pilot data yet"
+    reasons: list[str]  # the checks, with numbers
+    actions: list[Action]  # what to change, the first one first
+
+
+@dataclass
+class PilotSummary:
+    run_id: str
+    status: str
+    batches_done: int
+    batches: int | None
+    config: dict
+    metrics: list[str]
+    weights: dict
+    group_size: int
+    target: float  # the trainable ratio the plan aims for
+    values: pd.DataFrame  # rollouts: step, group, idx, total, <metric>... (histograms)
+    metric_table: pd.DataFrame  # index metric: kind, weight, mean, min, max, within_group_std,
+    #                              uniform_fraction, uniform, success_rate
+    submitted: int
+    trainable: int
+    ratio: float | None  # measured trainable ratio: the prediction for training
+    reward_std: float | None  # mean group reward std
+    uniform_metrics: list[str]
+    phantom_groups: int
+    solved_share: float | None  # groups where the key binary metric is 1 for every completion
+    failed_share: float | None  # ... 0 for every completion
+    key_metric: str | None
+    diversity: float | None  # mean share of distinct completions in a group
+    plans: list[Plan]
+    suggestions: list[dict]  # health.suggest_weights
+    verdict: PilotVerdict = field(default_factory=lambda: PilotVerdict(False, "no pilot data yet", [], []))
+
+
+def _metric_names(rollouts: pd.DataFrame, weights: dict) -> list[str]:
+    cols = H.metric_columns(rollouts)
+    return [m for m in weights if m in cols] + [c for c in cols if c not in weights]
+
+
+def _is_binary(name: str, values: np.ndarray) -> bool:
+    if name in KINDS:
+        return KINDS[name] == "binary"
+    return len(values) > 0 and bool(np.isin(values, (0.0, 1.0)).all())
+
+
+def _within_group(arrays, uniform_std: float):
+    """(mean within-group std [K], share of groups where each metric is uniform [K])."""
+    return (np.asarray(H.per_metric_group_std(arrays), dtype=float),
+            np.asarray(H.uniform_fraction(arrays, uniform_std), dtype=float))
+
+
+def planner_curve(p: float, g_max: int = PLANNER_G_MAX) -> pd.DataFrame:
+    """P(a group of G has both outcomes) for G = 2 .. g_max, from health.p_trainable_binary."""
+    g = np.arange(2, g_max + 1)
+    return pd.DataFrame({"G": g, "p_trainable": np.asarray(H.p_trainable_binary(p, g), dtype=float)})
+
+
+def _group_shares(rollouts: pd.DataFrame, metric: str) -> tuple[float, float]:
+    g = rollouts.groupby(["step", "group"])[metric]
+    lo, hi = g.min(), g.max()
+    return float((lo >= 1.0).mean()), float((hi <= 0.0).mean())
+
+
+def _diversity(rollouts: pd.DataFrame) -> float | None:
+    if "completion" not in rollouts.columns or rollouts["completion"].isna().all():
+        return None
+    r = rollouts.dropna(subset=["completion"])
+    g = r.groupby(["step", "group"])["completion"]
+    return float((g.nunique() / g.size()).mean())
+
+
+def _open(store) -> tuple[RunStore, bool]:
+    if isinstance(store, RunStore):
+        return store, False
+    return RunStore.open(store, readonly=True), True
+
+
+def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX) -> PilotSummary:
+    """Everything the pilot page shows, from a pilot store (RunStore, run dir, db or run id).
+
+    target: the trainable ratio to plan for (default: health.min_trainable_ratio)."""
+    from grpo_core.store import display_status
+    s, owned = _open(store)
+    try:
+        meta = s.get_meta()
+        cfg = meta.get("config") or {}
+        rollouts = s.rollouts(with_text=True)
+        groups = s.groups()
+        run_id = s.run_id
+    finally:
+        if owned:
+            s.close()
+    grpo, reward, health = cfg.get("grpo") or {}, cfg.get("reward") or {}, cfg.get("health") or {}
+    weights = {k: float(v) for k, v in (reward.get("weights") or {}).items()}
+    target = float(health.get("min_trainable_ratio", 0.3) if target is None else target)
+    uniform_std = float(health.get("uniform_std", 1e-3))
+    metrics = _metric_names(rollouts, weights) if len(rollouts) else []
+    group_size = int(groups["size"].max()) if len(groups) else int(grpo.get("group_size", 8))
+    out = PilotSummary(
+        run_id=run_id, status=display_status(meta), batches_done=int(groups["step"].nunique()),
+        batches=grpo.get("steps"), config=cfg, metrics=metrics, weights=weights, group_size=group_size,
+        target=target, values=rollouts, metric_table=pd.DataFrame(), submitted=len(groups),
+        trainable=int(groups["trainable"].sum()) if len(groups) else 0, ratio=None, reward_std=None,
+        uniform_metrics=[], phantom_groups=int(groups["phantom"].sum()) if len(groups) else 0,
+        solved_share=None, failed_share=None, key_metric=None, diversity=None, plans=[], suggestions=[])
+    if not len(groups) or not metrics:
+        return out
+    out.ratio = H.trainable_ratio(out.submitted, out.trainable)
+    out.reward_std = float(groups["reward_std"].mean())
+
+    arrays = H.rollout_arrays(rollouts, metrics)  # ragged groups allowed (imported runs)
+    vals = arrays.scores  # [N, K], missing scores as 0 (as the trainer scores a failed metric)
+    wstd, ufrac = _within_group(arrays, uniform_std)
+    binary = [_is_binary(m, vals[:, k]) for k, m in enumerate(metrics)]
+    table = pd.DataFrame({
+        "kind": [KINDS.get(m, "binary" if b else "continuous") for m, b in zip(metrics, binary)],
+        "weight": [weights.get(m, 0.0) for m in metrics],
+        "mean": vals.mean(axis=0), "min": vals.min(axis=0), "max": vals.max(axis=0),
+        "within_group_std": wstd, "uniform_fraction": ufrac, "uniform": wstd <= uniform_std,
+        "success_rate": np.where(binary, vals.mean(axis=0), np.nan),
+    }, index=pd.Index(metrics, name="metric"))
+    out.metric_table = table
+    out.uniform_metrics = [m for m in metrics if table.at[m, "uniform"]]
+    out.diversity = _diversity(rollouts)
+
+    for k, m in enumerate(metrics):
+        if not binary[k]:
+            continue
+        p = float(table.at[m, "success_rate"])
+        out.plans.append(Plan(m, p, weights.get(m, 0.0), group_size,
+                              float(H.p_trainable_binary(p, group_size)), float(1.0 - ufrac[k]),
+                              H.min_group_size(p, target), planner_curve(p, g_max)))
+    weighted_binary = [pl for pl in out.plans if pl.weight > 0]
+    outcome = reward.get("outcome_metric") or ""
+    key = next((pl for pl in weighted_binary if pl.metric == outcome), None) or \
+        max(weighted_binary, key=lambda pl: pl.weight, default=None)
+    if key is not None:
+        out.key_metric = key.metric
+        out.solved_share, out.failed_share = _group_shares(rollouts, key.metric)
+
+    if any(w > 0 for w in weights.values()):
+        out.suggestions = list(H.suggest_weights(
+            arrays, {m: w for m, w in weights.items() if m in metrics}, min_group_std=float(grpo.get("min_group_std", 0.01)),
+            outcome_metric=outcome or None))
+    out.verdict = pilot_verdict(out)
+    return out
+
+
+# =============================================================================================
+# Verdict: ready to train, or what to change first
+# =============================================================================================
+def _fmt_weights(w: dict) -> str:
+    return ", ".join(f"{k}={v:.2f}" for k, v in w.items())
+
+
+def pilot_verdict(s: PilotSummary) -> PilotVerdict:
+    """Ready when the measured ratio reaches the target and the mean group reward std the
+    health threshold; otherwise the actions in the order to try them: weights (free) when a
+    suggestion reaches the target, then group size (the binary planner), task difficulty
+    (most groups all-solved or all-failed), temperature (completions repeat in a group)."""
+    if s.ratio is None:
+        return PilotVerdict(False, "no pilot data yet", [], [])
+    health, grpo, task = (s.config.get(k) or {} for k in ("health", "grpo", "task"))
+    min_std = float(health.get("min_reward_std", 0.1))
+    reasons = [f"trainable ratio {s.ratio:.2f} ({s.trainable} of {s.submitted} groups) "
+               f"{'>=' if s.ratio >= s.target else '<'} target {s.target:.2f}",
+               f"mean group reward std {s.reward_std:.3f} {'>' if s.reward_std > min_std else '<='} {min_std:g}"]
+    if s.uniform_metrics:
+        reasons.append(f"uniform inside groups (variance bottleneck): {', '.join(s.uniform_metrics)}")
+    if s.phantom_groups:
+        reasons.append(f"{s.phantom_groups} phantom groups: their variance is shaping terms only "
+                       f"(the outcome metric is uniform in them)")
+    ready = s.ratio >= s.target and s.reward_std > min_std
+    if ready:
+        return PilotVerdict(True, "ready to train", reasons, [])
+
+    first, later = [], []
+    # 1. Weights: free, no extra compute. First only when it reaches the target.
+    best = max(s.suggestions, key=lambda d: d["predicted_ratio"], default=None)
+    if best is not None and best["predicted_ratio"] > s.ratio + 0.02:
+        a = Action("weights", f"set the weights to {_fmt_weights(best['weights'])}: predicted ratio "
+                   f"{best['predicted_ratio']:.2f} (now {s.ratio:.2f}); {best.get('why', '')}".rstrip("; "),
+                   {"weights": dict(best["weights"])}, float(best["predicted_ratio"]))
+        (first if best["predicted_ratio"] >= s.target else later).append(a)
+
+    # 2. Group size, from the binary planner (weighted binary metrics that sometimes succeed).
+    G = s.group_size
+    cands = [pl for pl in s.plans if pl.weight > 0 and 0 < pl.p < 1 and pl.g_needed
+             and G < pl.g_needed <= PLANNER_G_MAX]
+    hetero = False
+    if cands:
+        pl = min(cands, key=lambda x: x.g_needed)
+        new = float(H.p_trainable_binary(pl.p, pl.g_needed))
+        text = (f"raise grpo.group_size from {G} to {pl.g_needed}: {pl.metric} succeeds {pl.p:.0%} of the time, "
+                f"so a group of {G} has both outcomes with probability {pl.current_p_trainable:.2f}, a group of "
+                f"{pl.g_needed} with {new:.2f} (target {s.target:.2f}); it costs {pl.g_needed / G:.1f}x the "
+                f"rollouts per prompt")
+        hetero = pl.measured_vary < 0.5 * pl.current_p_trainable
+        if hetero:
+            text += (f"; but {pl.metric} varied in only {pl.measured_vary:.0%} of the pilot's groups against "
+                     f"{pl.current_p_trainable:.0%} expected: success depends on the prompt, so a larger group "
+                     f"helps less than the formula says")
+        (later if hetero else first).append(Action("group_size", text, {"group_size": pl.g_needed}, new))
+
+    # 3. Difficulty: most groups all-solved (too easy) or all-failed (too hard) at any G.
+    level, name = int(task.get("level", 1)), task.get("name", "demo")
+    if s.solved_share is not None and max(s.solved_share, s.failed_share) >= EASY_SHARE:
+        easy = s.solved_share >= s.failed_share
+        share = s.solved_share if easy else s.failed_share
+        new_level = level + 1 if easy else level - 1
+        what = f"{share:.0%} of groups {'solve' if easy else 'fail'} {s.key_metric} in every completion"
+        if name == "demo" and 1 <= new_level <= 4:
+            a = Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: "
+                       f"{what}, and no group size changes that", {"level": new_level})
+        else:
+            a = Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}, and no group "
+                       f"size changes that", {})
+        (first if not cands or hetero else later).append(a)
+
+    # 4. Temperature: completions repeat inside a group, so no metric can vary.
+    temp = float(grpo.get("temperature", 1.0))
+    if s.diversity is not None and s.diversity < MIN_DIVERSITY and temp < 2.0:
+        new_t = round(min(2.0, temp + 0.5), 2)
+        a = Action("temperature", f"raise grpo.temperature from {temp:g} to {new_t:g}: only {s.diversity:.0%} "
+                   f"of the completions in a group are distinct, so rewards cannot differ", {"temperature": new_t})
+        (later if first else first).append(a)
+
+    actions = first + later
+    if not actions:
+        return PilotVerdict(False, "no single change reaches the target: raise the group size and the "
+                            "weights of continuous metrics, or change the task", reasons, [])
+    return PilotVerdict(False, f"change {KIND_LABEL[actions[0].kind]} first", reasons, actions)
+
+
+def training_defaults(s: PilotSummary, weights: dict | None = None, group_size: int | None = None,
+                      level: int | None = None, temperature: float | None = None) -> dict:
+    """What "Start training with these settings" hands to the runs page's start form
+    (st.session_state["start_form_defaults"]): the pilot's settings with the chosen changes.
+    Plain keys for the form's widgets, plus `overrides` as `--set` strings for the same."""
+    cfg = s.config
+    model, task, grpo, reward = (cfg.get(k) or {} for k in ("model", "task", "grpo", "reward"))
+    out = {
+        "task": task.get("name", "demo"), "level": int(level if level is not None else task.get("level", 1)),
+        "dataset": task.get("dataset", ""), "model_path": model.get("path", ""),
+        "group_size": int(group_size if group_size is not None else s.group_size),
+        "prompts_per_step": int(grpo.get("prompts_per_step", 8)),
+        "temperature": float(temperature if temperature is not None else grpo.get("temperature", 1.0)),
+        "weights": {k: float(v) for k, v in (weights if weights is not None else s.weights).items()},
+        "custom": dict(reward.get("custom") or {}), "outcome_metric": reward.get("outcome_metric", ""),
+        "from_pilot": s.run_id,
+    }
+    sets = {"task.name": out["task"], "task.level": out["level"], "task.dataset": out["dataset"],
+            "model.path": out["model_path"], "grpo.group_size": out["group_size"],
+            "grpo.prompts_per_step": out["prompts_per_step"], "grpo.temperature": out["temperature"],
+            "reward.outcome_metric": out["outcome_metric"],
+            **{f"reward.custom.{k}": v for k, v in out["custom"].items()},
+            **{f"reward.weights.{k}": v for k, v in out["weights"].items()}}
+    out["overrides"] = [f"{k}={v}" for k, v in sets.items() if v != ""]
+    return out

@@ -1,0 +1,178 @@
+"""Pilot: the summary, the planner and the verdict on constructed stores; the real pilot
+process on the demo and on a binary metric whose success rate we control."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grpo_core import health as H
+from grpo_core import names as N
+from grpo_core import pilot as P
+from grpo_core.config import RunConfig, from_dict
+from grpo_core.store import RunStore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- a pilot store built the way the trainer logs one ------------------------------------------
+def make_pilot_store(run_id: str, scores: np.ndarray, metrics: list[str], weights: dict, *,
+                     texts=None, config: dict | None = None, status: str = "finished") -> str:
+    """scores [B, P, G, K] -> a finished pilot store of B batches (steps 0..B-1). texts: None
+    (every completion distinct) or a function (b, p, g) -> str."""
+    cfg = from_dict({"reward": {"weights": weights}, **(config or {})}).to_dict()
+    cfg["grpo"]["steps"] = scores.shape[0]
+    B, Pn, G, K = scores.shape
+    w = np.array([weights.get(m, 0.0) for m in metrics])
+    with RunStore.create(run_id, cfg, kind="pilot") as s:
+        cs = ct = 0
+        for b in range(B):
+            sc = scores[b]
+            stats = H.group_stats(sc @ w, sc, min_group_std=cfg["grpo"]["min_group_std"])
+            scal = H.step_scalars(stats, sc, metrics, weights, cs, ct)
+            cs, ct = int(scal[N.CUM_GROUPS_SUBMITTED]), int(scal[N.CUM_GROUPS_TRAINABLE])
+            groups = pd.DataFrame({"group": range(Pn), "prompt_id": [f"p{b}-{i}" for i in range(Pn)],
+                                   "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
+                                   "trainable": stats.trainable, "phantom": stats.phantom})
+            rolls = [(i, j, float(sc[i, j] @ w), dict(zip(metrics, map(float, sc[i, j]))),
+                      texts(b, i, j) if texts else f"c{b}-{i}-{j}", None)
+                     for i in range(Pn) for j in range(G)]
+            s.log_step(b, scal, groups, rolls)
+        s.set_status(status)
+    return run_id
+
+
+def bernoulli_scores(rng, B, Pn, G, ps):
+    """[B, P, G, K] of independent Bernoulli(p_k) draws."""
+    return (rng.random((B, Pn, G, len(ps))) < np.asarray(ps)).astype(float)
+
+
+# ---- planner ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.97])
+def test_planner_curve_matches_formula_and_seeded_simulation(p):
+    curve = P.planner_curve(p, g_max=32)
+    assert curve["G"].tolist() == list(range(2, 33))
+    formula = 1 - p ** curve["G"] - (1 - p) ** curve["G"]
+    np.testing.assert_allclose(curve["p_trainable"], formula, rtol=0, atol=1e-12)
+    # Simulation: 20,000 groups of G Bernoulli(p) draws; share of groups not all equal.
+    rng = np.random.default_rng(0)
+    for G in (2, 4, 8, 16, 32):
+        draws = rng.random((20_000, G)) < p
+        sim = float((draws.any(axis=1) & ~draws.all(axis=1)).mean())
+        pt = float(curve.loc[curve["G"] == G, "p_trainable"].iloc[0])
+        se = np.sqrt(pt * (1 - pt) / 20_000)
+        assert abs(sim - pt) <= 4 * se + 1e-9, (G, sim, pt)
+
+
+def test_planner_g_is_the_smallest_reaching_the_target():
+    for p, target in [(0.9, 0.3), (0.9, 0.5), (0.97, 0.5), (0.5, 0.9)]:
+        g = H.min_group_size(p, target)
+        curve = P.planner_curve(p, g_max=256).set_index("G")["p_trainable"]
+        assert curve[g] >= target and (g == 2 or curve[g - 1] < target)
+
+
+# ---- summary and verdict on constructed stores ------------------------------------------------------------
+def test_summary_of_an_easy_pilot_names_the_uniform_metrics(runs_dir):
+    rng = np.random.default_rng(1)
+    metrics = ["answer_f1", "exact", "format"]
+    sc = np.empty((3, 8, 4, 3))
+    sc[..., 0] = np.where(rng.random((3, 8, 4)) < 0.05, 0.5, 1.0)  # nearly always right
+    sc[..., 1] = 1.0  # always exact: uniform
+    sc[..., 2] = 1.0  # always formatted: uniform
+    make_pilot_store("easy", sc, metrics, {"answer_f1": 0.5, "exact": 0.3, "format": 0.2},
+                     config={"task": {"level": 1}})
+    s = P.pilot_summary("easy")
+    groups = RunStore.open("easy").groups()
+    assert s.submitted == 24 and s.batches_done == 3 and s.group_size == 4
+    assert s.ratio == pytest.approx(groups["trainable"].mean())
+    assert s.uniform_metrics == ["exact", "format"]
+    t = s.metric_table
+    assert t.at["exact", "success_rate"] == 1.0 and np.isnan(t.at["answer_f1", "success_rate"])
+    np.testing.assert_allclose(t["within_group_std"], sc.reshape(24, 4, 3).std(axis=1).mean(axis=0))
+    assert s.solved_share == 1.0 and s.key_metric == "exact"
+    assert not s.verdict.ready
+    kinds = [a.kind for a in s.verdict.actions]
+    assert kinds[0] == "difficulty" and s.verdict.actions[0].settings == {"level": 2}
+    assert "change the task difficulty first" == s.verdict.headline
+    assert any("exact, format" in r for r in s.verdict.reasons)
+
+
+def test_binary_metric_at_p09_plans_a_larger_group(runs_dir):
+    rng = np.random.default_rng(2)
+    sc = bernoulli_scores(rng, 4, 64, 2, [0.9])
+    make_pilot_store("coin", sc, ["coin"], {"coin": 1.0}, config={"grpo": {"group_size": 2}})
+    s = P.pilot_summary("coin", target=0.3)
+    (plan,) = s.plans
+    assert plan.metric == "coin" and plan.p == pytest.approx(sc.mean())
+    assert plan.current_p_trainable == pytest.approx(1 - plan.p ** 2 - (1 - plan.p) ** 2)
+    assert plan.g_needed == H.min_group_size(plan.p, 0.3) and plan.g_needed > 2
+    # The measured ratio is the pilot's groups; the planner's prediction at G=2 agrees with it.
+    assert abs(s.ratio - plan.current_p_trainable) < 4 * np.sqrt(0.2 * 0.8 / 256)
+    assert s.verdict.actions[0].kind == "group_size"
+    assert s.verdict.actions[0].settings == {"group_size": plan.g_needed}
+    assert s.verdict.headline == "change the group size first"
+
+
+def test_weights_first_when_a_suggestion_reaches_the_target(runs_dir):
+    rng = np.random.default_rng(3)
+    sc = np.empty((2, 16, 4, 2))
+    sc[..., 0] = 1.0  # uniform binary, carries most weight
+    sc[..., 1] = rng.random((2, 16, 4))  # continuous, varies everywhere but weighted tiny
+    make_pilot_store("w", sc, ["exact", "answer_f1"], {"exact": 1.0, "answer_f1": 0.005})
+    s = P.pilot_summary("w")
+    assert s.ratio < 0.3
+    first = s.verdict.actions[0]
+    assert first.kind == "weights" and first.predicted_ratio >= 0.3
+    assert first.settings["weights"]["answer_f1"] > 0.005
+    assert H.what_if(s.values, first.settings["weights"]) == pytest.approx(first.predicted_ratio)
+
+
+def test_temperature_when_completions_repeat(runs_dir):
+    sc = np.zeros((2, 8, 4, 1))  # every completion of a group is the same text, so the same score
+    make_pilot_store("cold", sc, ["answer_f1"], {"answer_f1": 1.0}, texts=lambda b, p, g: f"same{p}")
+    s = P.pilot_summary("cold")
+    assert s.diversity == pytest.approx(0.25) and s.ratio == 0.0
+    assert [a.kind for a in s.verdict.actions] == ["temperature"]
+    assert s.verdict.actions[0].settings == {"temperature": 1.5}
+
+
+def test_ready_when_the_ratio_and_reward_std_pass(runs_dir):
+    rng = np.random.default_rng(4)
+    sc = rng.random((2, 8, 4, 2))
+    make_pilot_store("ok", sc, ["answer_f1", "length"], {"answer_f1": 1.0, "length": 0.5})
+    s = P.pilot_summary("ok")
+    assert s.ratio == 1.0 and s.verdict.ready and s.verdict.headline == "ready to train"
+    assert s.verdict.actions == []
+
+
+def test_summary_of_a_pilot_without_steps(runs_dir):
+    with RunStore.create("empty", RunConfig().to_dict(), kind="pilot"):
+        pass
+    s = P.pilot_summary("empty")
+    assert s.ratio is None and s.submitted == 0 and s.plans == [] and not s.verdict.ready
+    assert s.verdict.headline == "no pilot data yet" and s.status == "created"
+
+
+def test_training_defaults_carry_the_chosen_settings(runs_dir):
+    rng = np.random.default_rng(5)
+    make_pilot_store("d", rng.random((1, 4, 4, 2)), ["answer_f1", "exact"], {"answer_f1": 0.6, "exact": 0.4},
+                     config={"task": {"level": 3}, "grpo": {"temperature": 0.8}})
+    s = P.pilot_summary("d")
+    d = P.training_defaults(s, weights={"answer_f1": 0.7, "exact": 0.3}, group_size=12)
+    assert d["group_size"] == 12 and d["level"] == 3 and d["temperature"] == 0.8
+    assert d["weights"] == {"answer_f1": 0.7, "exact": 0.3} and d["from_pilot"] == "d"
+    # The --set form of the same loads into a config with exactly these values.
+    from grpo_core.config import load_config
+    cfg = load_config(None, d["overrides"])
+    assert cfg.grpo.group_size == 12 and cfg.task.level == 3 and cfg.grpo.temperature == 0.8
+    assert cfg.reward.weights["answer_f1"] == 0.7 and cfg.reward.weights["exact"] == 0.3
+
+
+def test_pilot_module_does_not_import_torch():
+    code = "import sys, grpo_core.pilot; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
