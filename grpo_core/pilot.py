@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +27,7 @@ import pandas as pd
 from grpo_core import health as H
 from grpo_core.config import RunConfig
 from grpo_core.rewards import KINDS
-from grpo_core.store import RunStore, StoreError, check_run_id, new_run_id, runs_dir
+from grpo_core.store import RunStore, check_run_id, new_run_id, runs_dir
 
 DEFAULT_BATCHES = 8  # pilot batches unless --set grpo.steps=N (a config's steps is its training length)
 PLANNER_G_MAX = 64  # the planner's curve runs G = 2 .. this; a G beyond it is a difficulty problem
@@ -71,7 +73,8 @@ class PilotVerdict:
 @dataclass
 class PilotSummary:
     run_id: str
-    status: str
+    status: str  # display status: created / running / finished / failed / stopped / stale
+    error: str | None
     batches_done: int
     batches: int | None
     config: dict
@@ -162,7 +165,7 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
     metrics = _metric_names(rollouts, weights) if len(rollouts) else []
     group_size = int(groups["size"].max()) if len(groups) else int(grpo.get("group_size", 8))
     out = PilotSummary(
-        run_id=run_id, status=display_status(meta), batches_done=int(groups["step"].nunique()),
+        run_id=run_id, status=display_status(meta), error=meta.get("error"), batches_done=int(groups["step"].nunique()),
         batches=grpo.get("steps"), config=cfg, metrics=metrics, weights=weights, group_size=group_size,
         target=target, values=rollouts, metric_table=pd.DataFrame(), submitted=len(groups),
         trainable=int(groups["trainable"].sum()) if len(groups) else 0, ratio=None, reward_std=None,
@@ -322,3 +325,52 @@ def training_defaults(s: PilotSummary, weights: dict | None = None, group_size: 
             **{f"reward.weights.{k}": v for k, v in out["weights"].items()}}
     out["overrides"] = [f"{k}={v}" for k, v in sets.items() if v != ""]
     return out
+
+
+# =============================================================================================
+# Starting a pilot: the form's config, and a detached `python -m grpo_core pilot` process
+# =============================================================================================
+def pilot_config(level: int = 1, model_path: str = "", group_size: int = 8, prompts: int = 8,
+                 batches: int = DEFAULT_BATCHES, temperature: float = 1.0, weights: dict | None = None,
+                 base: RunConfig | dict | None = None) -> RunConfig:
+    """The page's form -> a validated RunConfig (grpo.steps = pilot batches). Bad values
+    raise ConfigError naming the field."""
+    from grpo_core.config import DEMO_WEIGHTS, from_dict, validate
+    cfg = from_dict(base) if isinstance(base, dict) else (base or RunConfig())
+    cfg.task.level, cfg.model.path = int(level), str(model_path or "").strip()
+    cfg.grpo.group_size, cfg.grpo.prompts_per_step, cfg.grpo.steps = int(group_size), int(prompts), int(batches)
+    cfg.grpo.temperature = float(temperature)
+    cfg.reward.weights = dict(DEMO_WEIGHTS if weights is None else weights)
+    cfg.log.progress = False  # a detached process: no terminal for a progress bar
+    return validate(cfg)
+
+
+def pilot_command(run_dir: Path, run_id: str, root: Path, batches: int) -> list[str]:
+    from grpo_core.runner import CONFIG_NAME
+    return [sys.executable, "-m", "grpo_core", "pilot", "--config", str(run_dir / CONFIG_NAME),
+            "--run-id", run_id, "--runs-dir", str(root), "--set", f"grpo.steps={int(batches)}"]
+
+
+def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, root=None) -> str:
+    """Validate, create the pilot store (status created) and config.toml, spawn
+    `python -m grpo_core pilot` detached exactly as runner.start_run spawns a trainer (own
+    session, output to trainer.log, pid recorded, child reaped, a start-up crash recorded);
+    return the run id. The page polls the store for progress."""
+    from grpo_core.runner import CONFIG_NAME, LOG_NAME, _as_config, _watch
+    cfg = _as_config(cfg)  # bad input stops here: no store, no process
+    root = runs_dir(root)
+    run_id = check_run_id(run_id or new_run_id("pilot"))
+    run_dir = root / run_id
+    with RunStore.create(run_id, cfg.to_dict(), root=root, kind="pilot") as store:
+        (run_dir / CONFIG_NAME).write_text(cfg.to_toml())
+        store.set_meta(launched=time.time())
+    log = open(run_dir / LOG_NAME, "ab")
+    env = {**os.environ, "GRPO_RUNS_DIR": str(root), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(pilot_command(run_dir, run_id, root, cfg.grpo.steps), stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=os.getcwd(), start_new_session=True, close_fds=True)
+    log.close()
+    with RunStore.open(run_dir) as store:
+        store.set_meta(launcher_pid=proc.pid, pid=proc.pid, host=os.uname().nodename)
+    threading.Thread(target=_watch, args=(proc, run_dir), daemon=True).start()
+    return run_id

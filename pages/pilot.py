@@ -1,0 +1,169 @@
+"""Pilot page: sample and score before training, see whether the rewards vary inside
+groups, plan the group size, and carry the chosen settings into a training run.
+
+Thin: widgets and charts. Everything computed here comes from grpo_core.pilot (no torch)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from grpo_core import pilot as P
+from grpo_core.config import DEMO_WEIGHTS, ConfigError
+from grpo_core.store import LIVE_STATUSES, StoreError, list_runs
+
+st.header("Pilot: check reward variance before training")
+st.caption("A pilot samples G completions for a few prompts with the current model and scores them, "
+           "with no update. GRPO learns only from groups whose rewards differ: the pilot's trainable "
+           "ratio is what the first training steps will see.")
+
+# ---- start a pilot ----------------------------------------------------------------------------------
+with st.expander("Start a pilot", expanded=st.session_state.get("pilot_run") is None):
+    with st.form("pilot_form"):
+        c1, c2, c3 = st.columns(3)
+        level = c1.number_input("Demo level", 1, 4, 1, help="task.level: 1 easy .. 4 hard")
+        group_size = c2.number_input("Group size G", 2, 256, 8, help="grpo.group_size: completions per prompt")
+        prompts = c3.number_input("Prompts per batch", 1, 512, 8, help="grpo.prompts_per_step")
+        c1, c2, c3 = st.columns(3)
+        batches = c1.number_input("Batches", 1, 200, P.DEFAULT_BATCHES, help="pilot batches (grpo.steps)")
+        temperature = c2.number_input("Temperature", 0.05, 5.0, 1.0, step=0.1, help="grpo.temperature")
+        model_path = c3.text_input("Model path", "", help="local HF model folder; empty = built-in tiny model")
+        st.caption("Reward weights")
+        cols = st.columns(len(DEMO_WEIGHTS))
+        weights = {m: col.number_input(m, 0.0, 10.0, float(w), step=0.05, key=f"pilot_w_{m}")
+                   for col, (m, w) in zip(cols, DEMO_WEIGHTS.items())}
+        start = st.form_submit_button("Start pilot", type="primary")
+    if start:
+        try:
+            cfg = P.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
+            st.session_state["pilot_run"] = P.start_pilot(cfg)
+            st.success(f"pilot {st.session_state['pilot_run']} started")
+        except (ConfigError, StoreError) as e:
+            st.error(str(e))
+
+# ---- pick a pilot ---------------------------------------------------------------------------------------
+runs = list_runs()
+pilots = runs[runs["kind"] == "pilot"] if len(runs) else runs
+if pilots.empty:
+    st.info("No pilot yet: start one above (a few seconds on the built-in model), or from the terminal: "
+            "`python -m grpo_core pilot`.")
+    st.stop()
+ids = pilots["run_id"].tolist()
+chosen = st.session_state.get("pilot_run")
+run_id = st.selectbox("Pilot", ids, index=ids.index(chosen) if chosen in ids else 0)
+live = pilots.set_index("run_id").at[run_id, "status"] in LIVE_STATUSES
+
+
+def plot_histograms(s: P.PilotSummary):
+    long = s.values[s.metrics].melt(var_name="metric", value_name="score")
+    fig = px.histogram(long, x="score", facet_col="metric", facet_col_wrap=min(len(s.metrics), 5), nbins=20)
+    fig.update_yaxes(matches=None, title=None)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    fig.update_layout(height=260, margin=dict(t=30, b=10, l=10, r=10), bargap=0.05)
+    st.plotly_chart(fig, width="stretch")
+
+
+def plot_planner(s: P.PilotSummary, plan: P.Plan):
+    c = plan.curve
+    fig = go.Figure(go.Scatter(x=c["G"], y=c["p_trainable"], mode="lines", name=f"p = {plan.p:.2f}"))
+    fig.add_hline(y=s.target, line_dash="dash", annotation_text=f"target {s.target:.2f}")
+    fig.add_trace(go.Scatter(x=[plan.current_g], y=[plan.measured_vary], mode="markers",
+                             name=f"pilot: varied in {plan.measured_vary:.0%} of groups"))
+    if plan.g_needed and plan.g_needed <= c["G"].max():
+        fig.add_vline(x=plan.g_needed, line_dash="dot", annotation_text=f"G = {plan.g_needed}")
+    fig.update_layout(height=300, margin=dict(t=30, b=10, l=10, r=10), xaxis_title="group size G",
+                      yaxis_title="P(group trainable)", yaxis_range=[0, 1.02])
+    st.plotly_chart(fig, width="stretch")
+
+
+def show(run_id: str, target: float, polling: bool = False):
+    try:
+        s = P.pilot_summary(run_id, target=target)
+    except (StoreError, ValueError) as e:
+        st.error(str(e))
+        return
+    done, total = s.batches_done, s.batches or s.batches_done or 1
+    st.progress(min(done / total, 1.0), text=f"{s.status}: {done} of {total} batches, {s.submitted} groups")
+    if polling and s.status not in LIVE_STATUSES:
+        st.rerun()  # finished: redraw the whole page once, which stops the polling
+    if s.status in ("failed", "stale", "stopped"):
+        st.error(f"pilot {s.status}: {s.error or 'see trainer.log in its run folder'}")
+    if s.ratio is None:
+        st.info("No batch scored yet: the first one appears here when it is done.")
+        return
+
+    v = s.verdict
+    (st.success if v.ready else st.warning)(f"**{v.headline}**")
+    for a in v.actions:
+        st.markdown(f"- **{P.KIND_LABEL[a.kind]}**: {a.text}")
+    with st.expander("Why", expanded=not v.ready):
+        for r in v.reasons:
+            st.markdown(f"- {r}")
+
+    c = st.columns(4)
+    c[0].metric("Predicted trainable ratio", f"{s.ratio:.2f}", help="the pilot's measured ratio: "
+                "trainable groups / groups; what the first training steps will see")
+    c[1].metric("Groups", f"{s.trainable} / {s.submitted}", help="trainable / submitted")
+    c[2].metric("Mean group reward std", f"{s.reward_std:.3f}")
+    c[3].metric("Phantom groups", s.phantom_groups, help="pass the std gate, outcome metric uniform")
+    if s.uniform_metrics:
+        st.warning("Uniform inside groups (variance bottleneck): " + ", ".join(f"`{m}`" for m in s.uniform_metrics))
+
+    st.subheader("Reward distribution per metric")
+    plot_histograms(s)
+    st.subheader("Within-group std per metric")
+    t = s.metric_table
+    fig = px.bar(t.reset_index(), x="metric", y="within_group_std", color="uniform",
+                 color_discrete_map={True: "#d62728", False: "#1f77b4"})
+    fig.update_layout(height=260, margin=dict(t=10, b=10, l=10, r=10))
+    st.plotly_chart(fig, width="stretch")
+    st.dataframe(t, width="stretch")
+
+    st.subheader("Group-size planner (binary metrics)")
+    if not s.plans:
+        st.caption("No binary metric in this pilot.")
+    else:
+        names = [p.metric for p in s.plans]
+        plan = s.plans[names.index(st.selectbox("Binary metric", names, key="pilot_plan_metric"))]
+        g = f"G = {plan.g_needed}" if plan.g_needed else "no G up to 256"
+        st.caption(f"{plan.metric} succeeds {plan.p:.0%} of the time: P(trainable) = 1 − p^G − (1−p)^G is "
+                   f"{plan.current_p_trainable:.2f} at G = {plan.current_g}; target {s.target:.2f} needs {g}.")
+        plot_planner(s, plan)
+
+    st.subheader("Weight suggestions")
+    options = {"pilot's weights": s.weights}
+    if s.suggestions:
+        st.dataframe(pd.DataFrame([{**sg["weights"], "predicted ratio": sg["predicted_ratio"], "why": sg["why"]}
+                                   for sg in s.suggestions]), width="stretch")
+        options.update({f"suggestion {i + 1} (ratio {sg['predicted_ratio']:.2f})": sg["weights"]
+                        for i, sg in enumerate(s.suggestions)})
+    else:
+        st.caption("No weights near these do better on this pilot.")
+
+    st.subheader("Start training with these settings")
+    by_kind = {a.kind: a.settings for a in v.actions}
+    c = st.columns(3)
+    pick = c[0].radio("Weights", list(options), index=1 if "weights" in by_kind and len(options) > 1 else 0,
+                      key="pilot_weights_choice")
+    g_new = c[1].number_input("Group size G", 2, 256, int(by_kind.get("group_size", {}).get("group_size",
+                              s.group_size)), key="pilot_train_g")
+    lvl = c[2].number_input("Demo level", 1, 4, int(by_kind.get("difficulty", {}).get(
+        "level", (s.config.get("task") or {}).get("level", 1))), key="pilot_train_level")
+    if st.button("Start training with these settings", type="primary", key="pilot_start_training"):
+        st.session_state["start_form_defaults"] = P.training_defaults(
+            s, weights=options[pick], group_size=g_new, level=lvl,
+            temperature=by_kind.get("temperature", {}).get("temperature"))
+        try:
+            st.switch_page("pages/runs.py")
+        except StreamlitAPIException:  # the page runs on its own (no navigation): say where to go
+            st.info("Settings saved: open the Runs page to start training with them.")
+
+
+target = st.slider("Target trainable ratio", 0.05, 0.95, 0.3, 0.05, key="pilot_target",
+                   help="the ratio the planner and the verdict aim for (health.min_trainable_ratio by default)")
+if live:
+    st.fragment(run_every=2.0)(show)(run_id, target, polling=True)  # poll the store while the pilot runs
+else:
+    show(run_id, target)
