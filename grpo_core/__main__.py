@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="trainer_state.json, run-*.wandb or a W&B CSV export")
     p.add_argument("--run-id", help="run id (default: from the file name)")
     p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--groups-per-step", type=int, help="trl: groups per step (generation_batch_size / "
+                   "num_generations), which trainer_state.json does not record; gives group counts")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("status", help="one run's status and latest health")

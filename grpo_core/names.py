@@ -38,12 +38,30 @@ def metric_weight(metric: str) -> str:
     return f"reward/{metric}/weight"
 
 
+def metric_batch_std(metric: str) -> str:
+    """Std of the metric over *all* completions of a step (TRL's `rewards/<fn>/std`): it mixes
+    between-prompt and within-group spread, so it is kept apart from `group_std`."""
+    return f"reward/{metric}/batch_std"
+
+
 def parse_metric_name(name: str) -> tuple[str, str] | None:
     """`reward/<metric>/<field>` -> (metric, field); None for any other name."""
     parts = name.split("/")
     if len(parts) == 3 and parts[0] == "reward" and parts[2] in ("mean", "group_std", "weight"):
         return parts[1], parts[2]
     return None
+
+
+# --- imported or mirrored from other trainers -----------------------------------
+# TRL's `reward_std`: in TRL 1.x the std of the total reward over all completions of the
+# step (Bessel-corrected), not the mean within-group std that REWARD_STD is; kept apart.
+TRL_REWARD_STD = "trl/reward_std"
+
+
+def foreign(source: str, key: str) -> str:
+    """A metric another trainer logged that has no equivalent here, kept under its own
+    name in the source's namespace (`trl/learning_rate`, `wandb/train/exception_rate`)."""
+    return f"{source}/{key}"
 
 
 # --- loss ---------------------------------------------------------------------

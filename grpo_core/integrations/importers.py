@@ -1,0 +1,670 @@
+"""Import a run another trainer logged: TRL's trainer_state.json, a W&B run file
+(run-*.wandb, read locally) or a CSV exported from the W&B UI -> a run store.
+
+An imported run has scalars only: no per-group rows and no rollouts, so no what-if and
+no group inspector. Its meta says so (`lacks`), and `import_report` says what was read,
+how every source name was mapped, and everything that was not imported and why:
+nothing is dropped silently.
+
+Names are mapped to names.py's only where the definitions agree. Where they do not, the
+value is kept under a distinct name, because two curves with one name and two meanings
+is worse than a missing curve:
+- TRL's `frac_reward_zero_std` is the share of groups whose reward std is 0, so the
+  trainable ratio is 1 - it (TRL's own rule: a group trains iff its rewards are not all
+  equal; our default threshold 0.01 is stricter).
+- TRL 1.x's `reward_std` is the std over *all* completions of the step, not the mean
+  within-group std that `train/reward_std` is -> `trl/reward_std`.
+- TRL's `rewards/<fn>/std` likewise -> `reward/<fn>/batch_std`; `rewards/<fn>/mean` is a
+  plain mean -> `reward/<fn>/mean`.
+- TRL averages every logged value over its logging interval (`logging_steps`); so is
+  the ratio here, and cumulative counts weight each entry by the steps it covers.
+
+No torch import here: the dashboard's upload form calls `import_run`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import shutil
+import struct
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grpo_core import names as N
+from grpo_core.config import ConfigError
+from grpo_core.store import FINISHED, RunStore, StoreError, check_run_id, runs_dir
+
+KINDS = ("trl", "wandb", "csv")
+LACKS = ["groups", "rollouts"]  # what an imported run never has
+
+
+# ---- the report: everything read, mapped, skipped ---------------------------------------
+@dataclass
+class ImportReport:
+    source: str
+    file: str
+    entries: int = 0  # log entries / history rows / CSV rows read
+    steps: int = 0  # steps written
+    values: int = 0  # scalar values written
+    mapped: dict = field(default_factory=dict)  # source name -> stored name (only where they differ)
+    skipped: dict = field(default_factory=dict)  # "what: reason" -> count
+    notes: list = field(default_factory=list)
+
+    def skip(self, what: str, reason: str, n: int = 1):
+        key = f"{what}: {reason}"
+        self.skipped[key] = self.skipped.get(key, 0) + n
+
+    def note(self, text: str):
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def lines(self) -> list[str]:
+        out = [f"read {self.entries} entries from {self.file}; wrote {self.steps} steps, {self.values} values"]
+        out += [f"not imported ({n}x) {what}" for what, n in self.skipped.items()]
+        out += [f"note: {t}" for t in self.notes]
+        return out
+
+
+@dataclass
+class Parsed:
+    rows: dict  # step -> {name: value}
+    config: dict
+    report: ImportReport
+    summary: dict = field(default_factory=dict)
+
+
+def _number(v) -> float | None:
+    """A JSON value -> float, or None when it is not a number (bool, str, dict, None)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def _put(rows: dict, step: int, name: str, value: float, report: ImportReport):
+    """Merge one value into a step; two different values for one name at one step are
+    reported (the later one wins, as in the source's own charts)."""
+    row = rows.setdefault(step, {})
+    old = row.get(name)
+    if old is not None and old != value and not (math.isnan(old) and math.isnan(value)):
+        report.skip(name, "logged twice at the same step with different values; the later value kept")
+    row[name] = value
+
+
+# ---- TRL: names in a log entry (trainer_state.json log_history, or TRL's on_log) ----------
+TRL_SAME = {
+    "reward": N.REWARD,  # mean weighted total over all completions = mean of the group means
+    "frac_reward_zero_std": N.FRAC_REWARD_ZERO_STD,
+    "grad_norm": N.GRAD_NORM,
+    "kl": N.LOSS_KL,
+    "entropy": N.LOSS_ENTROPY,
+    "clip_ratio/region_mean": N.CLIP_RATIO,
+    "clip_ratio": N.CLIP_RATIO,  # TRL < 0.17 logged one clip ratio
+    "completions/mean_length": N.COMPLETION_MEAN_LENGTH,
+    "completion_length": N.COMPLETION_MEAN_LENGTH,  # TRL < 0.17's name for the same mean
+    "step_time": N.TIME_STEP,
+    "reward_std": N.TRL_REWARD_STD,
+}
+TRL_SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second",
+                    "total_flos")
+_TRL_FN = re.compile(r"^rewards/(.+)/(mean|std)$")
+
+
+def map_trl_key(key: str, live: bool = False) -> str:
+    """A TRL log key -> the stored name. `live`: our own numbers for this step exist (the
+    TRL callback computes them from every rollout), so TRL's reward numbers are kept
+    alongside under trl/ names rather than overwriting ours."""
+    m = _TRL_FN.match(key)
+    if m:
+        fn, stat = m.groups()
+        if stat == "std":
+            return N.metric_batch_std(fn)
+        return N.foreign("trl", key) if live else N.metric_mean(fn)
+    if live and key in ("reward", "frac_reward_zero_std"):
+        return N.foreign("trl", key)
+    return TRL_SAME.get(key) or N.foreign("trl", key)
+
+
+def is_trl_summary(entry: dict) -> bool:
+    return any(k in entry for k in TRL_SUMMARY_KEYS)
+
+
+def map_trl_entry(entry: dict, report: ImportReport, live: bool = False) -> dict[str, float]:
+    """One TRL log entry (without `step`) -> {stored name: value}; non-numbers reported."""
+    out = {}
+    for key, v in entry.items():
+        if key == "step":
+            continue
+        x = _number(v)
+        if x is None:
+            why = "logged as null (TRL logs null when no value was valid)" if v is None else "not a number"
+            report.skip(f"trl key {key}", why)
+            continue
+        name = map_trl_key(key, live)
+        if name != key:
+            report.mapped[key] = name
+        out[name] = x
+    return out
+
+
+def _trl_notes(report: ImportReport, fns: list[str]):
+    report.note("trainable ratio = 1 - frac_reward_zero_std (TRL's rule: a group trains iff its rewards are "
+                "not all equal). That holds for TRL's default scale_rewards='group' (and 'none'); with "
+                "scale_rewards='batch' or multi_objective_aggregation='normalize_then_sum' TRL's "
+                "frac_reward_zero_std measures the whole batch, not groups")
+    report.note("TRL's reward_std is the std over all completions of a step (TRL 1.x; older TRL logged the "
+                "mean within-group std, Bessel-corrected): kept as trl/reward_std, not train/reward_std")
+    if fns:
+        report.note("TRL's rewards/<fn>/std is the std over all completions, not within groups: kept as "
+                    "reward/<fn>/batch_std (no reward/<fn>/group_std: it needs per-group data)")
+
+
+def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, logging_steps: int | None):
+    """Ratio per step and cumulative from frac_reward_zero_std. Each logged value is TRL's
+    mean over the steps since the previous entry, so cumulative sums weight by those steps."""
+    prev, cum_w, cum_t, no_frac = 0, 0.0, 0.0, 0
+    for step in sorted(rows):
+        row = rows[step]
+        frac = row.get(N.FRAC_REWARD_ZERO_STD)
+        if frac is None or math.isnan(frac):
+            no_frac += 1
+            continue
+        n = max(step - prev, 1)
+        prev = step
+        ratio = 1.0 - frac
+        cum_w += n
+        cum_t += n * ratio
+        row[N.TRAINABLE_RATIO] = ratio
+        row[N.CUM_TRAINABLE_RATIO] = cum_t / cum_w
+        if groups_per_step:
+            row[N.GROUPS_SUBMITTED] = float(groups_per_step)
+            row[N.GROUPS_TRAINABLE] = groups_per_step * ratio
+            row[N.CUM_GROUPS_SUBMITTED] = groups_per_step * cum_w
+            row[N.CUM_GROUPS_TRAINABLE] = groups_per_step * cum_t
+    if no_frac:
+        report.note(f"{no_frac} steps have no frac_reward_zero_std: no trainable ratio at those steps")
+    if logging_steps and logging_steps > 1:
+        report.note(f"logging_steps = {logging_steps}: each value is TRL's mean over the {logging_steps} steps "
+                    "ending at its step; the cumulative ratio weights each entry by the steps it covers")
+    if groups_per_step:
+        report.note(f"group counts computed with {groups_per_step} groups per step (given at import); a logged "
+                    "ratio averaged over several steps can give a fractional trainable count")
+    elif any(N.TRAINABLE_RATIO in r for r in rows.values()):
+        report.note("groups per step unknown: TRL logs only the fraction of zero-std groups, and the file records "
+                    "neither num_generations nor the generation batch size, so there are ratios but no group "
+                    "counts (pass groups_per_step = generation_batch_size / num_generations to get them)")
+
+
+def parse_trl_state(data: bytes, filename: str, groups_per_step: int | None = None) -> Parsed:
+    want = "a TRL trainer_state.json (a JSON object with a 'log_history' list)"
+    try:
+        state = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{filename}: expected {want}, but it is not JSON ({type(e).__name__})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+        keys = ", ".join(list(state)[:6]) if isinstance(state, dict) else type(state).__name__
+        raise ConfigError(f"{filename}: expected {want}; found no log_history (top level: {keys})")
+    report = ImportReport("trl", filename)
+    rows: dict = {}
+    summary: dict = {}
+    fns: set[str] = set()
+    eval_entries = no_reward = 0
+    for i, entry in enumerate(state["log_history"]):
+        report.entries += 1
+        if not isinstance(entry, dict):
+            report.skip("log entry", f"not an object ({type(entry).__name__})")
+            continue
+        step = entry.get("step")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step != int(step):
+            report.skip("log entry", "no integer 'step'")
+            continue
+        step = int(step)
+        if is_trl_summary(entry):
+            summary.update({k: v for k, v in entry.items() if k != "step"})
+            report.skip("summary entry", "run totals (train_runtime, train_loss, ...): kept in meta.summary, "
+                        "not a training step")
+            continue
+        if any(k.startswith("eval_") for k in entry):
+            eval_entries += 1  # evaluation metrics: kept under trl/eval_* at their step
+        elif not any(k in entry for k in ("reward", "frac_reward_zero_std")):
+            no_reward += 1
+        for k in entry:
+            m = _TRL_FN.match(k)
+            if m:
+                fns.add(m.group(1))
+        for name, v in map_trl_entry(entry, report).items():
+            _put(rows, step, name, v, report)
+    if eval_entries:
+        report.note(f"{eval_entries} evaluation entries: their metrics are kept as trl/eval_* at their step")
+    if no_reward:
+        report.note(f"{no_reward} training entries carry no reward keys (reward, frac_reward_zero_std)")
+    _trl_notes(report, sorted(fns))
+    top = {k: v for k, v in state.items() if k != "log_history" and (v is None or isinstance(v, (int, float, str, bool)))}
+    _derive_trl(rows, report, groups_per_step, top.get("logging_steps"))
+    config = {"source": "trl", "grpo": {"steps": top.get("max_steps"), "prompts_per_step": groups_per_step},
+              "reward": {"metrics": sorted(fns)}, "trl": top}
+    return Parsed(rows, config, report, summary)
+
+
+# ---- W&B: recognise ART's, TRL's and our own names in a history row -------------------------
+OUR_NAMES = {v for k, v in vars(N).items() if k.isupper() and isinstance(v, str)}
+ART_MAP = {  # ART (OpenPipe) keys that mean what ours mean
+    "train/reward": N.REWARD,
+    "reward/mean": N.REWARD,
+    "loss/kl_div": N.LOSS_KL,
+    "train/num_groups_submitted": N.GROUPS_SUBMITTED,
+    "train/num_groups_trainable": N.GROUPS_TRAINABLE,
+}
+MIRROR_ALIASES = {"reward": N.REWARD, "reward_std": N.REWARD_STD}  # what WandbMirror adds for TRL-named charts
+STEP_KEYS = ("train/global_step", "global_step", "training_step")  # x-axes other than W&B's _step
+
+
+def _is_ours(key: str) -> bool:
+    return key in OUR_NAMES or N.parse_metric_name(key) is not None or (
+        key.startswith("reward/") and key.endswith("/batch_std"))
+
+
+def detect_style(keys: set[str], config: dict | None = None) -> str:
+    """Who logged these names: grpo_core (our mirror), trl (transformers' W&B callback
+    prefixes train/ and eval/), art, or generic."""
+    if (config or {}).get("grpo_health") or N.TRAINABLE_RATIO in keys or N.CUM_TRAINABLE_RATIO in keys:
+        return "grpo_core"
+    if "train/frac_reward_zero_std" in keys or "train/global_step" in keys or any(
+            k.startswith("train/rewards/") for k in keys):
+        return "trl"
+    if any(k.startswith("data/step_num_groups") or k.startswith("data/cum/") for k in keys) or any(
+            k in ART_MAP for k in keys if k != "train/reward"):
+        return "art"
+    return "generic"
+
+
+def map_wandb_key(key: str, style: str, report: ImportReport) -> str | None:
+    """A W&B key -> stored name, or None (reported) when it is not imported."""
+    if key.startswith("_") or key in STEP_KEYS:
+        report.skip(key, "W&B bookkeeping / step axis")
+        return None
+    if style == "grpo_core" and key in MIRROR_ALIASES:
+        report.skip(key, f"alias the mirror logs for TRL-named charts (same values as {MIRROR_ALIASES[key]})")
+        return None
+    if style == "trl":
+        if key.startswith("train/"):
+            name = map_trl_key(key[len("train/"):])
+        elif key.startswith("eval/"):
+            name = N.foreign("trl", key)
+        else:
+            name = key if _is_ours(key) else N.foreign("wandb", key)
+    elif style == "art" and key in ART_MAP:
+        name = ART_MAP[key]
+    else:
+        name = key if _is_ours(key) else N.foreign("wandb", key)
+    if name != key:
+        report.mapped[key] = name
+    return name
+
+
+def _derive_counts(rows: dict, style: str, report: ImportReport):
+    """Ratios from group counts where only counts were logged (ART), and ART's 'not all
+    equal' rule gives frac_reward_zero_std = 1 - ratio."""
+    for step in sorted(rows):
+        r = rows[step]
+        s, t = r.get(N.GROUPS_SUBMITTED), r.get(N.GROUPS_TRAINABLE)
+        if N.TRAINABLE_RATIO not in r and s and t is not None:
+            r[N.TRAINABLE_RATIO] = t / s
+            if style == "art" and N.FRAC_REWARD_ZERO_STD not in r:
+                r[N.FRAC_REWARD_ZERO_STD] = 1 - t / s
+        cs, ct = r.get(N.CUM_GROUPS_SUBMITTED), r.get(N.CUM_GROUPS_TRAINABLE)
+        if N.CUM_TRAINABLE_RATIO not in r and cs and ct is not None:
+            r[N.CUM_TRAINABLE_RATIO] = ct / cs
+    if style == "art":
+        report.note("ART counts a group trainable when its rewards are not all equal: "
+                    "frac_reward_zero_std = 1 - trainable ratio")
+
+
+def _finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None) -> dict:
+    """raw step -> {source key: number} -> mapped and derived rows."""
+    rows: dict = {}
+    for step, items in raw.items():
+        for key, v in items.items():
+            name = map_wandb_key(key, style, report)
+            if name is not None:
+                _put(rows, step, name, v, report)
+    if style == "trl":
+        fns = sorted({m.group(1) for k in report.mapped for m in [_TRL_FN.match(k[6:])] if m})
+        _trl_notes(report, fns)
+        _derive_trl(rows, report, None, None)
+    else:
+        _derive_counts(rows, style, report)
+    report.note(f"names recognised as {style}'s" if style != "generic" else
+                "no known trainer's names recognised: metrics kept under wandb/<name>")
+    return rows
+
+
+# ---- W&B run file: LevelDB log format holding protobuf Records --------------------------------
+_WB_IDENT, _WB_MAGIC = b":W&B", 0xBEE1
+_BLOCK, _HDR = 32768, 7
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def wandb_records(data: bytes, filename: str, report: ImportReport) -> list[bytes]:
+    """The records of a .wandb transaction log (the format of wandb's datastore: a 7-byte
+    file header, then 32 KiB blocks of CRC-checked chunks). A torn tail (a run killed
+    mid-write) or a damaged chunk is reported, not fatal."""
+    if len(data) < _HDR or data[:4] != _WB_IDENT:
+        raise ConfigError(f"{filename}: expected a W&B run file (run-*.wandb, which starts with ':W&B'); "
+                          "for a CSV exported from the W&B UI use kind csv")
+    _, magic, version = struct.unpack("<4sHB", data[:_HDR])
+    if magic != _WB_MAGIC or version > 1:
+        raise ConfigError(f"{filename}: W&B run file of an unknown format (magic {magic:#x}, version {version})")
+    out, parts, pos = [], None, _HDR
+    while pos < len(data):
+        room = _BLOCK - pos % _BLOCK
+        if room < _HDR:
+            pos += room  # block trailer: zero padding
+            continue
+        if pos + _HDR > len(data):
+            report.skip("W&B file tail", f"torn chunk header ({len(data) - pos} bytes)")
+            break
+        crc, length, kind = struct.unpack_from("<IHB", data, pos)
+        if kind == 0:
+            pos += room  # zero-filled rest of a block
+            continue
+        chunk = data[pos + _HDR:pos + _HDR + length]
+        pos += _HDR + length
+        if len(chunk) < length:
+            report.skip("W&B file tail", "torn record (the run was stopped mid-write)")
+            break
+        if zlib.crc32(bytes([kind]) + chunk) != crc:
+            report.skip("W&B record", "checksum mismatch (damaged file)")
+            parts = None
+            continue
+        if kind == _FULL:
+            out.append(chunk)
+        elif kind == _FIRST:
+            parts = [chunk]
+        elif kind in (_MIDDLE, _LAST) and parts is not None:
+            parts.append(chunk)
+            if kind == _LAST:
+                out.append(b"".join(parts))
+                parts = None
+        else:
+            report.skip("W&B record", f"chunk of unknown type {kind} or out of order")
+    if parts:
+        report.skip("W&B file tail", "record begun but never finished (the run was stopped mid-write)")
+    return out
+
+
+def _item_key_value(item) -> tuple[list[str], object]:
+    keys = list(item.nested_key) or [item.key]
+    which = item.WhichOneof("value") if "value" in item.DESCRIPTOR.oneofs_by_name else None
+    if which and which != "json":
+        value = None if which == "none" else getattr(item, which)
+    else:
+        raw = item.json if which == "json" else item.value_json
+        try:
+            value = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            value = raw
+    return keys, value
+
+
+def _history_row(items, report: ImportReport) -> dict[str, object]:
+    """History items -> {key: value}; nested keys of one media/table object folded back."""
+    row: dict[str, object] = {}
+    for item in items:
+        keys, value = _item_key_value(item)
+        if len(keys) == 1:
+            row[keys[0]] = value
+        else:  # a logged dict: wandb flattens it ({"groups": Table} -> groups/_type, groups/path, ...)
+            obj = row.setdefault(keys[0], {})
+            if isinstance(obj, dict):
+                obj[".".join(keys[1:])] = value
+    return row
+
+
+def _split_numeric(row: dict, report: ImportReport) -> dict[str, float]:
+    out = {}
+    for key, v in row.items():
+        x = _number(v)
+        if x is None:
+            what = "table" if isinstance(v, dict) and "table" in str(v.get("_type", "")) else (
+                "media or nested object" if isinstance(v, dict) else "text or list" if v is not None else "null")
+            report.skip(key, f"not a scalar ({what}): only scalars are imported")
+            continue
+        out[key] = x
+    return out
+
+
+def parse_wandb_run(data: bytes, filename: str) -> Parsed:
+    report = ImportReport("wandb", filename)
+    records = wandb_records(data, filename, report)
+    try:
+        from wandb.proto import wandb_internal_pb2 as pb
+    except ImportError:
+        raise ConfigError(f"{filename}: reading a W&B run file needs the wandb package "
+                          "(pip install wandb), or export a CSV from the W&B UI and use kind csv") from None
+    raw: dict[int, dict] = {}
+    config: dict = {}
+    run_info: dict = {}
+    exit_code = None
+    for blob in records:
+        rec = pb.Record()
+        try:
+            rec.ParseFromString(blob)
+        except Exception:  # protobuf's DecodeError: a damaged record, reported
+            report.skip("W&B record", "not a readable protobuf record")
+            continue
+        kind = rec.WhichOneof("record_type")
+        if kind == "history":
+            report.entries += 1
+            row = _split_numeric(_history_row(rec.history.item, report), report)
+            step = next((int(row[k]) for k in STEP_KEYS
+                         if k in row and math.isfinite(row[k]) and row[k] == int(row[k])), None)
+            if step is None:
+                step = int(rec.history.step.num) if rec.history.HasField("step") else int(row.get("_step", -1))
+            if step < 0:
+                report.skip("history row", "no step")
+                continue
+            raw.setdefault(step, {}).update(row)
+        elif kind in ("run", "config"):
+            src = rec.run.config if kind == "run" else rec.config
+            for item in src.update:
+                keys, value = _item_key_value(item)
+                config[".".join(keys)] = value
+            if kind == "run":
+                run_info = {"run_id": rec.run.run_id, "project": rec.run.project,
+                            "name": rec.run.display_name, "entity": rec.run.entity}
+        elif kind == "exit":
+            exit_code = rec.exit.exit_code
+    if not records:
+        raise ConfigError(f"{filename}: a W&B run file with no readable records")
+    config.pop("_wandb", None)
+    mirrored = config.pop("grpo_health", None)
+    keys = {k for r in raw.values() for k in r}
+    style = detect_style(keys, {"grpo_health": mirrored})
+    rows = _finish_rows(raw, style, report, config)
+    if exit_code is None:
+        report.note("the W&B run has no exit record: it was still running or was killed")
+    elif exit_code != 0:
+        report.note(f"the W&B run exited with code {exit_code}")
+    if style == "grpo_core":
+        report.note("per-group and rollout tables in the file are samples (every N steps), not every "
+                    "rollout's scores: not imported, so no what-if and no inspector")
+        cfg = config if "grpo" in config else {}
+    else:
+        cfg = {}
+    out_config = {**cfg, "source": "wandb", "wandb": {**run_info, "style": style, "config": config}}
+    out_config.setdefault("grpo", {}).setdefault("steps", max(rows) if rows else None)
+    return Parsed(rows, out_config, report)
+
+
+# ---- CSV exported from the W&B UI (chart CSV or run.history()) ---------------------------------
+CSV_STEP_COLUMNS = ("Step", "_step", "step", "train/global_step", "global_step", "training_step")
+_RUN_PREFIX = re.compile(r"^(.+?) - (.+)$")
+
+
+def parse_wandb_csv(data: bytes, filename: str) -> Parsed:
+    want = "a CSV exported from W&B (a chart's CSV or run.history()), with a Step or _step column"
+    try:
+        text = data.decode("utf-8-sig")
+        table = list(csv.reader(io.StringIO(text)))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"{filename}: expected {want}; it is not text CSV ({type(e).__name__})") from None
+    if "\x00" in text or not table or len(table[0]) < 2:
+        raise ConfigError(f"{filename}: expected {want}; found no columns")
+    header, body = table[0], table[1:]
+    step_col = next((c for c in CSV_STEP_COLUMNS if c in header), None)
+    if step_col is None:
+        if "Name" in header and "State" in header:
+            raise ConfigError(f"{filename}: this is the W&B runs table (one row per run, no history); "
+                              "export a chart's CSV or run.history() instead")
+        raise ConfigError(f"{filename}: expected {want}; no step column (one of {', '.join(CSV_STEP_COLUMNS)}) "
+                          f"among: {', '.join(header[:8])}")
+    report = ImportReport("csv", filename)
+    si = header.index(step_col)
+    columns: dict[int, str] = {}
+    prefixes = set()
+    for j, col in enumerate(header):
+        if j == si:
+            continue
+        m = _RUN_PREFIX.match(col)
+        if m:
+            prefixes.add(m.group(1))
+    if len(prefixes) > 1:
+        raise ConfigError(f"{filename}: holds {len(prefixes)} runs ({', '.join(sorted(prefixes)[:4])}); "
+                          "import one run at a time (export a chart with one run visible)")
+    for j, col in enumerate(header):
+        if j == si:
+            continue
+        m = _RUN_PREFIX.match(col)
+        key = m.group(2) if (m and prefixes) else col
+        if key.endswith("__MIN") or key.endswith("__MAX"):
+            report.skip(col, "min/max band of a W&B chart (the value column is imported)", len(body))
+            continue
+        columns[j] = key
+    raw: dict[int, dict] = {}
+    empty = 0
+    for row in body:
+        report.entries += 1
+        if not any(cell.strip() for cell in row):
+            report.skip("row", "empty")
+            continue
+        try:
+            step = float(row[si])
+        except (ValueError, IndexError):
+            report.skip("row", f"step {row[si] if si < len(row) else ''!r} is not a number")
+            continue
+        if not math.isfinite(step) or step != int(step):
+            report.skip("row", "step is not an integer")
+            continue
+        vals = raw.setdefault(int(step), {})
+        for j, key in columns.items():
+            cell = row[j].strip() if j < len(row) else ""
+            if not cell:
+                empty += 1  # W&B leaves a cell empty where the metric was not logged at that step
+                continue
+            try:
+                vals[key] = float(cell)
+            except ValueError:
+                report.skip(key, "not a number")
+    if empty:
+        report.note(f"{empty} empty cells: the metric was not logged at that step")
+    style = detect_style({k for r in raw.values() for k in r})
+    rows = _finish_rows(raw, style, report, None)
+    config = {"source": "csv", "grpo": {"steps": max(rows) if rows else None}, "wandb": {"style": style}}
+    return Parsed(rows, config, report)
+
+
+# ---- writing the store ---------------------------------------------------------------------------
+def _default_run_id(kind: str, filename: str) -> str:
+    stem = Path(filename).name
+    for suffix in (".wandb", ".json", ".csv"):
+        stem = stem.removesuffix(suffix)
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "run"
+    return f"{kind}-{stem}"[:56]
+
+
+def _write(parsed: Parsed, kind: str, filename: str, run_id: str | None, root) -> str:
+    if not parsed.rows:
+        raise ConfigError(f"{filename}: no training steps with numbers in it; nothing to import "
+                          f"({'; '.join(parsed.report.lines()[1:4]) or 'empty'})")
+    base = runs_dir(root)
+    explicit = run_id is not None
+    rid = check_run_id(run_id) if explicit else _default_run_id(kind, filename)
+    for n in range(1, 1000):
+        candidate = rid if n == 1 else f"{rid}-{n}"
+        try:
+            store = RunStore.create(candidate, parsed.config, root=base, kind="import")
+            break
+        except StoreError:
+            if explicit:
+                raise
+    else:
+        raise StoreError(f"run ids {rid}-2 .. {rid}-999 are all taken in {base}")
+    try:
+        rep = parsed.report
+        for step in sorted(parsed.rows):
+            row = parsed.rows[step]
+            store.log_step(step, row)
+            rep.steps += 1
+            rep.values += len(row)
+        store.set_meta(source=kind, lacks=LACKS, import_report=asdict(rep), summary=parsed.summary,
+                       imported_from=filename, imported_at=time.time())
+        store.add_event("lifecycle", {"event": "imported", "source": kind, "file": filename,
+                                      "steps": rep.steps, "skipped": rep.skipped, "notes": rep.notes},
+                        step=max(parsed.rows))
+        store.set_status(FINISHED)
+    except BaseException:
+        store.close()
+        shutil.rmtree(store.run_dir, ignore_errors=True)  # no half-imported run left behind
+        raise
+    store.close()
+    return store.run_id
+
+
+PARSERS = {"trl": parse_trl_state, "wandb": parse_wandb_run, "csv": parse_wandb_csv}
+
+
+def parse(kind: str, data: bytes, filename: str, groups_per_step: int | None = None) -> Parsed:
+    if kind not in KINDS:
+        raise ConfigError(f"import kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not data:
+        raise ConfigError(f"{filename}: the file is empty")
+    if kind == "trl":
+        if groups_per_step is not None and (not isinstance(groups_per_step, int) or groups_per_step < 1):
+            raise ConfigError(f"groups_per_step must be a positive integer, got {groups_per_step!r}")
+        return parse_trl_state(data, filename, groups_per_step)
+    return PARSERS[kind](data, filename)
+
+
+def import_run(kind: str, data: bytes, filename: str, run_id: str | None = None, root=None,
+               groups_per_step: int | None = None) -> str:
+    """Import file bytes (the dashboard's upload form) as a finished run; returns its id.
+    Raises ConfigError (one line naming the file and what was expected) on bad input."""
+    return _write(parse(kind, data, filename, groups_per_step), kind, filename, run_id, root)
+
+
+def import_path(kind: str, path, run_id: str | None = None, root=None, groups_per_step: int | None = None) -> str:
+    p = Path(path)
+    if p.is_dir() and kind == "wandb":  # a W&B run folder: its one run-*.wandb file
+        found = sorted(p.glob("*.wandb"))
+        if len(found) != 1:
+            raise ConfigError(f"{p}: expected one run-*.wandb file in the folder, found {len(found)}")
+        p = found[0]
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found")
+    return import_run(kind, p.read_bytes(), str(p), run_id, root, groups_per_step)
+
+
+def cli_import(args) -> int:
+    run_id = import_path(args.kind, args.file, args.run_id, args.runs_dir,
+                         getattr(args, "groups_per_step", None))
+    with RunStore.open(runs_dir(args.runs_dir) / run_id, readonly=True) as s:
+        rep = ImportReport(**s.get_meta()["import_report"])
+    print(f"imported {args.file} as run {run_id} (scalars only: no per-group data, so no what-if, no inspector)")
+    for line in rep.lines():
+        print("  " + line)
+    return 0
