@@ -1,0 +1,168 @@
+"""Analysis page: what a run (finished, running, failed or imported) teaches.
+
+Thin: layout and widgets. Every number comes from grpo_core.report (pandas/numpy over
+the run store, no torch); the time-series charts shared with the live page come from
+grpo_core.charts. The run is the sidebar's pick (st.session_state["run_id"]), else the
+newest run.
+"""
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from grpo_core import charts as C
+from grpo_core import report as R
+from grpo_core.config import ConfigError
+from grpo_core.store import StoreError, list_runs
+
+st.header("Analysis")
+
+
+@st.cache_data(show_spinner="Reading the run…", max_entries=8)
+def load_report(path: str, window: int, stamp: tuple) -> R.Report:
+    """Cached per (run, window, file state): a live run's new steps change the stamp."""
+    return R.build_report(path, window=window)
+
+
+def file_stamp(run_dir: str) -> tuple:
+    out = []
+    for name in ("run.db", "run.db-wal"):
+        try:
+            s = os.stat(os.path.join(run_dir, name))
+            out.append((s.st_mtime_ns, s.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+# ---- which run ---------------------------------------------------------------------------------
+runs = list_runs()
+if runs.empty:
+    st.info("No runs yet: start one on the Runs page, or from the terminal: `python -m grpo_core train`.")
+    st.stop()
+ids = runs["run_id"].tolist()
+run_id = st.session_state.get("run_id")
+if run_id not in ids:
+    run_id = ids[0]  # list_runs() is newest first
+row = runs.set_index("run_id").loc[run_id]
+st.caption(f"Run **{run_id}** · {row['status']} (choose another run in the sidebar)")
+window = int(st.number_input("Window (steps)", 1, 10_000, R.DEFAULT_WINDOW, key="analysis_window",
+                             help="Steps before/after each change in the ledger, and the rolling ratio"))
+try:
+    rep = load_report(row["path"], window, file_stamp(row["path"]))
+except (StoreError, ConfigError, ValueError) as e:
+    st.error(f"Cannot analyse run {run_id}: {e}")
+    st.stop()
+
+for n in rep.notices:
+    {"info": st.info, "warning": st.warning, "error": st.error}[n.level](n.text)
+if not len(rep.steps):
+    st.stop()
+
+tab_tr, tab_bn, tab_led, tab_roll, tab_cmp, tab_exp = st.tabs(
+    ["Trainability", "Bottlenecks", "Change ledger", "Rollouts", "Compare runs", "Export"])
+
+# ---- trainability ---------------------------------------------------------------------------------
+with tab_tr:
+    s = rep.summary
+    c = st.columns(4)
+    c[0].metric("Groups trainable", R.fmt(s["trainable"]) + (f" / {R.fmt(s['submitted'])}" if s["submitted"] else ""))
+    c[1].metric("Trainable ratio", R.fmt(s["ratio"]))
+    c[2].metric("Steps with zero trainable", len(s["zero_trainable_steps"]))
+    c[3].metric("Phantom groups", R.fmt(s["phantom"]))
+    if s["zero_trainable_steps"]:
+        st.caption("Zero trainable groups at steps: " + R.fmt(s["zero_trainable_steps"][:50])
+                   + (" …" if len(s["zero_trainable_steps"]) > 50 else ""))
+    st.plotly_chart(R.fig_ratio(rep.steps, rep.ledger), key="an_ratio")
+    st.markdown(f"**Reward trend**: whole run {rep.trend['run_text']}; last {rep.window} steps "
+                f"{rep.trend['last_text']}.")
+    st.plotly_chart(R.fig_reward(rep.steps, rep.trend, rep.ledger), key="an_reward")
+    if rep.verdict is not None:
+        st.markdown(f"**Health verdict (last window): {rep.verdict.status}**")
+        for chk in rep.verdict.checks:
+            st.markdown(f"- {chk.text}")
+        for a in rep.verdict.alerts:
+            st.markdown(f"- ⚠ {a.message}")
+
+# ---- bottlenecks ---------------------------------------------------------------------------------
+with tab_bn:
+    st.markdown(rep.bottleneck_text)
+    if len(rep.bottlenecks):
+        st.dataframe(rep.bottlenecks, hide_index=True, key="an_bn_table")
+        if rep.bottlenecks["uniform_fraction"].notna().any():
+            st.plotly_chart(R.fig_bottlenecks(rep.bottlenecks), key="an_bn_fig")
+    fig = C.metric_std_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
+    if fig is not None:
+        st.plotly_chart(fig, key="an_metric_std")
+
+# ---- change ledger ------------------------------------------------------------------------------
+with tab_led:
+    st.caption(f"Each applied change, with the trainable ratio, reward and reward std over up to {rep.window} "
+               "steps before it and from it on (a window stops at a neighbouring change and at the run's ends). "
+               "reuse: the ratio rose and the reward did not fall.")
+    if len(rep.ledger):
+        st.dataframe(rep.ledger[R.LEDGER_SHOW], hide_index=True, key="an_ledger")
+    else:
+        st.info("No applied changes in this run.")
+    fig = C.weights_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
+    if fig is not None:
+        st.plotly_chart(fig, key="an_weights")
+
+# ---- rollout inspector --------------------------------------------------------------------------
+with tab_roll:
+    idx = R.group_index(rep.data)
+    if rep.data.rollouts.empty:
+        st.info("No rollouts recorded in this run: the rollout inspector has nothing to show.")
+    else:
+        steps = sorted(int(x) for x in idx["step"].unique())
+        c1, c2 = st.columns(2)
+        step = c1.selectbox("Step", steps, index=len(steps) - 1, key="an_step")
+        at_step = idx[idx["step"] == step]
+
+        def label(g: int) -> str:
+            r = at_step[at_step["group"] == g]
+            if "trainable" not in r or not len(r):
+                return f"group {g}"
+            return f"group {g} · " + ("phantom" if r["phantom"].iloc[0] else
+                                       "trainable" if r["trainable"].iloc[0] else "not trainable")
+        group = c2.selectbox("Group", [int(g) for g in at_step["group"]], format_func=label, key="an_group")
+        try:
+            gv = R.inspect_group(rep.data, step, group)
+        except (R.ReportError, StoreError) as e:
+            st.error(str(e))
+        else:
+            (st.success if gv.trainable else st.warning)(gv.explanation)
+            if len(gv.table):
+                st.dataframe(gv.table, hide_index=True, key="an_group_table")
+
+# ---- run comparison -------------------------------------------------------------------------------
+with tab_cmp:
+    chosen = st.multiselect("Runs to compare", ids, default=[run_id], key="an_compare")
+    if len(chosen) < 2:
+        st.info("Choose at least two runs to compare.")
+    else:
+        paths = [runs.set_index("run_id").loc[r, "path"] for r in chosen]
+        try:
+            summary, diff = R.compare_runs(paths, window)
+        except (StoreError, ConfigError, ValueError) as e:
+            st.error(str(e))
+        else:
+            st.dataframe(summary, key="an_cmp_summary")
+            st.markdown("**Config keys that differ**")
+            if len(diff):
+                st.dataframe(diff.astype(str), key="an_cmp_diff")
+            else:
+                st.caption("The configs are identical.")
+            st.plotly_chart(R.fig_compare(paths, window), key="an_cmp_fig")
+
+# ---- export ----------------------------------------------------------------------------------------
+with tab_exp:
+    st.caption("The HTML report is one self-contained file (charts included): it opens offline.")
+    c = st.columns(3)
+    c[0].download_button("HTML report", lambda: R.to_html(rep), f"{run_id}-report.html", "text/html",
+                         key="an_dl_html")
+    c[1].download_button("Markdown report", lambda: R.to_markdown(rep), f"{run_id}-report.md", "text/markdown",
+                         key="an_dl_md")
+    c[2].download_button("Per-step CSV", lambda: R.steps_csv(rep), f"{run_id}-steps.csv", "text/csv",
+                         key="an_dl_csv")
