@@ -1,0 +1,202 @@
+"""Plotly figures for the live monitor and the analysis page.
+
+Every builder takes a wide frame (index step, columns names.*: `RunStore.scalars_wide()`
+or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and returns a
+`plotly.graph_objects.Figure`, or None when the run logged nothing the chart needs (an
+imported run has no group counts: the page says so instead of drawing an empty chart).
+Every applied weight/threshold/difficulty change is a dotted vertical line on every
+chart, labelled at the top, so a change in a curve can be read against its cause.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from grpo_core import names as N
+
+# One colour per metric, stable across charts and pages (plotly's qualitative palette).
+PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880",
+           "#FF97FF", "#FECB52"]
+TOTAL_COLOUR = "#222222"
+MARKER_COLOURS = {"set_weights": "#7B2CBF", "set_threshold": "#E76F51", "set_difficulty": "#2A9D8F"}
+MARKER_LABELS = {"set_weights": "w", "set_threshold": "thr", "set_difficulty": "lvl"}
+HEIGHT = 300
+
+
+def metric_colour(metrics: list[str], m: str) -> str:
+    return PALETTE[metrics.index(m) % len(PALETTE)] if m in metrics else "#888888"
+
+
+def _has(df: pd.DataFrame, *names: str) -> bool:
+    return df is not None and all(n in df.columns and df[n].notna().any() for n in names)
+
+
+def _line(df: pd.DataFrame, name: str, label: str, colour: str | None = None, dash: str | None = None,
+          width: float = 1.6) -> dict:
+    s = df[name]
+    return {"type": "scatter", "mode": "lines", "x": s.index.to_numpy(), "y": s.to_numpy(), "name": label,
+            "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
+
+
+def _hline(y: float, colour: str, text: str = "", dash: str = "dash") -> tuple[dict, dict | None]:
+    shape = {"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": y, "y1": y,
+             "line": {"color": colour, "dash": dash, "width": 1}, "name": "threshold"}
+    note = {"x": 1, "y": y, "xref": "paper", "yref": "y", "xanchor": "right", "yanchor": "top", "text": text,
+            "showarrow": False, "font": {"size": 10, "color": colour}} if text else None
+    return shape, note
+
+
+def _figure(traces: list[dict], title: str, y_title: str, y_range=None, key: str = "",
+            hlines: list[tuple[dict, dict | None]] = (), changes=None) -> go.Figure:
+    """Assemble the figure from plain dicts and skip plotly's per-property validation: the
+    specs are fixed here (tests/test_charts.py builds them validated), and validation is
+    most of the cost of a refresh."""
+    shapes = [h[0] for h in hlines]
+    notes = [h[1] for h in hlines if h[1]]
+    ms, mn = marker_specs(changes)
+    layout = {"title": {"text": title, "font": {"size": 14}}, "height": HEIGHT,
+              "margin": {"l": 50, "r": 10, "t": 40, "b": 35}, "xaxis": {"title": {"text": "step"}},
+              "yaxis": {"title": {"text": y_title}, **({"range": y_range} if y_range else {})},
+              "legend": {"orientation": "h", "y": -0.25, "font": {"size": 10}},
+              "hovermode": "x unified", "uirevision": key or title,
+              "shapes": shapes + ms, "annotations": notes + mn}
+    return go.Figure({"data": traces, "layout": layout}, _validate=VALIDATE)
+
+
+VALIDATE = False  # tests switch it on to check every spec against plotly's schema
+def change_text(kind: str, request: dict) -> str:
+    if kind == "set_weights":
+        return "weights " + ", ".join(f"{m}={w:g}" for m, w in (request.get("weights") or {}).items())
+    if kind == "set_threshold":
+        return f"min_group_std {request.get('min_group_std')}"
+    if kind == "set_difficulty":
+        return f"difficulty level {request.get('level')}"
+    return kind
+
+
+def marker_specs(changes: pd.DataFrame | None) -> tuple[list[dict], list[dict]]:
+    """(shapes, annotations): a dotted vertical line per applied change at its step,
+    labelled at the top (hover the label for what changed)."""
+    shapes, notes = [], []
+    if changes is None or len(changes) == 0:
+        return shapes, notes
+    for row in changes.itertuples(index=False):
+        step = getattr(row, "step")
+        if step is None or (isinstance(step, float) and math.isnan(step)):
+            continue
+        kind = getattr(row, "kind")
+        colour = MARKER_COLOURS.get(kind, "#555555")
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": step, "x1": step, "y0": 0, "y1": 1,
+                       "line": {"color": colour, "width": 1.2, "dash": "dot"}, "name": f"change:{kind}"})
+        notes.append({"x": step, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom",
+                      "text": MARKER_LABELS.get(kind, kind), "showarrow": False,
+                      "font": {"size": 9, "color": colour}, "name": f"change:{kind}",
+                      "hovertext": f"step {int(step)}: {change_text(kind, getattr(row, 'request') or {})}"})
+    return shapes, notes
+
+
+def add_markers(fig: go.Figure, changes: pd.DataFrame | None) -> go.Figure:
+    """Add the change markers to any figure (e.g. one the analysis page built itself)."""
+    shapes, notes = marker_specs(changes)
+    if shapes:
+        fig.update_layout(shapes=list(fig.layout.shapes or []) + shapes,
+                          annotations=list(fig.layout.annotations or []) + notes)
+    return fig
+
+
+# ---- the charts ----------------------------------------------------------------------------------
+def ratio_chart(df, changes=None, min_ratio: float = 0.3) -> go.Figure | None:
+    """Trainable ratio per step and cumulative, with the healthy line."""
+    traces = []
+    if _has(df, N.TRAINABLE_RATIO):
+        traces.append(_line(df, N.TRAINABLE_RATIO, "per step", PALETTE[0]))
+    elif _has(df, N.FRAC_REWARD_ZERO_STD):  # TRL logs only the complement
+        d = pd.DataFrame({"r": 1.0 - df[N.FRAC_REWARD_ZERO_STD]})
+        traces.append(_line(d, "r", "per step (1 − frac_reward_zero_std)", PALETTE[0]))
+    if _has(df, N.CUM_TRAINABLE_RATIO):
+        traces.append(_line(df, N.CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
+    if not traces:
+        return None
+    return _figure(traces, "Trainable ratio", "trainable / submitted groups", [0, 1.05], "ratio",
+                   [_hline(min_ratio, "#C0392B", f"healthy > {min_ratio:g}")], changes)
+
+
+def groups_chart(df, changes=None) -> go.Figure | None:
+    """Groups submitted vs trainable per step: the compute spent vs the compute that taught."""
+    if not _has(df, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE):
+        return None
+    traces = [_line(df, N.GROUPS_SUBMITTED, "submitted", "#9E9E9E"),
+              {**_line(df, N.GROUPS_TRAINABLE, "trainable", PALETTE[2]), "fill": "tozeroy"}]
+    return _figure(traces, "Groups submitted vs trainable", "groups per step", key="groups", changes=changes)
+
+
+def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3) -> go.Figure | None:
+    """Per-metric within-group std: a line near 0 is a uniform metric (a variance bottleneck)."""
+    have = [m for m in metrics if _has(df, N.metric_group_std(m))]
+    if not have:
+        return None
+    traces = [_line(df, N.metric_group_std(m), m, metric_colour(metrics, m)) for m in have]
+    return _figure(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
+                   hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
+
+
+def reward_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
+    """Total reward (weighted) and each metric's raw mean."""
+    traces = [_line(df, N.REWARD, "total (weighted)", TOTAL_COLOUR, width=2.4)] if _has(df, N.REWARD) else []
+    traces += [_line(df, N.metric_mean(m), m, metric_colour(metrics, m), dash="dot")
+               for m in metrics if _has(df, N.metric_mean(m))]
+    if not traces:
+        return None
+    return _figure(traces, "Reward: total and per-metric means", "reward", key="reward", changes=changes)
+
+
+def reward_std_chart(df, changes=None, min_reward_std: float = 0.1) -> go.Figure | None:
+    """Mean within-group std of the total reward: the signal GRPO's advantages are made of."""
+    if not _has(df, N.REWARD_STD):
+        return None
+    return _figure([_line(df, N.REWARD_STD, "mean group reward std", PALETTE[3])], "Group reward std",
+                   "std of total reward", key="reward_std",
+                   hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
+
+
+def phantom_chart(df, changes=None) -> go.Figure | None:
+    """Groups that pass the std gate only through shaping terms (outcome metric uniform)."""
+    if not _has(df, N.PHANTOM_GROUPS):
+        return None
+    return _figure([_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])],
+                   "Phantom groups (variance from shaping terms only)", "groups per step", key="phantom",
+                   changes=changes)
+
+
+def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
+    """Each metric's weight in force per step: the ledger of changes as a picture."""
+    have = [m for m in metrics if _has(df, N.metric_weight(m))]
+    if not have:
+        return None
+    traces = [{**_line(df, N.metric_weight(m), m, metric_colour(metrics, m)), "line_shape": "hv"} for m in have]
+    return _figure(traces, "Reward weights in force", "weight", key="weights", changes=changes)
+
+
+def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None) -> list[tuple[str, go.Figure | None]]:
+    """The live page's charts in display order: (key, figure or None when there is no data)."""
+    min_ratio = getattr(health_cfg, "min_trainable_ratio", 0.3)
+    min_std = getattr(health_cfg, "min_reward_std", 0.1)
+    uni = getattr(health_cfg, "uniform_std", 1e-3)
+    return [("ratio", ratio_chart(df, changes, min_ratio)),
+            ("groups", groups_chart(df, changes)),
+            ("metric_std", metric_std_chart(df, metrics, changes, uni)),
+            ("reward", reward_chart(df, metrics, changes)),
+            ("reward_std", reward_std_chart(df, changes, min_std)),
+            ("phantom", phantom_chart(df, changes))]
+
+
+CHART_HELP = {
+    "ratio": "Share of groups whose rewards differ enough to give a gradient (per step and cumulative).",
+    "groups": "Groups sampled per step (compute spent) vs groups that carried a learning signal.",
+    "metric_std": "Per metric, the mean std of its raw score inside a group; ~0 = uniform = bottleneck.",
+    "reward": "Weighted total reward and each metric's raw mean.",
+    "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",
+    "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform.",
+}

@@ -1,0 +1,507 @@
+"""The live monitor's data layer: everything the Live and Runs pages show, computed here
+as plain functions over the store, so the pages stay layout + widgets.
+
+A `LiveState` is one browser session's view of one run. `load(run, state)` makes it
+current by reading only what changed since the last call: scalars of new steps, new
+change events, control rows that were still open, rollouts of new steps. Memory stays
+bounded however long the run: the last `RECENT_STEPS` steps are kept raw (every health
+window fits in them), older steps as bin means whose width doubles whenever there are
+more than `MAX_BINS` bins; the what-if window keeps the rollouts of the last
+`WHATIF_STEPS` steps only. The first load of a long run reads the old part already
+binned by SQLite (`RunStore.scalars_binned`), so it never materialises every step.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grpo_core import health
+from grpo_core import names as N
+from grpo_core.config import HealthConfig
+from grpo_core.store import (APPLIED, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED, RunStore,
+                             StoreError, display_status, list_runs)
+
+RECENT_STEPS = 500  # raw steps kept (>= every health window: trend, near-zero, zero-trainable)
+MAX_BINS = 1000  # bins of older history; with RECENT_STEPS: at most ~2,000 points per chart
+WHATIF_STEPS = 50  # rollouts window behind the what-if and the weight suggestions
+REFRESH_S = 2.0  # the live page's refresh period while a run is live
+MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
+
+BASE_NAMES = (N.TRAINABLE_RATIO, N.CUM_TRAINABLE_RATIO, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE,
+              N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE, N.PHANTOM_GROUPS, N.REWARD, N.REWARD_STD,
+              N.FRAC_REWARD_ZERO_STD, N.MIN_GROUP_STD, N.DIFFICULTY, N.TIME_STEP)
+
+
+def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:
+    """Reward metric names: the config's weights (order kept), else those in scalar names."""
+    cfg = meta.get("config") or {}
+    metrics = list(((cfg.get("reward") or {}).get("weights") or {}).keys())
+    for n in names:
+        parsed = N.parse_metric_name(n)
+        if parsed and parsed[0] not in metrics:
+            metrics.append(parsed[0])
+    return metrics
+
+
+def chart_names(metrics: list[str]) -> list[str]:
+    per = [f(m) for m in metrics for f in (N.metric_mean, N.metric_group_std, N.metric_weight)]
+    return list(BASE_NAMES) + per
+
+
+def health_config(meta: dict) -> HealthConfig:
+    known = {f.name for f in dataclasses.fields(HealthConfig)}
+    values = ((meta.get("config") or {}).get("health") or {})
+    return HealthConfig(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass
+class LiveState:
+    """One session's incremental view of one run (kept in st.session_state)."""
+    run_id: str
+    db: str
+    meta: dict = field(default_factory=dict)
+    metrics: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    last_step: int = -1  # last step read (scalars are written a whole step per transaction)
+    recent: pd.DataFrame = field(default_factory=pd.DataFrame)  # raw rows, index step
+    bin_size: int = 1
+    bin_sum: pd.DataFrame = field(default_factory=pd.DataFrame)  # index bin, columns names
+    bin_cnt: pd.DataFrame = field(default_factory=pd.DataFrame)
+    folded_upto: int = -1  # steps <= this live in the bins
+    event_id: int = 0
+    changes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["step", "kind", "request", "source", "message"]))
+    control: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rollouts: pd.DataFrame = field(default_factory=pd.DataFrame)  # the what-if window
+    rollout_step: int = -1
+    version: int = 0  # bumped whenever something new was read
+    rows_read: int = 0  # scalar rows read by the last load (tests pin incremental reads)
+    loaded_at: float = 0.0
+    _frame: tuple | None = None  # (version, chart frame)
+    _arrays: tuple | None = None  # (rollout_step, RolloutArrays)
+
+    @property
+    def status(self) -> str:
+        return display_status(self.meta)
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+    @property
+    def source(self) -> str:
+        return self.meta.get("source", "grpo_core")
+
+    @property
+    def steps_total(self) -> int | None:
+        return ((self.meta.get("config") or {}).get("grpo") or {}).get("steps")
+
+
+# ---- loading -------------------------------------------------------------------------------------
+def load(run: str | Path, state: LiveState | None = None) -> LiveState:
+    """First load (state None, or another run) or incremental refresh of `state`."""
+    with RunStore.open(run, readonly=True) as store:
+        if state is None or state.db != str(store.path):
+            return _first_load(store)
+        last = store.last_step()
+        if last is not None and last < state.last_step:  # a resumed run redid steps: start over
+            return _first_load(store)
+        _refresh(store, state)
+        return state
+
+
+def _first_load(store: RunStore) -> LiveState:
+    meta = store.get_meta()
+    st = LiveState(run_id=store.run_id, db=str(store.path), meta=meta)
+    last = store.last_step()
+    st.metrics = run_metrics(meta, store.scalar_names(last) if last is not None else [])
+    st.names = chart_names(st.metrics)
+    st.recent = pd.DataFrame(index=pd.Index([], name="step", dtype="int64"), columns=st.names, dtype=float)
+    st.bin_sum = pd.DataFrame(columns=st.names, dtype=float)
+    st.bin_cnt = pd.DataFrame(columns=st.names, dtype=float)
+    if last is not None:
+        split = last - RECENT_STEPS
+        if split >= 0:  # the old part arrives binned: SQLite aggregates, pandas never sees every step
+            st.bin_size = 1 << max(0, math.ceil(math.log2(max(1, (split + 1) / MAX_BINS))))
+            long = store.scalars_binned(st.names, st.bin_size, until_step=split)
+            st.bin_sum = _pivot(long, "total", st.names)
+            st.bin_cnt = _pivot(long, "count", st.names)
+            st.folded_upto = split
+            st.rows_read += int(long["count"].sum()) if len(long) else 0
+        st.recent = _wide(store, max(split, -1), st.names)
+        st.rows_read += int(st.recent.notna().sum().sum())
+        st.last_step = last
+    _read_events(store, st)
+    _read_control(store, st)
+    _read_rollouts(store, st)
+    st.loaded_at = time.time()
+    st.version = 1
+    return st
+
+
+def _refresh(store: RunStore, st: LiveState):
+    st.meta = store.get_meta()
+    st.rows_read = 0
+    new = _wide(store, st.last_step, st.names)
+    changed = False
+    if len(new):
+        st.rows_read = int(new.notna().sum().sum())
+        st.recent = new if st.recent.empty else pd.concat([st.recent, new])
+        st.last_step = int(new.index[-1])
+        _fold(st)
+        changed = True
+    changed |= _read_events(store, st)
+    changed |= _read_control(store, st)
+    _read_rollouts(store, st)
+    st.loaded_at = time.time()
+    if changed:
+        st.version += 1
+
+
+def _wide(store: RunStore, since: int, names: list[str]) -> pd.DataFrame:
+    w = store.scalars_wide(since_step=since, names=names)
+    return w.reindex(columns=names).astype(float)
+
+
+def _pivot(long: pd.DataFrame, value: str, names: list[str]) -> pd.DataFrame:
+    if long.empty:
+        return pd.DataFrame(columns=names, dtype=float)
+    p = long.pivot(index="bin", columns="name", values=value).reindex(columns=names).astype(float)
+    return p.fillna(0.0)
+
+
+def _fold(st: LiveState):
+    """Move raw rows older than RECENT_STEPS into the bins once there are 2x RECENT_STEPS."""
+    if len(st.recent) <= 2 * RECENT_STEPS:
+        return
+    cut = int(st.recent.index[-RECENT_STEPS - 1])
+    old, st.recent = st.recent[st.recent.index <= cut], st.recent[st.recent.index > cut]
+    key = old.index.to_numpy() // st.bin_size
+    sums, cnts = old.fillna(0.0).groupby(key).sum(), old.notna().astype(float).groupby(key).sum()
+    st.bin_sum = sums if st.bin_sum.empty else st.bin_sum.add(sums, fill_value=0.0)
+    st.bin_cnt = cnts if st.bin_cnt.empty else st.bin_cnt.add(cnts, fill_value=0.0)
+    st.folded_upto = cut
+    while len(st.bin_sum) > MAX_BINS:  # twice as wide bins: memory stays bounded forever
+        st.bin_size *= 2
+        st.bin_sum = st.bin_sum.groupby(st.bin_sum.index // 2).sum()
+        st.bin_cnt = st.bin_cnt.groupby(st.bin_cnt.index // 2).sum()
+
+
+def _read_events(store: RunStore, st: LiveState) -> bool:
+    ev = store.events(since_id=st.event_id, kinds=[EV_CHANGE])
+    if ev.empty:
+        return False
+    st.event_id = int(ev["id"].max())
+    rows = pd.DataFrame({"step": ev["step"], "kind": [p.get("kind") for p in ev["payload"]],
+                         "request": [p.get("request") for p in ev["payload"]],
+                         "source": [p.get("source") for p in ev["payload"]],
+                         "message": [p.get("message", "") for p in ev["payload"]]})
+    st.changes = rows if st.changes.empty else pd.concat([st.changes, rows], ignore_index=True)
+    return True
+
+
+def _read_control(store: RunStore, st: LiveState) -> bool:
+    """New rows, plus rows that were still open (pending/applying) last time: re-read from
+    the oldest open id, so a status change is seen without re-reading the whole table."""
+    if st.control.empty:
+        since = 0
+    else:
+        open_ids = st.control.loc[st.control["status"].isin([PENDING, APPLYING]), "id"]
+        since = int(open_ids.min()) - 1 if len(open_ids) else int(st.control["id"].max())
+    rows = store.control(since_id=since)
+    if rows.empty:
+        return False
+    before = st.control
+    kept = before[before["id"] <= since] if not before.empty else before
+    new = pd.concat([kept, rows], ignore_index=True) if not kept.empty else rows
+    st.control = new.tail(MAX_CONTROL_ROWS).reset_index(drop=True)
+    if before.empty or len(before) != len(st.control):
+        return True
+    return not before[["id", "status"]].reset_index(drop=True).equals(st.control[["id", "status"]])
+
+
+def _read_rollouts(store: RunStore, st: LiveState):
+    """Keep the rollouts of the last WHATIF_STEPS logged steps (with rollouts)."""
+    if st.last_step < 0 or st.rollout_step >= st.last_step:
+        return
+    lo = max(st.rollout_step, st.last_step - WHATIF_STEPS)
+    new = store.rollouts(since_step=lo, until_step=st.last_step, with_text=False)
+    st.rollout_step = st.last_step
+    if new.empty:
+        return
+    keep = st.rollouts[st.rollouts["step"] > st.last_step - WHATIF_STEPS] if not st.rollouts.empty else st.rollouts
+    st.rollouts = pd.concat([keep, new], ignore_index=True) if not keep.empty else new.reset_index(drop=True)
+
+
+# ---- what the pages show -------------------------------------------------------------------------
+def chart_frame(st: LiveState) -> pd.DataFrame:
+    """History for the charts: bin means (x = the bin's mean step) then the raw recent steps."""
+    if st._frame is not None and st._frame[0] == st.version:
+        return st._frame[1]
+    parts = []
+    if not st.bin_sum.empty:
+        mean = st.bin_sum / st.bin_cnt.where(st.bin_cnt > 0)
+        b = st.bin_sum.index.to_numpy()
+        lo, hi = b * st.bin_size, np.minimum(b * st.bin_size + st.bin_size - 1, st.folded_upto)
+        mean.index = pd.Index((lo + hi) / 2.0, name="step")
+        parts.append(mean)
+    if not st.recent.empty:
+        parts.append(st.recent)
+    df = pd.concat(parts) if len(parts) > 1 else (parts[0] if parts else st.recent)
+    df = df.dropna(axis=1, how="all")
+    st._frame = (st.version, df)
+    return df
+
+
+def last_row(st: LiveState) -> pd.Series:
+    return st.recent.iloc[-1] if len(st.recent) else pd.Series(dtype=float)
+
+
+def _last_value(st: LiveState, name: str):
+    if name not in st.recent.columns:
+        return None
+    s = st.recent[name].dropna()
+    return float(s.iloc[-1]) if len(s) else None
+
+
+def current_settings(st: LiveState) -> dict:
+    """Weights, threshold and level in force at the last step (logged), else the config's."""
+    cfg = st.meta.get("config") or {}
+    weights = dict(((cfg.get("reward") or {}).get("weights") or {}))
+    for m in st.metrics:
+        v = _last_value(st, N.metric_weight(m))
+        if v is not None:
+            weights[m] = v
+    thr = _last_value(st, N.MIN_GROUP_STD)
+    lvl = _last_value(st, N.DIFFICULTY)
+    return {"weights": {m: float(weights.get(m, 0.0)) for m in st.metrics},
+            "min_group_std": float(thr if thr is not None else (cfg.get("grpo") or {}).get("min_group_std", 0.01)),
+            "level": int(lvl if lvl is not None else (cfg.get("task") or {}).get("level", 1)),
+            "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None}
+
+
+@dataclass
+class Cards:
+    status: str
+    step: int | None
+    steps: int | None
+    progress: float  # 0..1
+    eta_s: float | None
+    ratio: float | None  # last step
+    cum_ratio: float | None
+    reward: float | None
+    reward_std: float | None  # mean over the health window
+    trend: int  # +1 / 0 / -1
+    trend_text: str
+    submitted: int | None  # cumulative groups
+    trainable: int | None
+    verdict: str  # healthy | warning | critical | unknown
+    colour: str
+    checks: list
+    alerts: list
+
+
+VERDICT_COLOURS = {"healthy": "green", "warning": "orange", "critical": "red", "unknown": "gray"}
+TREND_ARROWS = {1: "↑", 0: "→", -1: "↓"}
+
+
+def progress(st: LiveState) -> tuple[int | None, float, float | None]:
+    """(steps done, fraction, ETA seconds) from the last step and the recent step time."""
+    total = st.steps_total
+    if st.last_step < 0:
+        return None, 0.0, None
+    done = st.last_step  # the trainer numbers steps from 1: the last step is the count done
+    if not total:
+        return done, 0.0, None
+    frac = min(1.0, done / total)
+    eta = None
+    if st.is_live and N.TIME_STEP in st.recent.columns:
+        dt = st.recent[N.TIME_STEP].dropna().tail(20)
+        if len(dt):
+            eta = max(0.0, (total - done) * float(dt.mean()))
+    return done, frac, eta
+
+
+def cards(st: LiveState) -> Cards:
+    cfg = health_config(st.meta)
+    window = st.recent.tail(max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 5)
+    v = health.verdict(window.dropna(axis=1, how="all"), cfg)
+    done, frac, eta = progress(st)
+    rstd = next((c.value for c in v.checks if c.name == "reward_std"), None)
+    trend_check = next((c for c in v.checks if c.name == "reward_trend"), None)
+    sub, tr = _last_value(st, N.CUM_GROUPS_SUBMITTED), _last_value(st, N.CUM_GROUPS_TRAINABLE)
+    ratio = _last_value(st, N.TRAINABLE_RATIO)
+    if ratio is None and N.FRAC_REWARD_ZERO_STD in st.recent.columns:  # imported TRL runs
+        z = _last_value(st, N.FRAC_REWARD_ZERO_STD)
+        ratio = None if z is None else 1.0 - z
+    return Cards(status=st.status, step=done, steps=st.steps_total, progress=frac, eta_s=eta,
+                 ratio=ratio, cum_ratio=_last_value(st, N.CUM_TRAINABLE_RATIO),
+                 reward=_last_value(st, N.REWARD), reward_std=rstd, trend=v.trend.sign,
+                 trend_text=trend_check.text if trend_check else "",
+                 submitted=None if sub is None else int(sub), trainable=None if tr is None else int(tr),
+                 verdict=v.status, colour=VERDICT_COLOURS.get(v.status, "gray"), checks=v.checks,
+                 alerts=v.alerts)
+
+
+def fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    s = int(round(seconds))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s"
+
+
+# ---- what-if and suggestions (the sliders) ---------------------------------------------------------
+def capabilities(st: LiveState) -> dict:
+    """What this run can show. Imported runs carry scalars only: say so instead of empty charts."""
+    has_rollouts = not st.rollouts.empty
+    imported = st.source != "grpo_core"
+    why = ""
+    if imported:
+        why = (f"Imported from {st.source}: this run has logged scalars only, no per-rollout scores, "
+               "so there is no what-if, no weight suggestion and no rollout inspector; it cannot be "
+               "steered either (no trainer of ours is attached).")
+    elif st.last_step >= 0 and not has_rollouts:
+        why = "No rollout scores in the last steps: the what-if needs them."
+    return {"imported": imported, "what_if": has_rollouts, "steer": st.is_live and not imported,
+            "message": why}
+
+
+def rollout_arrays(st: LiveState):
+    if st._arrays is not None and st._arrays[0] == (st.rollout_step, len(st.rollouts)):
+        return st._arrays[1]
+    a = health.rollout_arrays(st.rollouts, st.metrics) if not st.rollouts.empty else None
+    st._arrays = ((st.rollout_step, len(st.rollouts)), a)
+    return a
+
+
+def what_if(st: LiveState, weights: dict, min_group_std: float) -> dict:
+    """Trainable ratio of the recent window under the recorded settings and under the
+    slider settings. Raises ConfigError for weights that could not be applied either."""
+    a = rollout_arrays(st)
+    cur = current_settings(st)
+    if a is None or a.n_groups == 0:
+        return {"available": False, "steps": 0, "groups": 0, "now": None, "predicted": None}
+    steps = int(len(np.unique(a.group_step)))
+    now = health.what_if(a, cur["weights"], cur["min_group_std"], cur["outcome_metric"])
+    pred = health.what_if(a, weights, min_group_std, cur["outcome_metric"])
+    return {"available": True, "steps": steps, "groups": int(a.n_groups), "now": now, "predicted": pred}
+
+
+def suggestions(st: LiveState, weights: dict | None = None, min_group_std: float | None = None,
+                n: int = 3) -> list[dict]:
+    a = rollout_arrays(st)
+    if a is None:
+        return []
+    cur = current_settings(st)
+    return health.suggest_weights(a, weights or cur["weights"],
+                                  cur["min_group_std"] if min_group_std is None else min_group_std,
+                                  n=n, outcome_metric=cur["outcome_metric"])
+
+
+def pending_changes(settings: dict, weights: dict, min_group_std: float, level: int) -> list[tuple[str, dict]]:
+    """The requests that move the run from `settings` to the slider values: one per kind
+    that differs (a weight change is one request carrying every weight)."""
+    out = []
+    if any(abs(float(weights.get(m, 0.0)) - w) > 1e-9 for m, w in settings["weights"].items()):
+        out.append(("set_weights", {"weights": {m: float(weights.get(m, 0.0)) for m in settings["weights"]}}))
+    if abs(float(min_group_std) - settings["min_group_std"]) > 1e-12:
+        out.append(("set_threshold", {"min_group_std": float(min_group_std)}))
+    if int(level) != settings["level"]:
+        out.append(("set_difficulty", {"level": int(level)}))
+    return out
+
+
+def describe_request(row) -> str:
+    """'pending', 'applied at step N', 'rejected: <reason>' for a control row."""
+    if row["status"] == APPLIED:
+        step = row["applied_step"]
+        return f"applied at step {int(step)}" if step == step and step is not None else "applied"
+    if row["status"] == REJECTED:
+        return f"rejected: {row['message'] or 'no reason given'}"
+    return "pending (applied at the next step boundary)" if row["status"] == PENDING else "being applied"
+
+
+def request_lines(st: LiveState, ids: list[int]) -> list[dict]:
+    """Status of the requests this session sent, newest first."""
+    if st.control.empty or not ids:
+        return []
+    rows = st.control[st.control["id"].isin(ids)].sort_values("id", ascending=False)
+    return [{"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"], "status": r["status"],
+             "applied_step": None if r["applied_step"] != r["applied_step"] else r["applied_step"],
+             "text": describe_request(r)} for _, r in rows.iterrows()]
+
+
+def request_summary(kind: str, payload: dict) -> str:
+    if kind == "set_weights":
+        return "weights " + ", ".join(f"{m}={w:g}" for m, w in payload.get("weights", {}).items())
+    if kind == "set_threshold":
+        return f"min_group_std={payload.get('min_group_std'):g}"
+    if kind == "set_difficulty":
+        return f"difficulty level {payload.get('level')}"
+    return kind
+
+
+# ---- the runs page ----------------------------------------------------------------------------------
+def config_summary(meta: dict) -> str:
+    if meta.get("source", "grpo_core") != "grpo_core":
+        return f"imported from {meta.get('source')}"
+    c = meta.get("config") or {}
+    t, m, g = c.get("task") or {}, c.get("model") or {}, c.get("grpo") or {}
+    task = f"{t.get('name', 'demo')} L{t.get('level', 1)}" if t.get("name", "demo") == "demo" \
+        else f"jsonl {Path(str(t.get('dataset', ''))).name}"
+    model = Path(m["path"]).name if m.get("path") else "built-in model"
+    return (f"{task} · {model} · {g.get('prompts_per_step', '?')} prompts × G={g.get('group_size', '?')} · "
+            f"lr {g.get('lr', 0):g} · min std {g.get('min_group_std', 0):g}")
+
+
+def runs_overview(root=None) -> pd.DataFrame:
+    """list_runs plus what the runs page shows per run: progress, ETA, started, summary."""
+    runs = list_runs(root)
+    extra = []
+    for _, r in runs.iterrows():
+        row = {"progress": 0.0, "eta": "–", "started": "–", "summary": "", "done": None}
+        if r["status"] != "unreadable":
+            try:
+                with RunStore.open(r["path"], readonly=True) as s:
+                    meta = s.get_meta()
+                    last = s.last_step()
+                    dt = s.scalars_wide(since_step=(last - 20) if last is not None else -1,
+                                        names=[N.TIME_STEP]) if last is not None else pd.DataFrame()
+                st = LiveState(run_id=r["run_id"], db=str(s.path), meta=meta, last_step=-1 if last is None else last,
+                               recent=dt)
+                done, frac, eta = progress(st)
+                row.update(progress=frac, eta=fmt_eta(eta) if eta is not None else "–", done=done,
+                           summary=config_summary(meta))
+                started = meta.get("started") or meta.get("launched") or meta.get("created")
+                if started:
+                    row["started"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+            except (StoreError, OSError, ValueError) as e:
+                row["summary"] = f"unreadable: {e}"
+        extra.append(row)
+    return pd.concat([runs, pd.DataFrame(extra, index=runs.index)], axis=1) if len(runs) else \
+        runs.assign(progress=[], eta=[], started=[], summary=[], done=[])
+
+
+def default_run(root=None, runs: pd.DataFrame | None = None) -> str | None:
+    """The run a fresh page shows: the newest live run, else the newest run."""
+    runs = list_runs(root) if runs is None else runs
+    if runs.empty:
+        return None
+    live = runs[runs["status"].isin(LIVE_STATUSES)]
+    return str((live if len(live) else runs).iloc[0]["run_id"])
+
+
+def resolve_run(picked: str | None, from_url: str | None = None, root=None) -> str | None:
+    """The run a page shows: the sidebar's pick, else ?run=<id> if it exists, else the default."""
+    if picked:
+        return picked
+    runs = list_runs(root)
+    if from_url and from_url in set(runs["run_id"]):
+        return from_url
+    return default_run(runs=runs)

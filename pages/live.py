@@ -1,0 +1,207 @@
+"""Live monitor: health cards, charts, alerts and the weight sliders of one run.
+
+Layout and widgets only: grpo_core.live reads the store incrementally and computes,
+grpo_core.charts draws. The charts refresh every 2 s while the run is live (a fragment,
+so the sliders below are not disturbed); a finished run is drawn once.
+"""
+import streamlit as st
+
+from grpo_core import charts, control, live, runner
+from grpo_core.config import ConfigError
+from grpo_core.store import StoreError, runs_dir
+
+ss = st.session_state
+run_id = live.resolve_run(ss.get("run_id"), st.query_params.get("run"))
+st.header("Live monitor")
+
+if not run_id:
+    st.info("No run yet. Start the built-in demo: a tiny model learning a cite-your-source task with "
+            "five reward metrics, on this machine's CPU (a GPU when there is one).")
+    if st.button("Start the demo run", type="primary", key="start_demo"):
+        try:
+            ss["goto_run"], _ = runner.start_demo_if_idle()
+            st.rerun()
+        except (ConfigError, StoreError) as e:
+            st.error(str(e))
+    st.stop()
+
+RUN_DIR = runs_dir() / run_id
+
+
+def state() -> live.LiveState:
+    """This session's view of the run, brought up to date (reads only what changed)."""
+    ss["live_state"] = live.load(RUN_DIR, ss.get("live_state"))
+    return ss["live_state"]
+
+
+def my_requests() -> list[int]:
+    return ss.setdefault("my_requests", {}).setdefault(run_id, [])
+
+
+def send(kind: str, payload: dict) -> bool:
+    try:
+        my_requests().append(control.send(RUN_DIR, kind, payload, source="ui"))
+        return True
+    except (ConfigError, StoreError) as e:
+        st.error(str(e))
+        return False
+
+
+try:
+    first = state()
+except StoreError as e:
+    st.error(str(e))
+    st.stop()
+
+REFRESH = live.REFRESH_S if first.is_live else (5.0 if first.status == "stale" else None)
+
+
+@st.fragment(run_every=REFRESH)
+def monitor():
+    s = state()
+    if s.is_live != first.is_live:  # the run ended (or came back): redraw all, refresh on/off
+        st.rerun()
+    c = live.cards(s)
+    caps = live.capabilities(s)
+
+    top = st.columns([3, 2])
+    badge = {"running": ":green", "paused": ":orange", "created": ":blue", "finished": ":gray",
+             "stopped": ":gray", "failed": ":red", "stale": ":red"}.get(c.status, ":gray")
+    top[0].markdown(f"**{run_id}** · {badge}[{c.status}] · {live.config_summary(s.meta)}")
+    if c.steps:
+        top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · ETA {live.fmt_eta(c.eta_s)}")
+    if c.status == "failed":
+        st.error(f"The run failed: {(s.meta.get('error') or 'no error recorded').strip().splitlines()[-1]}")
+    elif c.status == "stale":
+        st.warning("No heartbeat from the trainer: it may have crashed or been killed. See the Runs page.")
+    elif c.status == "created":
+        st.info("The trainer is starting (loading the model; the built-in one warms up once, ~30 s).")
+    if caps["message"]:
+        st.info(caps["message"])
+
+    pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
+    k = st.columns(5)
+    k[0].metric("Trainable ratio (step)", pct(c.ratio), help="trainable / submitted groups at the last step")
+    k[1].metric("Trainable ratio (cumulative)", pct(c.cum_ratio), help="over the whole run so far")
+    k[2].metric("Mean group reward std", "–" if c.reward_std is None else f"{c.reward_std:.3f}",
+                help="mean within-group std of the total reward over the health window")
+    k[3].metric("Reward trend", live.TREND_ARROWS[c.trend] + ("" if c.reward is None else f" {c.reward:.3f}"),
+                help=c.trend_text or "needs a few steps")
+    k[4].metric("Groups trainable / submitted", "–" if c.submitted is None else f"{c.trainable} / {c.submitted}")
+
+    verdict = {"healthy": st.success, "warning": st.warning, "critical": st.error}.get(c.verdict, st.info)
+    verdict(f"**{c.verdict.upper()}** · " + " · ".join(ch.text for ch in c.checks if ch.text)
+            if c.checks else "Not enough steps yet to judge.")
+    for a in c.alerts:
+        (st.error if a.severity == "critical" else st.warning)(f"{a.message} (step {a.step})")
+
+    reqs = live.request_lines(s, my_requests())
+    if reqs:
+        with st.container(border=True):
+            st.markdown("**Your requests**")
+            for r in reqs[:6]:
+                st.markdown(f"`#{r['id']}` {live.request_summary(r['kind'], r['payload'])} — **{r['text']}**")
+
+    df = live.chart_frame(s)
+    figs = charts.live_charts(df, s.metrics, s.changes, live.health_config(s.meta))
+    missing = [key for key, f in figs if f is None]
+    shown = [(key, f) for key, f in figs if f is not None]
+    if not shown:
+        st.info("No steps logged yet." if s.last_step < 0 else "This run logged none of the charted metrics.")
+    cols = st.columns(2)
+    for i, (key, fig) in enumerate(shown):
+        cols[i % 2].plotly_chart(fig, key=f"chart_{key}", width="stretch")
+    if missing and shown:
+        st.caption("Not logged by this run: " + ", ".join(missing) + ".")
+
+
+@st.fragment
+def steer():
+    s = state()
+    caps = live.capabilities(s)
+    cur = live.current_settings(s)
+    st.subheader("Reward weights, threshold, difficulty")
+    if not caps["steer"]:
+        final = ", ".join(f"{m}={w:g}" for m, w in cur["weights"].items())
+        st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "
+                   f"min_group_std {cur['min_group_std']:g}; level {cur['level']}.")
+        return
+    keys = {m: f"w:{run_id}:{m}" for m in cur["weights"]}
+    thr_key, lvl_key = f"thr:{run_id}", f"lvl:{run_id}"
+
+    def load_values(weights: dict, thr: float | None = None, lvl: int | None = None):
+        for m, w in weights.items():
+            if m in keys:
+                ss[keys[m]] = round(float(w), 2)
+        if thr is not None:
+            ss[thr_key] = float(thr)
+        if lvl is not None:
+            ss[lvl_key] = int(lvl)
+
+    if any(k not in ss for k in keys.values()) or thr_key not in ss:
+        load_values(cur["weights"], cur["min_group_std"], cur["level"])
+    top = max(1.0, max(cur["weights"].values()) * 1.5)
+    cols = st.columns(len(keys) + 2)
+    weights = {m: cols[i].slider(m, 0.0, float(top), step=0.01, key=keys[m]) for i, m in enumerate(keys)}
+    thr = cols[-2].slider("min_group_std", 0.0, 0.3, step=0.005, format="%.3f", key=thr_key,
+                          help="a group is trainable when its total-reward std is above this")
+    is_demo = ((s.meta.get("config") or {}).get("task") or {}).get("name", "demo") == "demo"
+    lvl = cols[-1].slider("difficulty", 1, 4, key=lvl_key, disabled=not is_demo,
+                          help="demo task level (1 easy .. 4 hard); not predictable from past rollouts")
+
+    try:
+        wi = live.what_if(s, weights, thr)
+    except ConfigError as e:
+        st.error(str(e))
+        wi = None
+    todo = live.pending_changes(cur, weights, thr, lvl)
+    m = st.columns([2, 2, 3])
+    if wi and wi["available"]:
+        m[0].metric(f"What-if trainable ratio (last {wi['steps']} steps)", f"{wi['predicted']:.0%}",
+                    delta=f"{(wi['predicted'] - wi['now']) * 100:+.1f} pts", help=f"{wi['groups']} groups re-scored "
+                    "with the slider settings, before anything is applied")
+        m[1].metric("Recorded settings", f"{wi['now']:.0%}")
+    else:
+        m[0].caption(caps["message"] or "What-if: waiting for the first rollouts.")
+    if lvl != cur["level"]:
+        m[2].caption("A difficulty change alters the prompts themselves: the what-if cannot predict it.")
+    m[2].caption("Pending change: " + ("; ".join(live.request_summary(k, p) for k, p in todo) if todo
+                                       else "none (sliders equal the settings in force)"))
+
+    b = st.columns(6)
+    if b[0].button("Apply", type="primary", disabled=not todo, key="apply",
+                   help="one request per changed setting; the trainer applies it at the next step"):
+        if all(send(kind, payload) for kind, payload in todo):
+            st.toast("Sent: applied at the next step boundary")
+            st.rerun()  # full rerun: the monitor shows the request as pending at once
+    b[1].button("Reset sliders", key="reset", on_click=load_values,
+                args=(cur["weights"], cur["min_group_std"], cur["level"]))
+    if b[2].button("Suggest weights", key="suggest", disabled=not caps["what_if"]):
+        try:
+            ss[f"sugg:{run_id}"] = live.suggestions(s, weights, thr)
+        except (ConfigError, ValueError) as e:
+            st.error(str(e))
+    if s.status == "paused":
+        if b[3].button("Resume", key="resume"):
+            send("resume", {})
+            st.rerun()
+    elif b[3].button("Pause", key="pause"):
+        send("pause", {})
+        st.rerun()
+    if b[4].button("Stop", key="stop", help="finish the current step, checkpoint, stop"):
+        send("stop", {})
+        st.rerun()
+
+    sugg = ss.get(f"sugg:{run_id}")
+    if sugg is not None:
+        if not sugg:
+            st.caption("No weights near these would make more groups trainable in the recent window.")
+        for i, sg in enumerate(sugg):
+            c = st.columns([5, 1])
+            c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "
+                          + ", ".join(f"{k}={v:.2f}" for k, v in sg["weights"].items()) + f"  \n{sg['why']}")
+            c[1].button("Load", key=f"load_sugg_{i}", on_click=load_values, args=(sg["weights"],))
+
+
+monitor()
+steer()

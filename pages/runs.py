@@ -1,0 +1,148 @@
+"""Runs: every run with its status and progress; start, steer, stop or import one.
+
+Layout and widgets only: grpo_core.live.runs_overview reads the runs, grpo_core.runner
+starts and stops trainer processes (detached: they outlive this page and Streamlit).
+"""
+import streamlit as st
+
+from grpo_core import live, runner
+from grpo_core.config import DEMO_WEIGHTS, ConfigError, apply_overrides
+from grpo_core.store import LIVE_STATUSES, StoreError
+
+ss = st.session_state
+st.header("Runs")
+
+
+def open_run(run_id: str):
+    ss["goto_run"] = run_id
+    st.switch_page("pages/live.py")
+
+
+def act(fn, run_id: str, done: str):
+    try:
+        fn(run_id)
+        st.toast(done)
+    except (ConfigError, StoreError) as e:
+        st.error(str(e))
+
+
+runs = live.runs_overview()
+if runs.empty:
+    st.info("No runs yet. Start the built-in demo (a tiny model learning a cite-your-source task, "
+            "five reward metrics) or configure a run below.")
+    if st.button("Start the demo run", type="primary", key="start_demo"):
+        try:
+            rid, _ = runner.start_demo_if_idle()
+            open_run(rid)
+        except (ConfigError, StoreError) as e:
+            st.error(str(e))
+
+BADGE = {"running": "green", "paused": "orange", "created": "blue", "finished": "gray", "stopped": "gray",
+         "failed": "red", "stale": "red", "unreadable": "red"}
+
+
+@st.fragment(run_every=3.0 if runs["status"].isin(LIVE_STATUSES).any() else None)
+def run_list():
+    rows = live.runs_overview()
+    for _, r in rows.iterrows():
+        rid, status = r["run_id"], r["status"]
+        with st.container(border=True):
+            c = st.columns([3, 3, 2, 3])
+            kind = "" if r.get("kind") in (None, "train") else f" · {r['kind']}"
+            c[0].markdown(f"**{rid}**{kind}  \n:{BADGE.get(status, 'gray')}[{status}]"
+                          + ("  \n*stale: no heartbeat, the trainer is gone or hung*" if status == "stale" else ""))
+            if status == "unreadable":
+                c[1].error(f"unreadable: {r['error']}")
+                continue
+            steps = r["steps"]
+            done = 0 if r["done"] is None or r["done"] != r["done"] else int(r["done"])
+            if steps and steps == steps:
+                c[1].progress(float(r["progress"]), text=f"step {done} of {int(steps)}")
+            c[1].caption(r["summary"])
+            c[2].caption(f"started {r['started']}  \nETA {r['eta']}")
+            b = c[3].columns(4)
+            if b[0].button("Open", key=f"open_{rid}"):
+                open_run(rid)
+            if status in LIVE_STATUSES and r.get("source", "grpo_core") == "grpo_core":
+                if status == "paused":
+                    if b[1].button("Resume", key=f"resume_{rid}"):
+                        act(runner.resume_run, rid, f"resume sent to {rid}")
+                elif b[1].button("Pause", key=f"pause_{rid}"):
+                    act(runner.pause_run, rid, f"pause sent to {rid}")
+                if b[2].button("Stop", key=f"stop_{rid}"):
+                    act(runner.stop_run, rid, f"stop sent to {rid}: it stops after the current step")
+            if status == "stale":
+                if b[3].button("Kill", key=f"kill_{rid}", help="SIGTERM the recorded trainer pid"):
+                    act(runner.terminate_run, rid, f"{rid} terminated")
+            if status in ("failed", "stale") and r["error"]:
+                err = str(r["error"]).strip().splitlines()
+                st.error(f"{rid} failed: {err[-1] if err else ''}")
+                with st.expander("Error and trainer log"):
+                    st.code("\n".join(err[-30:]) + "\n---- trainer.log ----\n" + runner.log_tail(rid, 40))
+
+
+if not runs.empty:
+    run_list()
+
+# ---- start a run ------------------------------------------------------------------------------------
+pre = ss.get("start_form_defaults") or {}
+with st.expander("Start a run", expanded=runs.empty or bool(pre)):
+    if pre.get("from_pilot"):
+        st.caption(f"Settings carried over from pilot {pre['from_pilot']}.")
+    with st.form("start_run"):
+        c = st.columns(4)
+        level = c[0].number_input("Demo level", 1, 4, int(pre.get("level", 1)), help="task.level: 1 easy .. 4 hard")
+        model = c[1].text_input("Model path", pre.get("model_path", ""),
+                                help="local Hugging Face folder or hub id; empty = built-in tiny model")
+        run_id = c[2].text_input("Run id (optional)", "", help="letters, digits, '_', '-', '.'")
+        steps = c[3].number_input("Steps", 1, 1_000_000, 200)
+        c = st.columns(4)
+        group = c[0].number_input("Group size G", 2, 1024, int(pre.get("group_size", 8)))
+        prompts = c[1].number_input("Prompts per step", 1, 4096, int(pre.get("prompts_per_step", 8)))
+        lr = c[2].number_input("Learning rate", 0.0, 1.0, 3e-4, format="%.1e", step=1e-4)
+        thr = c[3].number_input("min_group_std", 0.0, 0.99, 0.01, format="%.3f", step=0.005,
+                                help="a group is trainable when its total-reward std is above this")
+        st.caption("Initial reward weights")
+        wanted = pre.get("weights") or DEMO_WEIGHTS
+        wc = st.columns(len(wanted))
+        weights = {m: wc[i].number_input(m, 0.0, 100.0, float(w), step=0.05, key=f"start_w_{m}")
+                   for i, (m, w) in enumerate(wanted.items())}
+        carried = [o for o in pre.get("overrides", []) if not o.startswith(
+            ("task.level", "model.path", "grpo.group_size", "grpo.prompts_per_step", "reward.weights."))]
+        extra = st.text_area("More settings (one section.key=value per line)", "\n".join(carried),
+                             help="any knob of `python -m grpo_core config`, e.g. grpo.temperature=0.9")
+        go = st.form_submit_button("Start run", type="primary")
+    if go:
+        cfg = {"task": {"level": int(level)}, "model": {"path": model.strip()},
+               "grpo": {"steps": int(steps), "group_size": int(group), "prompts_per_step": int(prompts),
+                        "lr": float(lr), "min_group_std": float(thr)},
+               "reward": {"weights": weights}, "log": {"progress": False}}
+        try:
+            cfg = apply_overrides(cfg, [ln.strip() for ln in extra.splitlines() if ln.strip()])
+            rid = runner.start_run(cfg, run_id=run_id.strip() or None)
+            ss.pop("start_form_defaults", None)
+            st.success(f"started {rid}")
+            open_run(rid)
+        except (ConfigError, StoreError) as e:
+            st.error(str(e))
+
+# ---- import a run -------------------------------------------------------------------------------------
+with st.expander("Import a run from another trainer"):
+    st.caption("TRL `trainer_state.json`, a W&B run file (`run-*.wandb`) or a W&B CSV export. An imported "
+               "run has scalars only: charts and verdicts, no what-if and no rollout inspector.")
+    kinds = {"trl": "TRL trainer_state.json", "wandb": "W&B run file", "csv": "W&B CSV export"}
+    kind = st.selectbox("Format", list(kinds), format_func=kinds.get, key="import_kind")
+    up = st.file_uploader("File", key="import_file")
+    new_id = st.text_input("Run id (optional)", key="import_run_id")
+    if st.button("Import", key="import_go", disabled=up is None):
+        try:
+            from grpo_core.integrations.importers import import_run
+        except ImportError:
+            st.error("importers not installed")
+        else:
+            try:
+                rid = import_run(kind, up.getvalue(), up.name, new_id.strip() or None)
+                st.success(f"imported as {rid}")
+                ss["goto_run"] = rid
+            except (ConfigError, StoreError, ValueError, OSError) as e:
+                st.error(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)

@@ -1,0 +1,141 @@
+"""Shared helpers for the dashboard tests and bench/dashboard_bench.py.
+
+`synth_run` fills a real store through RunStore.log_step with synthetic but
+self-consistent steps (scalars computed by grpo_core.health from the same scores
+that are stored as rollouts), for tests that need long or special runs the real
+trainer would take too long to produce. `trained_run` runs the real trainer once per
+test session (cached under pytest's base temp dir) for the tests that must see what
+the trainer really writes.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grpo_core import health
+from grpo_core import names as N
+from grpo_core.config import DEMO_WEIGHTS, RunConfig
+from grpo_core.store import RUNNING, RunStore
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def synth_scores(rng: np.random.Generator, P: int, G: int, step: int, steps: int) -> np.ndarray:
+    """[P, G, 5] scores for the demo metrics: f1 continuous, exact/citation/format binary,
+    length a graduated penalty; success rises with the step like a learning run."""
+    p = 0.2 + 0.6 * step / max(steps, 1)
+    f1 = np.clip(rng.beta(2 + 4 * p, 3, size=(P, G)), 0, 1)
+    exact = (rng.random((P, G)) < p * 0.8).astype(float)
+    cite = (rng.random((P, G)) < 0.5 + 0.4 * p).astype(float)
+    fmt = np.ones((P, G))  # uniform: the variance bottleneck the dashboard should name
+    length = -np.round(np.clip(rng.normal(0.1, 0.1, size=(P, G)), 0, 1), 1)
+    out = np.stack([f1, exact, cite, fmt, length], axis=-1)
+    solved = rng.random(P) < 0.3 + 0.5 * step / max(steps, 1)  # solved prompts: identical rewards
+    out[solved, :, :4] = 1.0  # ... except the length penalty: signal only a higher weight can use
+    return out
+
+
+def synth_run(root, run_id: str, steps: int, *, rollouts_last: int | None = None, P: int = 8, G: int = 8,
+              status: str = RUNNING, seed: int = 0, start: int = 1, changes: dict | None = None,
+              store: RunStore | None = None, steps_total: int | None = None) -> RunStore:
+    """Create (or extend, with `store`) a run with `steps` synthetic steps from `start`.
+
+    Steps are numbered from 1, as the trainer numbers them.
+    rollouts_last: only the last N steps get rollouts (None: all). changes: {step: weights}
+    recorded as applied set_weights requests at that step (markers)."""
+    metrics = list(DEMO_WEIGHTS)
+    cfg = RunConfig()
+    cfg.grpo.steps = steps_total or (start + steps - 1)
+    cfg.grpo.prompts_per_step, cfg.grpo.group_size = P, G
+    if store is None:
+        store = RunStore.create(run_id, cfg.to_dict(), root=root)
+        store.set_meta(pid=os.getpid(), host=os.uname().nodename)
+        store.set_status(status)
+    rng = np.random.default_rng(seed + start)
+    weights = dict(store.config["reward"]["weights"])
+    last = store.last_step()
+    wide = store.scalars_wide(since_step=last - 1, names=[N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE]) \
+        if last is not None else pd.DataFrame()
+    cs = int(wide[N.CUM_GROUPS_SUBMITTED].iloc[-1]) if len(wide) else 0
+    ct = int(wide[N.CUM_GROUPS_TRAINABLE].iloc[-1]) if len(wide) else 0
+    w = np.array([weights[m] for m in metrics])
+    end = start + steps
+    for step in range(start, end):
+        events = []
+        if changes and step in changes:
+            rid = store.request("set_weights", {"weights": changes[step]}, source="test")
+            store.claim_pending()
+            store.resolve_request(rid, True, step, f"applied at step {step}")
+            weights = dict(changes[step])
+            w = np.array([weights[m] for m in metrics])
+        scores = synth_scores(rng, P, G, step, cfg.grpo.steps)
+        totals = scores @ w
+        stats = health.group_stats(totals, scores, min_group_std=0.01)
+        sc = health.step_scalars(stats, scores, metrics, weights, cs, ct)
+        cs, ct = int(sc[N.CUM_GROUPS_SUBMITTED]), int(sc[N.CUM_GROUPS_TRAINABLE])
+        sc.update({N.MIN_GROUP_STD: 0.01, N.DIFFICULTY: 1, N.TIME_STEP: 0.5 + 0.01 * rng.random(),
+                   N.LOSS_POLICY: float(rng.normal()), N.LOSS_KL: 0.0, N.GRAD_NORM: float(rng.random()),
+                   N.COMPLETION_MEAN_LENGTH: 10.0, N.TIME_GENERATE: 0.3, N.TIME_TRAIN: 0.2})
+        groups = pd.DataFrame({"group": np.arange(P), "prompt_id": [f"p{step}-{g}" for g in range(P)],
+                               "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
+                               "trainable": stats.trainable, "phantom": stats.phantom})
+        rolls = None
+        if rollouts_last is None or step >= end - rollouts_last:
+            rolls = [(g, i, float(totals[g, i]), dict(zip(metrics, scores[g, i].tolist())), None, None)
+                     for g in range(P) for i in range(G)]
+        store.log_step(step, sc, groups, rolls, events)
+    return store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout: float, every: float = 0.25, what: str = "condition"):
+    deadline = time.time() + timeout
+    last_exc = None
+    while time.time() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # the thing we wait for may not exist yet
+            last_exc = e
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+# ---- the real trainer, once per session ------------------------------------------------------------
+TRAINED_STEPS = 12
+
+
+def trained_run(base: Path) -> tuple[Path, str]:
+    """(runs_dir, run_id) of a finished real trainer run, trained once per test session.
+
+    Cached under pytest's base temp dir: every test module that asks gets the same run."""
+    root = base / "trained-runs"
+    run_id = "trained"
+    db = root / run_id / "run.db"
+    done = root / run_id / ".done"
+    if done.exists():
+        return root, run_id
+    root.mkdir(parents=True, exist_ok=True)
+    cmd = [PY, "-m", "grpo_core", "train", "--run-id", run_id, "--runs-dir", str(root),
+           "--set", f"grpo.steps={TRAINED_STEPS}", "--set", "grpo.prompts_per_step=4",
+           "--set", "grpo.group_size=4", "--set", "log.progress=false"]
+    env = {**os.environ, "GRPO_RUNS_DIR": str(root)}
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0 or not db.exists():
+        raise RuntimeError(f"trainer failed ({out.returncode}): {out.stderr[-2000:]}")
+    done.write_text("ok")
+    return root, run_id
