@@ -41,6 +41,11 @@ def cmd_import(args):
     return cli_import(args)
 
 
+def cmd_serve(args):
+    from grpo_core.serve import cli_serve
+    return cli_serve(args)
+
+
 def cmd_status(args):
     from grpo_core.store import RunStore, display_status
     from grpo_core import names as N
@@ -144,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("runs", help="list runs")
     p.add_argument("--runs-dir")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("serve", help="the dashboard on 127.0.0.1 (starts the built-in demo run unless one is live)")
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--no-demo", action="store_true", help="do not start the demo run")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a knob of the demo run, e.g. --set grpo.steps=500")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("config", help="every config knob with its default and help")
     p.set_defaults(func=cmd_config)
