@@ -16,9 +16,11 @@ Before/after windows of a change applied at step s (`window` = W steps, default 
   before = logged steps t with  max(s - W, p) <= t < s     p = previous change's step
   after  = logged steps t with  s <= t < min(s + W, n)     n = next change's step
 Step s is the first step under the new setting (the trainer applies a request between
-steps and records the step it took effect at). A window never reaches across another
-change, so each difference is attributable to one change; run ends clip it naturally.
-Changes recorded at the same step share their windows.
+steps and records the step it takes effect at; a change event recorded at the last step
+under the old setting, as the auto curriculum writes it, is moved to the step where the
+logged setting changes). A window never reaches across another change, so each difference
+is attributable to one change; run ends clip it naturally. Changes at the same step share
+their windows.
 """
 from __future__ import annotations
 
@@ -93,7 +95,8 @@ def load_run(run) -> RunData:
         if own:
             store.close()
     config = meta.get("config") or {}
-    metrics = list(((config.get("reward") or {}).get("weights") or {}).keys())
+    metrics = list(meta.get("metric_names") or [])  # the trainer records its metrics in order
+    metrics += [m for m in ((config.get("reward") or {}).get("weights") or {}) if m not in metrics]
     for col in rollouts.columns:  # metrics scored but not in the config (custom, imported)
         if col not in ROLLOUT_FIXED_COLS and col not in metrics:
             metrics.append(col)
@@ -200,7 +203,8 @@ def steps_table(data: RunData, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
         df["ratio_rolling"] = rt / rs.where(rs > 0)  # pooled over the trailing window
     else:  # ratio only (imported): TRAINABLE_RATIO or 1 - frac_reward_zero_std, per step
         df["ratio"] = health.step_ratio_series(w).reindex(steps)
-        df["cum_ratio"] = df["ratio"].expanding().mean()
+        cum = _col(w, N.CUM_TRAINABLE_RATIO)  # an importer's cumulative ratio knows the step weights
+        df["cum_ratio"] = cum if cum is not None else df["ratio"].expanding().mean()
         df["ratio_rolling"] = df["ratio"].rolling(window, min_periods=1).mean()
     ph = _col(w, N.PHANTOM_GROUPS)
     if ph is not None:
@@ -434,6 +438,52 @@ LEDGER_COLS = ["step", "kind", "source", "change", "old", "new", "before", "afte
                "note"]
 
 
+SETTING_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(abs(float(a.get(k, np.nan)) - float(v)) < 1e-9 for k, v in b.items())
+    try:
+        return a is not None and b is not None and abs(float(a) - float(b)) < 1e-9
+    except (TypeError, ValueError):
+        return False
+
+
+def _resolve_changes(data: RunData, steps: pd.DataFrame) -> list[dict]:
+    """Each applied change with its old/new setting and the first step under it.
+
+    Requests are recorded at the step they take effect. A change recorded at the last step
+    under the old setting (the auto curriculum logs its event with the step just finished)
+    is moved to the next step when the logged setting shows that."""
+    state: dict = {}
+    out = []
+    logged = steps.index
+    for c in data.changes.dropna(subset=["step"]).itertuples():
+        s, kind, notes = int(c.step), c.kind, []
+        if kind not in state:
+            state[kind] = _initial_setting(data, kind)
+        before_step = int(logged[logged < s][-1]) if (logged < s).any() else None
+        old = _values_at(data, kind, before_step)
+        old = state[kind] if old is None else old
+        new = _requested(kind, c.request or {}, old)
+        at_s = _values_at(data, kind, s)
+        if kind == SET_WEIGHTS and at_s and _same(at_s, (c.request or {}).get("weights", {})):
+            new = at_s  # what the trainer actually used (metrics not named included)
+        nxt = int(logged[logged > s][0]) if (logged > s).any() else None
+        if kind in SETTING_KINDS and at_s is not None and not _same(at_s, new) and nxt is not None:
+            at_next = _values_at(data, kind, nxt)
+            if _same(at_next, new if kind != SET_WEIGHTS else (c.request or {}).get("weights", {})):
+                notes.append(f"recorded at step {s}; the logged setting changes at step {nxt}")
+                old, s = at_s, nxt
+                if kind == SET_WEIGHTS:
+                    new = at_next
+        if kind in SETTING_KINDS:
+            state[kind] = new
+        out.append({"step": s, "kind": kind, "source": c.source or "", "old": old, "new": new, "notes": notes})
+    return out
+
+
 def change_ledger(data: RunData, steps: pd.DataFrame | None = None, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
     """One row per applied change (store.changes()), windows as in the module docstring.
 
@@ -442,40 +492,26 @@ def change_ledger(data: RunData, steps: pd.DataFrame | None = None, window: int 
     reward must also not fall when the before-window is re-scored under the new weights."""
     if window < 1:
         raise ConfigError(f"window must be >= 1 step, got {window}")
-    ch = data.changes
-    if ch is None or ch.empty:
+    if data.changes is None or data.changes.empty:
         return pd.DataFrame(columns=LEDGER_COLS)
     steps = steps_table(data, window) if steps is None else steps
-    ch = ch.dropna(subset=["step"]).reset_index(drop=True)
-    change_steps = sorted(set(int(s) for s in ch["step"]))
-    last_step = int(steps.index[-1]) + 1 if len(steps) else 0
-    state: dict = {}
+    changes = _resolve_changes(data, steps)
+    change_steps = sorted(set(c["step"] for c in changes))
+    end = int(steps.index[-1]) + 1 if len(steps) else 0
     rows = []
-    for c in ch.itertuples():
-        s, kind = int(c.step), c.kind
+    for c in changes:
+        s, kind, old, new, notes = c["step"], c["kind"], c["old"], c["new"], list(c["notes"])
         prev = max([x for x in change_steps if x < s], default=None)
         nxt = min([x for x in change_steps if x > s], default=None)
         lo = max(s - window, prev) if prev is not None else s - window
-        hi = min(s + window, nxt) if nxt is not None else min(s + window, last_step)
+        hi = min(s + window, nxt) if nxt is not None else min(s + window, end)
         b, a = _window_stats(steps, lo, s), _window_stats(steps, s, hi)
-        if kind not in state:
-            state[kind] = _initial_setting(data, kind)
-        before_step = int(steps.index[steps.index < s][-1]) if (steps.index < s).any() else None
-        old = _values_at(data, kind, before_step)
-        old = state[kind] if old is None else old
-        new = _requested(kind, c.request or {}, old)
-        logged_new = _values_at(data, kind, s)
-        if kind == SET_WEIGHTS and logged_new and all(abs(logged_new.get(k, np.nan) - v) < 1e-9
-                                                      for k, v in (c.request or {}).get("weights", {}).items()):
-            new = logged_new  # what the trainer actually used (metrics not named included)
-        if kind in (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY):
-            state[kind] = new
         same_w = np.nan
         if kind == SET_WEIGHTS and b["n"] and a["n"]:
             same_w = a["reward"] - _reward_under(data, new, lo, s)
-        notes = []
-        if (ch["step"] == s).sum() > 1:
-            notes.append(f"{int((ch['step'] == s).sum())} changes at this step share their windows")
+        n_here = sum(x["step"] == s for x in changes)
+        if n_here > 1:
+            notes.append(f"{n_here} changes at this step share their windows")
         if not b["n"]:
             notes.append("no steps before the change")
         if not a["n"]:
@@ -484,7 +520,7 @@ def change_ledger(data: RunData, steps: pd.DataFrame | None = None, window: int 
         reuse = bool(kind not in LIFECYCLE_KINDS and b["n"] and a["n"] and np.isfinite(ratio_d) and ratio_d > 0
                      and np.isfinite(rew_d) and rew_d >= 0 and not (np.isfinite(same_w) and same_w < 0))
         rows.append({
-            "step": s, "kind": kind, "source": c.source or "", "change": _change_text(kind, old, new),
+            "step": s, "kind": kind, "source": c["source"], "change": _change_text(kind, old, new),
             "old": old, "new": new, "before": _span(b), "after": _span(a), "n_before": b["n"], "n_after": a["n"],
             "ratio_before": b["ratio"], "ratio_after": a["ratio"], "ratio_diff": ratio_d,
             "reward_before": b["reward"], "reward_after": a["reward"], "reward_diff": rew_d,

@@ -42,11 +42,17 @@ def make_run(run_id: str, *, steps: int, weights: dict, scores, changes=(), min_
         setattr(getattr(cfg, sec), k, value)
     store = RunStore.create(run_id, cfg.to_dict())
     store.set_status("running", pid=os.getpid())
-    metrics, w, thr = list(weights), dict(weights), min_group_std
+    metrics, w, thr, level = list(weights), dict(weights), min_group_std, cfg.task.level
     cum_s = cum_t = 0
     for step in range(steps):
+        events = []
         for at, kind, payload, source in changes:
-            if at == step:
+            if at + 1 == step and source == "curriculum":  # logged with the step before, in force now
+                level = payload["level"]
+        for at, kind, payload, source in changes:
+            if at == step and source == "curriculum":  # as the trainer's auto curriculum writes it
+                events.append(("change", {"kind": kind, "request": payload, "source": source, "message": ""}))
+            elif at == step:
                 store.request(kind, payload, source=source)
                 (claimed,) = store.claim_pending()
                 store.resolve_request(claimed["id"], True, step)
@@ -54,13 +60,15 @@ def make_run(run_id: str, *, steps: int, weights: dict, scores, changes=(), min_
                     w = {**w, **payload["weights"]}
                 if kind == "set_threshold":
                     thr = payload["min_group_std"]
+                if kind == "set_difficulty":
+                    level = payload["level"]
         raw = np.array([[[scores(step, g, i)[m] for m in metrics] for i in range(group_size)]
                         for g in range(groups)], dtype=float)  # [P, G, K]
         totals = raw @ np.array([w[m] for m in metrics])
         stats = health.group_stats(totals, raw, min_group_std=thr,
                                    outcome_index=metrics.index(outcome) if outcome else None)
         sc = health.step_scalars(stats, raw, metrics, w, cum_s, cum_t)
-        sc[N.MIN_GROUP_STD] = thr
+        sc[N.MIN_GROUP_STD], sc[N.DIFFICULTY] = thr, level
         sc[N.TIME_STEP] = 0.5
         cum_s, cum_t = int(sc[N.CUM_GROUPS_SUBMITTED]), int(sc[N.CUM_GROUPS_TRAINABLE])
         gdf = pd.DataFrame({"group": range(groups), "prompt_id": [f"p{step}-{g}" for g in range(groups)],
@@ -68,7 +76,7 @@ def make_run(run_id: str, *, steps: int, weights: dict, scores, changes=(), min_
                             "trainable": stats.trainable, "phantom": stats.phantom})
         rolls = [(g, i, totals[g, i], dict(zip(metrics, raw[g, i])), f"answer s{step} g{g} i{i}" if texts else None,
                   None) for g in range(groups) for i in range(group_size)]
-        store.log_step(step, sc, gdf, rolls)
+        store.log_step(step, sc, gdf, rolls, events)
     if status != "running":
         store.set_status(status, error=error)
     store.close()
@@ -181,6 +189,16 @@ def test_windows_clip_at_neighbouring_changes_and_run_end():
     assert not bool(thr["reuse"])
     assert not bool(led.iloc[2]["reuse"])  # a pause is never a reuse, whatever the numbers
     assert led.iloc[3]["change"] == "level 1→2"
+
+
+def test_curriculum_change_recorded_a_step_early_is_placed_where_it_took_effect():
+    # the auto curriculum logs its change event with the step just finished (29); level 2 from step 30
+    changes = [(29, "set_difficulty", {"level": 2}, "curriculum")]
+    run = make_run("cur", steps=50, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=changes)
+    row = R.build_report(run).ledger.iloc[0]
+    assert (row["step"], row["source"], row["change"]) == (30, "curriculum", "level 1→2")
+    assert (row["before"], row["after"]) == ("10–29", "30–49")
+    assert row["note"] == "recorded at step 29; the logged setting changes at step 30"
 
 
 def test_ledger_rejects_bad_window():
