@@ -1,0 +1,339 @@
+"""Watch a TRL GRPOTrainer run with the same store, health metrics and live weights as
+the embedded trainer: the way to use GRPO Health at scale (accelerate, DeepSpeed, many GPUs).
+
+    trainer = GRPOTrainer(model=..., reward_funcs=[f1, f2], args=GRPOConfig(...), train_dataset=ds)
+    GRPOHealthCallback.attach(trainer, run_id="my-run")
+    trainer.train()
+
+Where it hooks, and why there (TRL 1.16, trl/trainer/grpo_trainer.py):
+- Scores: `GRPOTrainer._calculate_rewards` returns `rewards_per_func` [N, K] *gathered
+  across processes* (it ends with `gather(rewards_per_func)`), in the order TRL itself
+  groups by (`rewards.view(-1, num_generations)` in `_generate_and_score_completions`).
+  We wrap that method on the instance: every process calls it, so our extra
+  `gather_object` of prompt ids and texts is collective too, and rank 0 sees each
+  completion exactly once with its group. A wrapper around the reward functions would
+  see only its own process's slice and only one function's scores.
+- Weights: TRL reads `trainer.reward_weights` (a [K] tensor) each time it scores. Rank 0
+  claims weight requests from the store at `on_step_begin`, before that step generates,
+  and broadcasts the decision so that every process applies the same weights.
+- Only rank 0 touches the store; a heartbeat thread keeps a slow step from looking stale.
+
+"Trainable" here defaults to TRL's own rule (a group trains iff its rewards are not all
+equal: min_group_std = 0), so the store's trainable ratio equals 1 - TRL's logged
+frac_reward_zero_std at every step; pass min_group_std > 0 for the stricter product rule.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import math
+import os
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import TrainerCallback
+
+from grpo_core import health, names as N
+from grpo_core.config import ConfigError, HealthConfig
+from grpo_core.control import validate_request
+from grpo_core.integrations.importers import is_trl_summary, map_trl_entry, ImportReport
+from grpo_core.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSE, PAUSED, RESUME,
+                             RUNNING, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, STOP, RunStore, new_run_id,
+                             runs_dir)
+
+HEARTBEAT_S = 2.0
+PAUSE_POLL_S = 0.5
+
+
+def _text(x) -> str:
+    """A TRL prompt/completion (string, or a conversation: list of messages) -> text."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, list) and x and isinstance(x[-1], dict) and "content" in x[-1]:
+        return "\n".join(str(m.get("content", "")) for m in x)
+    return json.dumps(x, default=str)
+
+
+def _prompt_id(example: dict, prompt) -> str:
+    for key in ("prompt_id", "id"):
+        if key in example:
+            return str(example[key])
+    return hashlib.sha1(_text(prompt).encode()).hexdigest()[:12]
+
+
+class GRPOHealthCallback(TrainerCallback):
+    def __init__(self, trainer, run_id: str | None = None, root=None, *, min_group_std: float = 0.0,
+                 outcome_metric: str | None = None, keep_text: str = "all", text_sample_groups: int = 2,
+                 health_config: HealthConfig | None = None, config: dict | None = None):
+        if not hasattr(trainer, "_calculate_rewards") or not hasattr(trainer, "reward_weights"):
+            raise ConfigError("GRPOHealthCallback needs a TRL GRPOTrainer (with _calculate_rewards and "
+                              f"reward_weights), got {type(trainer).__name__}")
+        if keep_text not in ("all", "sample"):
+            raise ConfigError(f"keep_text must be 'all' or 'sample', got {keep_text!r}")
+        self.trainer = trainer
+        self.names = list(trainer.reward_func_names)
+        if outcome_metric and outcome_metric not in self.names:
+            raise ConfigError(f"outcome_metric {outcome_metric!r} is not a reward function "
+                              f"({', '.join(self.names)})")
+        self.min_group_std = float(min_group_std)
+        self.outcome_index = self.names.index(outcome_metric) if outcome_metric else None
+        self.keep_text, self.text_sample_groups = keep_text, text_sample_groups
+        self.health_cfg = health_config or HealthConfig()
+        self.extra_config = config or {}
+        self.run_id = run_id or new_run_id("trl")
+        self.root = runs_dir(root)
+        self.main = trainer.accelerator.is_main_process
+        self.store: RunStore | None = None
+        self._pending: list[tuple] = []  # scored generation batches since the last step end
+        self._cum = [0, 0]  # cumulative submitted, trainable groups
+        self._alert_kinds: set[str] = set()
+        self._stop_beat = threading.Event()
+        self._wrap_rewards()
+        self._wrap_train()
+
+    @classmethod
+    def attach(cls, trainer, run_id: str | None = None, root=None, **kw) -> "GRPOHealthCallback":
+        """Create the callback for `trainer` and add it; returns it (its run id: `.run_id`)."""
+        cb = cls(trainer, run_id, root, **kw)
+        trainer.add_callback(cb)
+        return cb
+
+    # ---- scores: the one place TRL has them from every process, in group order ------------------
+    def _wrap_rewards(self):
+        trainer, orig = self.trainer, self.trainer._calculate_rewards
+
+        def calculate_rewards(inputs, prompts, completions, completion_ids_list):
+            scores = orig(inputs, prompts, completions, completion_ids_list)  # [N_all, K], gathered
+            if trainer.model.training:  # evaluation batches are not training steps
+                self._record(scores, inputs, prompts, completions)
+            return scores
+
+        trainer._calculate_rewards = calculate_rewards
+
+    def _record(self, scores: torch.Tensor, inputs, prompts, completions):
+        from accelerate.utils import gather_object
+
+        local = [(_prompt_id(ex, p), _text(c)) for ex, p, c in zip(inputs, prompts, completions)]
+        rows = gather_object(local) if self.trainer.accelerator.num_processes > 1 else local
+        if not self.main:
+            return
+        if len(rows) != scores.shape[0]:  # would mean TRL changed how it gathers: refuse to mislabel
+            raise RuntimeError(f"GRPO health: {scores.shape[0]} gathered scores but {len(rows)} completions")
+        weights = self.trainer.reward_weights.detach().float().cpu().numpy().astype(np.float64)
+        self._pending.append((scores.detach().float().cpu().numpy().astype(np.float64), rows, weights))
+
+    def _wrap_train(self):
+        """A training error is recorded as the run's failure (else the run would show 'running')."""
+        trainer, orig = self.trainer, self.trainer.train
+
+        def train(*args, **kwargs):
+            try:
+                return orig(*args, **kwargs)
+            except BaseException as e:
+                self._fail(f"{type(e).__name__}: {e}"[:500])
+                raise
+
+        trainer.train = train
+
+    def _fail(self, error: str):
+        self._stop_beat.set()
+        if self.store is not None and self.store.get_meta().get("status") in (RUNNING, PAUSED):
+            self.store.add_event(EV_LIFECYCLE, {"event": FAILED, "error": error})
+            self.store.set_status(FAILED, error=error)
+            self.store.reject_open_requests("the run failed")
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kw):
+        if not self.main:
+            return
+        t = self.trainer
+        weights = dict(zip(self.names, map(float, t.reward_weights.tolist())))
+        g = t.num_generations
+        config = {
+            "source": "trl",
+            "model": {"path": getattr(getattr(t.model, "config", None), "_name_or_path", "")},
+            "reward": {"weights": weights, "outcome_metric": self.names[self.outcome_index]
+                       if self.outcome_index is not None else ""},
+            "grpo": {"steps": state.max_steps, "group_size": g,
+                     "prompts_per_step": args.generation_batch_size // g,  # groups per generation batch
+                     "min_group_std": self.min_group_std, "beta": args.beta, "lr": args.learning_rate,
+                     "temperature": args.temperature, "max_new_tokens": args.max_completion_length,
+                     "loss_type": str(args.loss_type), "scale": str(args.scale_rewards)},
+            "health": vars(self.health_cfg),
+            "trl": {"num_processes": t.accelerator.num_processes, "steps_per_generation": args.steps_per_generation,
+                    "num_iterations": args.num_iterations,
+                    "multi_objective_aggregation": str(getattr(args, "multi_objective_aggregation", "")),
+                    "output_dir": args.output_dir},
+            **self.extra_config,
+        }
+        self.store = RunStore.create(self.run_id, config, root=self.root, kind="trl", exist_ok=True)
+        self.store.set_status(RUNNING, pid=os.getpid(), host=os.uname().nodename, source="trl", started=time.time())
+        notes = []
+        if str(args.scale_rewards) == "batch" or str(getattr(args, "multi_objective_aggregation", "")) == \
+                "normalize_then_sum":
+            notes.append("TRL's frac_reward_zero_std measures the whole batch under this setting; the store's "
+                         "trainable ratio is computed per group")
+        self.store.add_event(EV_LIFECYCLE, {"event": "started", "source": "trl", "notes": notes}, step=state.global_step)
+        threading.Thread(target=self._beat, daemon=True, name="grpo-health-heartbeat").start()
+        atexit.register(self._on_exit)
+
+    def _beat(self):
+        with RunStore.open(self.store.path) as s:  # one connection per thread
+            while not self._stop_beat.wait(HEARTBEAT_S):
+                s.heartbeat()
+
+    def _on_exit(self):
+        """The process ends without on_train_end (killed, or train() never returned)."""
+        self._fail("the TRL process exited before training ended (see its log)")
+
+    def on_train_end(self, args, state, control, **kw):
+        if not self.main or self.store is None:
+            return
+        self._stop_beat.set()
+        self.store.reject_open_requests("the run finished before applying this request")
+        status = FINISHED
+        self.store.add_event(EV_LIFECYCLE, {"event": status, "step": state.global_step}, step=state.global_step)
+        self.store.set_status(status)
+
+    # ---- control: claimed on rank 0, decided once, applied on every rank -----------------------------
+    def on_step_begin(self, args, state, control, **kw):
+        decision = self._claim(state.global_step + 1) if self.main else None
+        if self.trainer.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+            box = [decision]
+            broadcast_object_list(box, from_process=0)
+            decision = box[0]
+        if not decision:
+            return
+        if decision.get("weights") is not None:
+            with torch.no_grad():
+                self.trainer.reward_weights.copy_(torch.tensor(decision["weights"], dtype=torch.float32))
+        if decision.get("min_group_std") is not None:
+            self.min_group_std = decision["min_group_std"]
+        if decision.get("stop"):
+            control.should_training_stop = True
+        if decision.get("save"):
+            control.should_save = True
+
+    def _claim(self, step: int) -> dict:
+        """Apply every pending request in order; pause blocks here until resume/stop."""
+        decision: dict = {}
+        requests = self.store.claim_pending()
+        while requests:
+            req = requests.pop(0)
+            kind, rid = req["kind"], req["id"]
+            try:
+                payload = validate_request(kind, req["payload"], self.names)
+            except ConfigError as e:
+                self.store.resolve_request(rid, False, step, str(e))
+                continue
+            if kind == SET_WEIGHTS:
+                w = payload["weights"]
+                decision["weights"] = [w.get(n, 0.0) for n in self.names]  # unnamed metrics: 0, as CompositeReward
+                self.store.resolve_request(rid, True, step, f"reward_weights {dict(zip(self.names, decision['weights']))} "
+                                                            f"applied at step {step}")
+            elif kind == SET_THRESHOLD:
+                decision["min_group_std"] = payload["min_group_std"]
+                self.store.resolve_request(rid, True, step, f"min_group_std {payload['min_group_std']} from step {step}")
+            elif kind == STOP:
+                decision["stop"] = True
+                self.store.resolve_request(rid, True, step, f"stopping before step {step}")
+            elif kind == CHECKPOINT:
+                decision["save"] = True
+                self.store.resolve_request(rid, True, step, "TRL saves a checkpoint at the end of this step")
+            elif kind == PAUSE:
+                self.store.resolve_request(rid, True, step, f"paused before step {step}")
+                more = self._wait_while_paused(step)
+                if more is None:
+                    decision["stop"] = True
+                requests += more or []
+            elif kind == RESUME:
+                self.store.resolve_request(rid, False, step, "the run is not paused")
+            elif kind == SET_DIFFICULTY:
+                self.store.resolve_request(rid, False, step, "a TRL run trains on a fixed dataset: difficulty "
+                                                             "requests apply to the built-in trainer only")
+            else:
+                self.store.resolve_request(rid, False, step, f"{kind} is not supported for TRL runs")
+        return decision
+
+    def _wait_while_paused(self, step: int) -> list | None:
+        """Block (rank 0; other ranks wait in the broadcast) until resume; None on stop."""
+        self.store.set_status(PAUSED)
+        while True:
+            time.sleep(PAUSE_POLL_S)
+            later = []
+            for req in self.store.claim_pending():
+                if req["kind"] == STOP:
+                    self.store.resolve_request(req["id"], True, step, f"stopped while paused before step {step}")
+                    self.store.set_status(RUNNING)
+                    for r in later:
+                        self.store.resolve_request(r["id"], False, step, "the run was stopped")
+                    return None
+                if req["kind"] == RESUME:
+                    self.store.resolve_request(req["id"], True, step, f"resumed before step {step}")
+                    self.store.set_status(RUNNING)
+                    return later
+                later.append(req)  # applied in order once resumed
+
+    # ---- one step: groups, rollouts, health scalars ------------------------------------------------------
+    def on_step_end(self, args, state, control, **kw):
+        if not self.main or not self._pending:
+            return
+        batches, self._pending = self._pending, []
+        g = self.trainer.num_generations
+        scores = np.concatenate([b[0] for b in batches])
+        rows = [r for b in batches for r in b[1]]
+        weights = batches[-1][2]
+        if scores.shape[0] % g:
+            raise RuntimeError(f"GRPO health: {scores.shape[0]} completions is not a multiple of "
+                               f"num_generations={g}")
+        errors = [None if np.isfinite(s).all() else ", ".join(
+            f"{n}: returned None" for n, v in zip(self.names, s) if not np.isfinite(v)) for s in scores]
+        clean = np.nan_to_num(scores, nan=0.0)  # TRL sums with nansum: a None score adds nothing
+        totals = clean @ weights
+        p = scores.shape[0] // g
+        stats = health.group_stats(totals.reshape(p, g), clean.reshape(p, g, -1), min_group_std=self.min_group_std,
+                                   outcome_index=self.outcome_index, uniform_std=self.health_cfg.uniform_std)
+        wdict = dict(zip(self.names, map(float, weights)))
+        scalars = health.step_scalars(stats, clean.reshape(p, g, -1), self.names, wdict, *self._cum)
+        self._cum = [int(scalars[N.CUM_GROUPS_SUBMITTED]), int(scalars[N.CUM_GROUPS_TRAINABLE])]
+        scalars[N.MIN_GROUP_STD] = self.min_group_std
+        scalars[N.SCORING_ERRORS] = sum(e is not None for e in errors)
+        groups = pd.DataFrame({"group": np.arange(p), "prompt_id": [rows[i * g][0] for i in range(p)],
+                               "size": g, "reward_mean": stats.mean, "reward_std": stats.std,
+                               "trainable": stats.trainable, "phantom": stats.phantom})
+        keep = set(range(p)) if self.keep_text == "all" else set(range(min(p, self.text_sample_groups)))
+        rollouts = [(i // g, i % g, float(totals[i]),
+                     {n: (None if not math.isfinite(v) else float(v)) for n, v in zip(self.names, scores[i])},
+                     rows[i][1] if i // g in keep else None, errors[i]) for i in range(len(rows))]
+        events = self._alerts(state.global_step, scalars)
+        self.store.log_step(state.global_step, scalars, groups, rollouts, events)
+
+    def _alerts(self, step: int, scalars: dict) -> list[tuple[str, dict]]:
+        """New health alerts (a kind not already raised at the previous step) as events."""
+        if not hasattr(health, "alerts"):
+            return []
+        wide = self.store.scalars_wide(since_step=step - self.health_cfg.trend_window - 1)
+        row = pd.DataFrame([scalars], index=pd.Index([step], name="step"))
+        wide = pd.concat([wide[wide.index != step], row]).sort_index()
+        found = health.alerts(wide, self.health_cfg)
+        kinds = {a.kind for a in found}
+        new = [(EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
+               for a in found if a.kind not in self._alert_kinds]
+        self._alert_kinds = kinds
+        return new
+
+    # ---- TRL's own numbers: kept beside ours (trl/...), loss and timing under our names --------------------
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not self.main or self.store is None or not logs:
+            return
+        if is_trl_summary(logs):
+            self.store.set_meta(summary={k: v for k, v in logs.items() if isinstance(v, (int, float, str))})
+            return
+        scalars = map_trl_entry(logs, ImportReport("trl", "live"), live=True)
+        if scalars:
+            self.store.log_step(state.global_step, scalars)

@@ -1,0 +1,259 @@
+"""TRL at scale: a real TRL GRPOTrainer (CPU, no vLLM, a tiny Llama built here) with
+GRPOHealthCallback writes the same store as our trainer, agrees with TRL's own logged
+numbers step by step, applies weight requests to TRL's reward_weights mid-run, and does
+so across two processes (accelerate launch). Its trainer_state.json and W&B run import
+back with the right ratio per step."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+FNS = ["has_e", "length"]
+W0 = [1.0, 1.0]
+W1 = {"has_e": 1.0, "length": 0.0}  # sent after step 3: from step 4 the total is has_e alone
+
+
+def build_tiny_model(path: Path) -> Path:
+    """A char-level tokenizer and a 1-layer Llama, saved like any hub model."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>"])}
+    for c in "abcdefghijklmnopqrstuvwxyz0123456789 .,:?!":
+        vocab[c] = len(vocab)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per char
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                  unk_token="<unk>")
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+# The reward functions and the run, as text: the two-process test runs the same code
+# under `accelerate launch`.
+RUN_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    from grpo_core import control
+    from grpo_core.integrations.trl import GRPOHealthCallback
+
+    def has_e(completions, **kw):  # binary: often the same for a whole group
+        return [float("e" in c) for c in completions]
+
+    def length(completions, **kw):  # continuous, but most completions hit the length cap
+        return [len(c) / 8 for c in completions]
+
+    def run(model_dir, runs, out, run_id, per_device, steps, send_at, weights, report_to="none"):
+        ds = Dataset.from_list([{"prompt": f"q{i}:", "prompt_id": f"p{i}"} for i in range(256)])
+        args = GRPOConfig(output_dir=os.path.join(out, "trl"), per_device_train_batch_size=per_device,
+                          num_generations=4, max_completion_length=8, max_steps=steps, logging_steps=1,
+                          report_to=report_to, use_cpu=True, save_strategy="no", seed=0, learning_rate=1e-3,
+                          reward_weights=[1.0, 1.0], disable_tqdm=True, dataloader_num_workers=0)
+        trainer = GRPOTrainer(model=model_dir, reward_funcs=[has_e, length], args=args, train_dataset=ds,
+                              processing_class=AutoTokenizer.from_pretrained(model_dir))
+        cb = GRPOHealthCallback.attach(trainer, run_id=run_id, root=runs)
+
+        class SendWeights(TrainerCallback):  # what the dashboard does mid-run
+            def on_step_end(self, args, state, ctl, **kw):
+                if state.global_step == send_at and trainer.accelerator.is_main_process:
+                    control.send(os.path.join(runs, run_id), "set_weights", {"weights": weights}, source="test")
+
+        trainer.add_callback(SendWeights())
+        trainer.train()
+        rank = trainer.accelerator.process_index
+        trainer.state.save_to_json(os.path.join(out, f"trainer_state_rank{rank}.json"))
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "pid": os.getpid(), "weights": trainer.reward_weights.tolist(),
+                       "num_processes": trainer.accelerator.num_processes}, f)
+        return trainer, cb
+
+    if __name__ == "__main__":
+        model_dir, runs, out, run_id = sys.argv[1:5]
+        run(model_dir, runs, out, run_id, per_device=6, steps=4, send_at=2, weights=json.loads(sys.argv[5]))
+''')
+
+
+def _logged(history: list[dict]) -> dict[int, dict]:
+    """TRL's per-step training logs (the final summary entry left out)."""
+    return {e["step"]: e for e in history if "frac_reward_zero_std" in e}
+
+
+@pytest.fixture(scope="module")
+def trl_run(tmp_path_factory):
+    """One real single-process TRL run with the callback, W&B offline through TRL's own
+    report_to, a weight request sent after step 3."""
+    tmp = tmp_path_factory.mktemp("trl")
+    model_dir = build_tiny_model(tmp / "model")
+    script = tmp / "run_trl.py"
+    script.write_text(RUN_SCRIPT)
+    sys.path.insert(0, str(tmp))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WANDB_MODE", "offline")
+    mp.setenv("WANDB_SILENT", "true")
+    mp.setenv("WANDB_DIR", str(tmp))
+    mp.setenv("WANDB_PROJECT", "grpo-health-test")
+    mp.setenv("GRPO_RUNS_DIR", str(tmp / "runs"))
+    try:
+        import run_trl
+        trainer, cb = run_trl.run(str(model_dir), str(tmp / "runs"), str(tmp), "trl-run", per_device=12, steps=6,
+                                  send_at=3, weights=W1, report_to="wandb")
+        import wandb
+        wandb.finish()  # transformers' WandbCallback leaves the run open until the process exits
+    finally:
+        mp.undo()
+        sys.path.remove(str(tmp))
+    from grpo_core.store import RunStore
+    store = RunStore.open(tmp / "runs" / "trl-run", readonly=True)
+    yield {"tmp": tmp, "store": store, "history": trainer.state.log_history, "trainer": trainer, "cb": cb,
+           "model_dir": model_dir}
+    store.close()
+
+
+def test_store_ratio_equals_one_minus_trl_frac_every_step(trl_run):
+    s, logged = trl_run["store"], _logged(trl_run["history"])
+    wide = s.scalars_wide()
+    assert sorted(logged) == list(range(1, 7)) == wide.index.tolist()
+    fracs = [logged[k]["frac_reward_zero_std"] for k in range(1, 7)]
+    assert 0 < np.mean(fracs) < 1, f"the run should mix trainable and untrainable groups, got {fracs}"
+    for step, e in logged.items():
+        assert wide.loc[step, "health/trainable_ratio"] == pytest.approx(1 - e["frac_reward_zero_std"], abs=1e-6)
+        assert wide.loc[step, "frac_reward_zero_std"] == pytest.approx(e["frac_reward_zero_std"], abs=1e-6)
+        assert wide.loc[step, "trl/frac_reward_zero_std"] == pytest.approx(e["frac_reward_zero_std"], abs=1e-6)
+        assert wide.loc[step, "data/step_num_groups_submitted"] == 3
+    assert s.get_meta()["status"] == "finished"
+    assert wide["data/cum/num_groups_submitted"].iloc[-1] == 18
+
+
+def test_groups_and_rollouts_hold_every_completion_with_its_scores(trl_run):
+    s, logged = trl_run["store"], _logged(trl_run["history"])
+    groups, rollouts = s.groups(), s.rollouts()
+    assert len(groups) == 6 * 3 and len(rollouts) == 6 * 12
+    assert (rollouts.groupby(["step", "group"]).size() == 4).all()
+    for step, e in logged.items():
+        r = rollouts[rollouts["step"] == step]
+        for fn in FNS:  # TRL's own mean of each function = the mean of the scores we stored
+            assert r[fn].mean() == pytest.approx(e[f"rewards/{fn}/mean"], abs=1e-6)
+        assert r["total"].mean() == pytest.approx(e["reward"], abs=1e-6)
+        g = groups[groups["step"] == step]
+        assert g["prompt_id"].nunique() == 3  # three prompts, one group each
+        std = r.groupby("group")["total"].std(ddof=0).to_numpy()
+        np.testing.assert_allclose(g["reward_std"].to_numpy(), std, atol=1e-9)
+    assert rollouts["completion"].notna().all()
+
+
+def test_weight_request_changes_trl_reward_weights_and_logged_rewards(trl_run):
+    s, logged, trainer = trl_run["store"], _logged(trl_run["history"]), trl_run["trainer"]
+    assert trainer.reward_weights.tolist() == [W1[f] for f in FNS]
+    changes = s.changes()
+    assert len(changes) == 1 and changes["step"].iloc[0] == 4 and changes["request"].iloc[0]["weights"] == W1
+    assert s.control()["status"].tolist() == ["applied"]
+    wide = s.scalars_wide()
+    for step, e in logged.items():
+        w = W0 if step < 4 else [W1[f] for f in FNS]
+        # TRL's logged reward is computed with the weights in force: the old ones, then the new
+        assert e["reward"] == pytest.approx(sum(wk * e[f"rewards/{f}/mean"] for wk, f in zip(w, FNS)), abs=1e-5)
+        assert [wide.loc[step, f"reward/{f}/weight"] for f in FNS] == w
+    late = [e for k, e in logged.items() if k >= 4]
+    assert any(abs(e["reward"] - e["rewards/has_e/mean"] - e["rewards/length/mean"]) > 1e-3 for e in late), \
+        "the weight change must visibly change TRL's logged reward"
+
+
+def test_trainer_state_json_imports_with_right_ratio(trl_run, tmp_path):
+    from grpo_core.integrations.importers import import_path
+    from grpo_core.store import RunStore
+    path = trl_run["tmp"] / "trainer_state_rank0.json"
+    rid = import_path("trl", path, root=tmp_path, groups_per_step=3)
+    with RunStore.open(tmp_path / rid, readonly=True) as s:
+        wide, meta = s.scalars_wide(), s.get_meta()
+        live = trl_run["store"].scalars_wide()
+    assert wide.index.tolist() == list(range(1, 7))
+    np.testing.assert_allclose(wide["health/trainable_ratio"], live["health/trainable_ratio"], atol=1e-5)
+    np.testing.assert_allclose(wide["data/step_num_groups_trainable"], live["data/step_num_groups_trainable"], atol=1e-5)
+    np.testing.assert_allclose(wide["data/cum/num_groups_trainable"], live["data/cum/num_groups_trainable"], atol=1e-5)
+    assert any(k.startswith("summary entry") for k in meta["import_report"]["skipped"])
+    assert meta["lacks"] == ["groups", "rollouts"] and meta["summary"]["train_runtime"] > 0
+
+
+def test_trl_wandb_run_imports_with_right_ratio(trl_run, tmp_path):
+    """TRL's own W&B logging (transformers' WandbCallback, offline) read back from run-*.wandb."""
+    from grpo_core.integrations.importers import import_path
+    from grpo_core.store import RunStore
+    files = list((trl_run["tmp"] / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    rid = import_path("wandb", files[0], root=tmp_path)
+    with RunStore.open(tmp_path / rid, readonly=True) as s:
+        wide, meta = s.scalars_wide(), s.get_meta()
+    logged = _logged(trl_run["history"])
+    assert meta["config"]["wandb"]["style"] == "trl"
+    # TRL's profiling timers are logged before global_step moves on: step 0 has only those
+    assert wide["health/trainable_ratio"].dropna().index.tolist() == sorted(logged)
+    for step, e in logged.items():
+        assert wide.loc[step, "health/trainable_ratio"] == pytest.approx(1 - e["frac_reward_zero_std"], abs=1e-6)
+        assert wide.loc[step, "train/reward"] == pytest.approx(e["reward"], abs=1e-6)
+        assert wide.loc[step, "trl/reward_std"] == pytest.approx(e["reward_std"], abs=1e-6)
+    assert "train/reward_std" not in wide  # TRL's batch std is not our within-group std
+
+
+def _free_port() -> int:
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def test_two_processes_one_store_groups_cover_both(tmp_path):
+    """Two processes on CPU (gloo): 6 completions per process, groups of 4, so the middle
+    group of every step spans both processes."""
+    model_dir = build_tiny_model(tmp_path / "model")
+    (tmp_path / "run_trl.py").write_text(RUN_SCRIPT)
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "GRPO_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "ACCELERATE_USE_CPU": "true"}
+    # torchrun, which accelerate's multi-GPU launcher wraps: `accelerate launch --cpu
+    # --num_processes 2` starts ONE process unless given an mpirun hostfile (accelerate 1.15,
+    # commands/launch.py: launch_command -> simple_launcher). Accelerate sees the torchrun
+    # environment and runs MULTI_CPU over gloo.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(tmp_path / "run_trl.py"),
+           str(model_dir), str(runs), str(tmp_path), "ddp", json.dumps(W1)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["num_processes"] for r in ranks] == [2, 2]
+    assert all(r["weights"] == [W1[f] for f in FNS] for r in ranks), "both processes must apply the request"
+    from grpo_core.store import RunStore, list_runs
+    assert list_runs(runs)["run_id"].tolist() == ["ddp"]  # one store
+    history = json.loads((tmp_path / "trainer_state_rank0.json").read_text())["log_history"]
+    logged = _logged(history)
+    with RunStore.open(runs / "ddp", readonly=True) as s:
+        meta, wide, groups, rollouts = s.get_meta(), s.scalars_wide(), s.groups(), s.rollouts()
+        changes = s.changes()
+    assert meta["pid"] == ranks[0]["pid"] and meta["status"] == "finished"
+    assert sorted(logged) == wide.index.tolist() == [1, 2, 3, 4]
+    assert (groups.groupby("step").size() == 3).all() and (rollouts.groupby("step").size() == 12).all()
+    assert (groups.groupby("step")["prompt_id"].nunique() == 3).all()  # no prompt counted twice
+    assert changes["step"].tolist() == [3]
+    for step, e in logged.items():  # TRL's numbers over both processes = ours
+        assert wide.loc[step, "health/trainable_ratio"] == pytest.approx(1 - e["frac_reward_zero_std"], abs=1e-6)
+        r = rollouts[rollouts["step"] == step]
+        for fn in FNS:
+            assert r[fn].mean() == pytest.approx(e[f"rewards/{fn}/mean"], abs=1e-6)
