@@ -116,8 +116,14 @@ def trl_run(tmp_path_factory):
         import run_trl
         trainer, cb = run_trl.run(str(model_dir), str(tmp / "runs"), str(tmp), "trl-run", per_device=12, steps=6,
                                   send_at=3, weights=W1, report_to="wandb")
+        import time
         import wandb
+        from grpo_core.integrations.importers import wandb_file_finished
+        sync_file = wandb.run.settings.sync_file
         wandb.finish()  # transformers' WandbCallback leaves the run open until the process exits
+        deadline = time.monotonic() + 10  # wandb-core writes the file's end just after finish()
+        while not wandb_file_finished(sync_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         mp.undo()
         sys.path.remove(str(tmp))

@@ -397,6 +397,35 @@ def wandb_records(data: bytes, filename: str, report: ImportReport) -> list[byte
     return out
 
 
+def wandb_file_finished(path) -> bool:
+    """Whether a .wandb file already ends with its exit record. Reads only the last block:
+    chunks never cross a block boundary, so a block parses on its own."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            start = max((size - 1) // _BLOCK * _BLOCK, 0)
+            f.seek(start)
+            block = f.read()
+    except OSError:
+        return False
+    from wandb.proto import wandb_internal_pb2 as pb
+    pos = _HDR if start == 0 else 0
+    while pos + _HDR <= len(block):
+        crc, length, kind = struct.unpack_from("<IHB", block, pos)
+        chunk = block[pos + _HDR:pos + _HDR + length]
+        pos += _HDR + length
+        if kind != _FULL or len(chunk) < length or zlib.crc32(bytes([kind]) + chunk) != crc:
+            continue
+        rec = pb.Record()
+        try:
+            rec.ParseFromString(chunk)
+        except Exception:  # noqa: BLE001 - not this one
+            continue
+        if rec.WhichOneof("record_type") == "exit":
+            return True
+    return False
+
+
 def _item_key_value(item) -> tuple[list[str], object]:
     keys = list(item.nested_key) or [item.key]
     which = item.WhichOneof("value") if "value" in item.DESCRIPTOR.oneofs_by_name else None

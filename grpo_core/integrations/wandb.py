@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 
 import pandas as pd
@@ -103,11 +104,18 @@ class WandbMirror:
         else:  # lifecycle, rejected, checkpoint: a line in the summary is enough
             self._call(lambda: self.run.summary.update({f"event/{kind}": f"step {step}: {text}"}))
 
-    def finish(self, exit_code: int = 0):
+    def finish(self, exit_code: int = 0, wait_s: float = 10.0):
+        """Close the W&B run. wandb-core writes the run file a moment after finish() returns,
+        so wait (bounded) for its exit record: an import right after sees the whole run."""
         if self.run is not None:
             run, self.run = self.run, None
             try:
+                sync_file = run.settings.sync_file
                 run.finish(exit_code=exit_code)
+                from grpo_core.integrations.importers import wandb_file_finished
+                deadline = time.monotonic() + wait_s
+                while sync_file and not wandb_file_finished(sync_file) and time.monotonic() < deadline:
+                    time.sleep(0.02)
             except Exception as e:  # noqa: BLE001 - the mirror never fails the run
                 self._warn(f"W&B mirror: finish failed: {type(e).__name__}: {e}")
 

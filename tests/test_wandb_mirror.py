@@ -1,0 +1,127 @@
+"""W&B mirror: a real offline wandb run written by WandbMirror, read back by the importer
+from its run-*.wandb file, gives the same scalars; tables, changes and failures behave."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grpo_core import names as N
+from grpo_core.config import ConfigError
+from grpo_core.integrations.importers import import_path
+from grpo_core.integrations.wandb import WandbMirror
+from grpo_core.store import RunStore
+
+METRICS = ["answer_f1", "exact"]
+
+
+def _step_data(rng, step):
+    scalars = {N.GROUPS_SUBMITTED: 4, N.GROUPS_TRAINABLE: int(rng.integers(0, 5)), N.REWARD: float(rng.random()),
+               N.REWARD_STD: float(rng.random() / 3), N.FRAC_REWARD_ZERO_STD: float(rng.random()),
+               N.TRAINABLE_RATIO: float(rng.random()), N.LOSS_POLICY: float(rng.normal()),
+               N.TIME_STEP: float(rng.random())}
+    for m in METRICS:
+        scalars[N.metric_mean(m)] = float(rng.random())
+        scalars[N.metric_group_std(m)] = float(rng.random())
+        scalars[N.metric_weight(m)] = 0.5 if step < 6 else (0.8 if m == "exact" else 0.2)
+    groups = pd.DataFrame({"group": range(4), "prompt_id": [f"p{i}" for i in range(4)], "size": 2,
+                           "reward_mean": rng.random(4), "reward_std": rng.random(4),
+                           "trainable": [True, False, True, True], "phantom": False})
+    rollouts = [(g, i, float(rng.random()), {m: float(rng.random()) for m in METRICS}, f"answer {g}.{i} [S1]", None)
+                for g in range(4) for i in range(2)]
+    return scalars, groups, rollouts
+
+
+def test_offline_mirror_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    run_dir = tmp_path / "runs" / "mirror-run"
+    mirror = WandbMirror("offline", "grpo-health-test", "mirror-run", run_dir,
+                         {"grpo": {"steps": 12, "group_size": 2}, "reward": {"weights": {"answer_f1": 0.5, "exact": 0.5}}},
+                         table_every=5)
+    logged = {}
+    for step in range(1, 13):
+        scalars, groups, rollouts = _step_data(rng, step)
+        mirror.log_step(step, scalars, groups, rollouts)
+        logged[step] = scalars
+        if step == 6:
+            mirror.event("change", {"request_id": 1, "kind": "set_weights", "source": "ui",
+                                    "request": {"weights": {"answer_f1": 0.2, "exact": 0.8}},
+                                    "message": "applied at step 6"}, 6)
+            mirror.event("alert", {"kind": "low_ratio", "severity": "warning", "message": "ratio 0.2 < 0.3"}, 6)
+    mirror.finish()
+    assert mirror.error is None
+
+    folders = list((run_dir / "wandb").glob("offline-run-*-mirror-run"))  # offline: nothing sent anywhere
+    assert len(folders) == 1
+    tables = folders[0] / "files" / "media" / "table"
+    groups_tables = sorted(tables.glob("groups_*.table.json"))
+    assert len(groups_tables) == 2 and len(list(tables.glob("rollouts_*.table.json"))) == 2  # steps 5, 10
+    t = json.loads(groups_tables[0].read_text())
+    assert {"group", "prompt_id", "trainable", "step"} <= set(t["columns"]) and len(t["data"]) == 4
+    changes = json.loads(next(tables.glob("changes_summary_*.table.json")).read_text())
+    assert changes["data"][0][:2] == [6, "set_weights"]
+
+    rid = import_path("wandb", folders[0], root=tmp_path / "imported")  # a run folder works too
+    with RunStore.open(tmp_path / "imported" / rid, readonly=True) as s:
+        wide, meta = s.scalars_wide(), s.get_meta()
+    assert wide.index.tolist() == list(range(1, 13))
+    for step, scalars in logged.items():  # the same scalars, every one, exactly
+        assert {k: wide.loc[step, k] for k in scalars} == scalars
+    assert set(wide.columns) == set(logged[1])  # TRL aliases and tables are not extra metrics
+    rep = meta["import_report"]
+    assert rep["skipped"]["reward: alias the mirror logs for TRL-named charts (same values as train/reward)"] == 12
+    assert rep["skipped"]["groups: not a scalar (table): only scalars are imported"] == 2
+    assert meta["config"]["grpo"] == {"steps": 12, "group_size": 2} and meta["config"]["wandb"]["style"] == "grpo_core"
+    assert meta["lacks"] == ["groups", "rollouts"]
+
+
+def test_mirror_logs_trl_names_for_the_same_numbers(tmp_path):
+    """The TRL-named aliases are in the W&B history itself (read with the importer's reader)."""
+    from grpo_core.integrations.importers import ImportReport, _history_row, wandb_records
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    mirror = WandbMirror("offline", "p", "alias-run", tmp_path, {})
+    mirror.log_step(1, {N.REWARD: 0.25, N.REWARD_STD: 0.125, N.FRAC_REWARD_ZERO_STD: 0.5})
+    mirror.finish()
+    data = next(tmp_path.glob("wandb/offline-run-*/run-alias-run.wandb")).read_bytes()
+    rows = []
+    for blob in wandb_records(data, "f", ImportReport("wandb", "f")):
+        rec = pb.Record()
+        rec.ParseFromString(blob)
+        if rec.WhichOneof("record_type") == "history":
+            rows.append(_history_row(rec.history.item, None))
+    assert len(rows) == 1
+    assert rows[0]["reward"] == 0.25 and rows[0]["reward_std"] == 0.125 and rows[0]["frac_reward_zero_std"] == 0.5
+
+
+def test_bad_mode_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="'offline' or 'online'"):
+        WandbMirror("off", "p", "r", tmp_path, {})
+
+
+def test_a_wandb_failure_disables_the_mirror_not_the_run(tmp_path):
+    mirror = WandbMirror("offline", "p", "failing-run", tmp_path, {})
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    mirror.run.log = boom
+    with pytest.warns(RuntimeWarning, match="disabled after an error: OSError: disk full"):
+        mirror.log_step(1, {N.REWARD: 1.0})
+    assert mirror.error == "OSError: disk full" and mirror.run is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mirror.log_step(2, {N.REWARD: 1.0})  # a no-op now, no second warning
+        mirror.event("change", {"kind": "set_weights"}, 2)
+        mirror.finish()
+
+
+def test_a_step_going_backwards_is_said_not_lost_quietly(tmp_path):
+    mirror = WandbMirror("offline", "p", "back-run", tmp_path, {})
+    mirror.log_step(3, {N.REWARD: 1.0})
+    with pytest.warns(RuntimeWarning, match="step 2 after step 3 is not logged"):
+        mirror.log_step(2, {N.REWARD: 1.0})
+    mirror.finish()
