@@ -624,7 +624,8 @@ def inspect_group(data: RunData, step: int, group: int) -> GroupView:
     metrics = [m for m in data.metrics if m in r.columns]
     table = r.sort_values("total", ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", np.arange(1, len(table) + 1))
-    table = table[["rank", "idx", "total", *metrics] + [c for c in ("completion", "error") if c in table]]
+    extra = [c for c in ("completion", "error") if c in table and table[c].notna().any()]  # only when kept / any
+    table = table[["rank", "idx", "total", *metrics, *extra]]
     totals = table["total"].to_numpy(np.float64)
     std = float(totals.std())
     mstd = {m: float(table[m].to_numpy(np.float64).std()) for m in metrics}
@@ -966,7 +967,7 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;p
 td:first-child,th:first-child{text-align:left}.notice{padding:.5em 1em;margin:.3em 0;border-left:4px solid}
 .info{border-color:#3182bd;background:#eef5fb}.warning{border-color:#e6550d;background:#fdf1e8}
 .error{border-color:#a50f15;background:#fbe9ea}.why{font-size:.9em;color:#555}
-pre{white-space:pre-wrap;margin:0}"""
+pre{white-space:pre-wrap;margin:0}.wrap{overflow-x:auto}td.t,th{text-align:left}td:not(.t){white-space:nowrap}"""
 
 
 def _html_table(table_id: str, cols: list[str], rows: list[list[str]], keys: list[str] | None = None) -> str:
@@ -975,9 +976,19 @@ def _html_table(table_id: str, cols: list[str], rows: list[list[str]], keys: lis
     body = []
     for i, r in enumerate(rows):
         key = f' data-key="{e(keys[i])}"' if keys else ""
-        tds = "".join(f'<td data-col="{e(c)}">{e(v)}</td>' for c, v in zip(cols, r))
+        tds = "".join(f'<td data-col="{e(c)}"{"" if _numeric(v) else " class=t"}>{e(v)}</td>'
+                      for c, v in zip(cols, r))
         body.append(f"<tr{key}>{tds}</tr>")
-    return f'<table id="{e(table_id)}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="wrap"><table id="{e(table_id)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return text == "—"
 
 
 def _fig_html(fig, div_id: str, first: bool) -> str:
@@ -1021,10 +1032,11 @@ def to_html(rep: Report) -> str:
         if rep.examples:
             parts.append("<h2>Example groups (last step with rollouts)</h2>")
             for gv in rep.examples:
-                cols = [c for c in gv.table.columns if c != "error"]
+                cols = list(gv.table.columns)
+                text = lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)  # noqa: E731
                 parts += [f"<h3>step {gv.step}, group {gv.group}</h3>", f"<p class='why'>{e(gv.explanation)}</p>",
                           _html_table(f"group-{gv.step}-{gv.group}", cols,
-                                      [[cell(c, r[c]) if c != "completion" else str(r[c] or "") for c in cols]
+                                      [[text(r[c]) if c in ("completion", "error") else cell(c, r[c]) for c in cols]
                                        for _, r in gv.table.iterrows()])]
         parts += ["<h2>Per step</h2><details><summary>table</summary>",
                   _html_table("steps", ["step"] + STEP_COLS, [[str(s)] + [cell(c, r[c]) for c in STEP_COLS]

@@ -89,7 +89,9 @@ with tab_tr:
 with tab_bn:
     st.markdown(rep.bottleneck_text)
     if len(rep.bottlenecks):
-        st.dataframe(rep.bottlenecks, hide_index=True, key="an_bn_table")
+        st.dataframe(rep.bottlenecks.drop(columns="why"), hide_index=True, key="an_bn_table")
+        for why in rep.bottlenecks.loc[rep.bottlenecks["bottleneck"], "why"]:
+            st.markdown(f"- {why}")
         if rep.bottlenecks["uniform_fraction"].notna().any():
             st.plotly_chart(R.fig_bottlenecks(rep.bottlenecks), key="an_bn_fig")
     fig = C.metric_std_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
@@ -132,6 +134,8 @@ with tab_roll:
         except (R.ReportError, StoreError) as e:
             st.error(str(e))
         else:
+            if gv.prompt_id:
+                st.caption(f"prompt {gv.prompt_id}")
             (st.success if gv.trainable else st.warning)(gv.explanation)
             if len(gv.table):
                 st.dataframe(gv.table, hide_index=True, key="an_group_table")
