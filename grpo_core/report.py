@@ -143,10 +143,12 @@ def notices(data: RunData) -> list[Notice]:
         out.append(Notice("error", f"Run failed{at}: {data.error or 'no error text recorded'}. "
                                    "The analysis covers the steps logged before the failure."))
     elif data.status == STALE:
-        out.append(Notice("warning", f"The trainer stopped reporting (no heartbeat) at step {last}{of}: "
+        where = f"at step {last}{of}" if last is not None else "before its first step"
+        out.append(Notice("warning", f"The trainer stopped reporting (no heartbeat) {where}: "
                                      "it may have been killed. The analysis covers the steps logged."))
     elif data.status not in (FINISHED, STOPPED) and data.source == "grpo_core":
-        out.append(Notice("info", f"Run still in progress ({data.status}, step {last}{of}): the analysis "
+        where = f"step {last}{of}" if last is not None else "no step logged yet"
+        out.append(Notice("info", f"Run still in progress ({data.status}, {where}): the analysis "
                                   "covers the steps so far; reload for newer ones."))
     elif data.status == STOPPED:
         out.append(Notice("info", f"Run stopped by request at step {last}{of}."))

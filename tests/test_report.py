@@ -304,6 +304,18 @@ def test_running_run_says_in_progress():
     assert any(n.text.startswith("Run still in progress (running, step 2 of 3)") for n in rep.notices)
 
 
+def test_run_whose_trainer_died_is_stale():
+    run = make_run("dead", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, status="running")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with RunStore.open(run) as s:
+        s.set_meta(pid=gone.pid)
+    rep = R.build_report(run)
+    assert rep.data.status == "stale"
+    assert rep.notices[0].level == "warning"
+    assert rep.notices[0].text.startswith("The trainer stopped reporting (no heartbeat) at step 2 of 3")
+
+
 def make_imported(run_id: str = "imported") -> Path:
     """Scalars only, as an importer of a TRL log writes them: no groups, no rollouts."""
     store = RunStore.create(run_id, {"source": "trl"}, kind="import")
