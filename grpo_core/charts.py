@@ -127,9 +127,11 @@ def groups_chart(df, changes=None) -> go.Figure | None:
     """Groups submitted vs trainable per step: the compute spent vs the compute that taught."""
     if not _has(df, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE):
         return None
-    traces = [_line(df, N.GROUPS_SUBMITTED, "submitted", "#9E9E9E"),
-              {**_line(df, N.GROUPS_TRAINABLE, "trainable", PALETTE[2]), "fill": "tozeroy"}]
-    return _figure(traces, "Groups submitted vs trainable", "groups per step", key="groups", changes=changes)
+    traces = [{**_line(df, N.GROUPS_TRAINABLE, "trainable", PALETTE[2]), "fill": "tozeroy"},
+              _line(df, N.GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
+    top = max(1.0, float(df[N.GROUPS_SUBMITTED].max()) * 1.1)
+    return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
+                   changes=changes)
 
 
 def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3) -> go.Figure | None:
@@ -165,9 +167,10 @@ def phantom_chart(df, changes=None) -> go.Figure | None:
     """Groups that pass the std gate only through shaping terms (outcome metric uniform)."""
     if not _has(df, N.PHANTOM_GROUPS):
         return None
+    top = max(1.0, float(df[N.PHANTOM_GROUPS].max()) * 1.1)
     return _figure([_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])],
-                   "Phantom groups (variance from shaping terms only)", "groups per step", key="phantom",
-                   changes=changes)
+                   "Phantom groups (variance from shaping terms only)", "groups per step", [0, top],
+                   key="phantom", changes=changes)
 
 
 def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:

@@ -81,7 +81,7 @@ class LiveState:
     rollouts: pd.DataFrame = field(default_factory=pd.DataFrame)  # the what-if window
     rollout_step: int = -1
     version: int = 0  # bumped whenever something new was read
-    rows_read: int = 0  # scalar rows read by the last load (tests pin incremental reads)
+    rows_read: int = 0  # scalar rows the last load brought into Python (tests pin incremental reads)
     loaded_at: float = 0.0
     _frame: tuple | None = None  # (version, chart frame)
     _arrays: tuple | None = None  # (rollout_step, RolloutArrays)
@@ -133,7 +133,7 @@ def _first_load(store: RunStore) -> LiveState:
             st.bin_sum = _pivot(long, "total", st.names)
             st.bin_cnt = _pivot(long, "count", st.names)
             st.folded_upto = split
-            st.rows_read += int(long["count"].sum()) if len(long) else 0
+            st.rows_read += len(long)  # rows that reach Python: one per (bin, name)
         st.recent = _wide(store, max(split, -1), st.names)
         st.rows_read += int(st.recent.notna().sum().sum())
         st.last_step = last

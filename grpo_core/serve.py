@@ -38,13 +38,18 @@ def serve(port: int = 8501, demo: bool = True, root=None, overrides: list[str] |
           file=sys.stderr, flush=True)
     env = {**os.environ, "GRPO_RUNS_DIR": str(root)}
     proc = subprocess.Popen(streamlit_command(port), cwd=APP.parent, env=env)
+
+    def on_term(signum, frame):  # `kill <serve pid>` takes its Streamlit down with it, no run
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
     try:
         return proc.wait()
-    except KeyboardInterrupt:  # Streamlit got the same Ctrl-C (same process group): let it finish
+    except KeyboardInterrupt:  # Ctrl-C reaches Streamlit too (same process group); SIGTERM does not
+        proc.send_signal(signal.SIGTERM)
         try:
-            return proc.wait(timeout=10)
+            return proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
+            proc.kill()
             return proc.wait()
 
 

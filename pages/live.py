@@ -115,7 +115,7 @@ def monitor():
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
 
 
-@st.fragment
+@st.fragment(run_every=5.0 if first.is_live else None)  # slower: picks up new rollouts and settings
 def steer():
     s = state()
     caps = live.capabilities(s)
@@ -155,6 +155,7 @@ def steer():
         st.error(str(e))
         wi = None
     todo = live.pending_changes(cur, weights, thr, lvl)
+    waiting = [r for r in live.request_lines(s, my_requests()) if r["status"] in ("pending", "applying")]
     m = st.columns([2, 2, 3])
     if wi and wi["available"]:
         m[0].metric(f"What-if trainable ratio (last {wi['steps']} steps)", f"{wi['predicted']:.0%}",
@@ -165,11 +166,14 @@ def steer():
         m[0].caption(caps["message"] or "What-if: waiting for the first rollouts.")
     if lvl != cur["level"]:
         m[2].caption("A difficulty change alters the prompts themselves: the what-if cannot predict it.")
-    m[2].caption("Pending change: " + ("; ".join(live.request_summary(k, p) for k, p in todo) if todo
-                                       else "none (sliders equal the settings in force)"))
+    if waiting:
+        m[2].caption(f"Waiting for request #{waiting[-1]['id']} to be applied at the next step boundary.")
+    else:
+        m[2].caption("Pending change: " + ("; ".join(live.request_summary(k, p) for k, p in todo) if todo
+                                           else "none (sliders equal the settings in force)"))
 
     b = st.columns(6)
-    if b[0].button("Apply", type="primary", disabled=not todo, key="apply",
+    if b[0].button("Apply", type="primary", disabled=not todo or bool(waiting), key="apply",
                    help="one request per changed setting; the trainer applies it at the next step"):
         if all(send(kind, payload) for kind, payload in todo):
             st.toast("Sent: applied at the next step boundary")

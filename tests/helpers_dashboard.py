@@ -132,7 +132,7 @@ def trained_run(base: Path) -> tuple[Path, str]:
     root.mkdir(parents=True, exist_ok=True)
     cmd = [PY, "-m", "grpo_core", "train", "--run-id", run_id, "--runs-dir", str(root),
            "--set", f"grpo.steps={TRAINED_STEPS}", "--set", "grpo.prompts_per_step=4",
-           "--set", "grpo.group_size=4", "--set", "log.progress=false"]
+           "--set", "grpo.group_size=4", "--set", "log.progress=false", "--set", "model.warm_start_steps=0"]
     env = {**os.environ, "GRPO_RUNS_DIR": str(root)}
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0 or not db.exists():

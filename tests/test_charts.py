@@ -1,0 +1,129 @@
+"""grpo_core.charts: figures carry the store's numbers, validate against plotly's schema,
+mark every applied change, and say "no data" (None) instead of drawing empty charts."""
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from grpo_core import charts, live
+from grpo_core import names as N
+from tests.helpers_dashboard import synth_run
+
+NEW_W = {"answer_f1": 0.5, "exact": 0.3, "citation": 0.1, "format": 0.05, "length": 0.05}
+
+
+@pytest.fixture
+def run(runs_dir):
+    store = synth_run(runs_dir, "r", 40, changes={12: NEW_W, 30: {**NEW_W, "length": 0.4}})
+    yield store
+    store.close()
+
+
+def _trace(fig, name):
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monkeypatch):
+    monkeypatch.setattr(charts, "VALIDATE", True)  # plotly's validators check every property
+    wide = run.scalars_wide()
+    figs = dict(charts.live_charts(wide, live.run_metrics(run.get_meta()), run.changes()))
+    assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
+    assert all(isinstance(f, go.Figure) for f in figs.values())
+    per_step = _trace(figs["ratio"], "per step")
+    np.testing.assert_array_equal(per_step.x, wide.index.to_numpy())
+    np.testing.assert_allclose(per_step.y, wide[N.TRAINABLE_RATIO].to_numpy())
+    np.testing.assert_allclose(_trace(figs["ratio"], "cumulative").y, wide[N.CUM_TRAINABLE_RATIO].to_numpy())
+    np.testing.assert_allclose(_trace(figs["groups"], "trainable").y, wide[N.GROUPS_TRAINABLE].to_numpy())
+    np.testing.assert_allclose(_trace(figs["metric_std"], "length").y,
+                               wide[N.metric_group_std("length")].to_numpy())
+    assert [t.name for t in figs["metric_std"].data] == ["answer_f1", "exact", "citation", "format", "length"]
+    np.testing.assert_allclose(_trace(figs["reward"], "total (weighted)").y, wide[N.REWARD].to_numpy())
+
+
+def test_unvalidated_fast_path_builds_the_same_figure(run, monkeypatch):
+    wide, changes, metrics = run.scalars_wide(), run.changes(), live.run_metrics(run.get_meta())
+    fast = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes)]
+    monkeypatch.setattr(charts, "VALIDATE", True)
+    slow = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes)]
+    assert fast == slow
+
+
+def _plain(x):
+    """Numbers as Python floats, None-valued keys dropped: what the browser gets either way."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items() if v is not None}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (np.generic, int, float)) and not isinstance(x, bool):
+        return float(x)
+    return x
+
+
+def test_every_chart_marks_every_applied_change(run):
+    figs = charts.live_charts(run.scalars_wide(), live.run_metrics(run.get_meta()), run.changes())
+    for key, fig in figs:
+        marks = [s for s in fig.layout.shapes if (s.name or "").startswith("change:")]
+        assert [(m.x0, m.name) for m in marks] == [(12, "change:set_weights"), (30, "change:set_weights")], key
+        notes = [a for a in fig.layout.annotations if (a.name or "").startswith("change:")]
+        assert "length=0.4" in notes[1].hovertext and notes[1].hovertext.startswith("step 30")
+
+
+def test_threshold_and_difficulty_markers_have_their_own_label():
+    changes = pd.DataFrame({"step": [5, 9], "kind": ["set_threshold", "set_difficulty"],
+                            "request": [{"min_group_std": 0.05}, {"level": 3}], "source": ["ui", "ui"],
+                            "message": ["", ""]})
+    shapes, notes = charts.marker_specs(changes)
+    assert [s["x0"] for s in shapes] == [5, 9]
+    assert [n["text"] for n in notes] == ["thr", "lvl"]
+    assert "min_group_std 0.05" in notes[0]["hovertext"] and "difficulty level 3" in notes[1]["hovertext"]
+
+
+def test_add_markers_on_a_figure_built_elsewhere(run):
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    charts.add_markers(fig, run.changes())
+    assert [s.x0 for s in fig.layout.shapes] == [12, 30]
+
+
+def test_imported_run_shape_charts_what_it_has_and_nothing_else():
+    # A TRL import: reward, reward_std, frac_reward_zero_std only; no group counts, no per-metric stds.
+    wide = pd.DataFrame({N.REWARD: [0.1, 0.2, 0.3], N.REWARD_STD: [0.3, 0.2, 0.1],
+                         N.FRAC_REWARD_ZERO_STD: [0.25, 0.5, 0.75]}, index=pd.Index([10, 20, 30], name="step"))
+    figs = dict(charts.live_charts(wide, [], None))
+    assert figs["groups"] is None and figs["metric_std"] is None and figs["phantom"] is None
+    np.testing.assert_allclose(figs["ratio"].data[0].y, [0.75, 0.5, 0.25])  # 1 - frac_reward_zero_std
+    assert figs["reward_std"] is not None and figs["reward"] is not None
+
+
+def test_no_data_no_figure():
+    empty = pd.DataFrame(index=pd.Index([], name="step"))
+    assert all(f is None for _, f in charts.live_charts(empty, ["a"], None))
+    nan_only = pd.DataFrame({N.TRAINABLE_RATIO: [np.nan]}, index=pd.Index([1], name="step"))
+    assert charts.ratio_chart(nan_only) is None
+
+
+def test_health_thresholds_are_drawn_from_the_run_config(run):
+    cfg = live.health_config(run.get_meta())
+    cfg.min_trainable_ratio = 0.42
+    fig = charts.ratio_chart(run.scalars_wide(), None, cfg.min_trainable_ratio)
+    line = [s for s in fig.layout.shapes if s.name == "threshold"]
+    assert line[0].y0 == 0.42
+    assert "0.42" in fig.layout.annotations[0].text
+
+
+def test_weights_chart_steps_at_each_change(run):
+    fig = charts.weights_chart(run.scalars_wide(), live.run_metrics(run.get_meta()), run.changes())
+    length = _trace(fig, "length")
+    y = dict(zip(length.x, length.y))
+    assert y[11] == pytest.approx(0.1) and y[12] == pytest.approx(0.05) and y[30] == pytest.approx(0.4)
+
+
+def test_store_changes_and_live_changes_draw_identically(run):
+    st = live.load(run.run_dir)
+    a = charts.ratio_chart(run.scalars_wide(), run.changes())
+    b = charts.ratio_chart(run.scalars_wide(), st.changes)
+    assert a.layout.shapes == b.layout.shapes
+
+
+def test_chart_help_covers_every_live_chart():
+    keys = [k for k, _ in charts.live_charts(pd.DataFrame(index=pd.Index([], name="step")), [], None)]
+    assert set(keys) == set(charts.CHART_HELP)
