@@ -39,7 +39,7 @@ from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import ConfigError
 from grpo_core.store import (FAILED, FINISHED, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, STALE, STOPPED,
-                             RunStore, StoreError, display_status)
+                             RunStore, display_status)
 
 DEFAULT_WINDOW = 20
 MOST_GROUPS = 0.5  # a metric uniform in more than this share of groups starved the signal
@@ -1082,4 +1082,4 @@ def cli_report(args) -> int:
 __all__ = ["ReportError", "RunData", "load_run", "Notice", "notices", "steps_table", "trainability", "bottlenecks",
            "bottleneck_summary", "change_ledger", "reward_trend", "GroupView", "group_index", "inspect_group",
            "compare_runs", "fig_ratio", "fig_reward", "fig_bottlenecks", "fig_compare", "Report", "build_report",
-           "to_markdown", "to_html", "steps_csv", "cli_report", "fmt", "StoreError"]
+           "to_markdown", "to_html", "steps_csv", "cli_report", "fmt"]
