@@ -169,3 +169,14 @@ def test_page_never_imports_torch(runs_dir):
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env=os.environ.copy())
     assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+
+
+def test_page_follows_the_sidebar_pick_in_the_app():
+    make_run("first", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores)
+    make_run("second", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/analysis.py").run()
+    assert not at.exception
+    at.sidebar.selectbox(key="run_id").set_value("first").run()
+    assert not at.exception
+    assert "Run **first** · finished" in texts(at)
