@@ -115,6 +115,29 @@ def _finite(v) -> float | None:
     return v if np.isfinite(v) else None
 
 
+def _build_store(db: Path, meta: dict, exist_ok: bool):
+    """Schema and meta go into a side file that is then linked in as run.db, so a reader
+    (the runs list, a live page polling for a run just started) never opens a store
+    that has no tables yet."""
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.{os.urandom(3).hex()}")
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")  # stored in the file; WAL is folded in on close
+        conn.executescript(_SCHEMA)
+        conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", [(k, _dumps(v)) for k, v in meta.items()])
+    finally:
+        conn.close()
+    try:
+        os.link(tmp, db)  # never replaces: of two creators racing, one wins
+    except FileExistsError:
+        if not exist_ok:
+            raise StoreError(f"run {db.parent.name!r} already exists in {db.parent.parent}") from None
+    except OSError:  # a filesystem without hard links
+        os.replace(tmp, db)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 class RunStore:
     """One run's SQLite file. Cheap to open; one instance per process/thread."""
 
@@ -150,10 +173,13 @@ class RunStore:
         if (run_dir / DB_NAME).exists() and not exist_ok:
             raise StoreError(f"run {run_id!r} already exists in {run_dir.parent}")
         run_dir.mkdir(parents=True, exist_ok=True)
+        meta = dict(schema_version=SCHEMA_VERSION, config=config, status=CREATED,
+                    kind=kind, created=time.time(), run_id=run_id)
+        if not (run_dir / DB_NAME).exists():
+            _build_store(run_dir / DB_NAME, meta, exist_ok)
         store = cls(run_dir / DB_NAME, create=True)
         if store.get_meta().get("schema_version") is None:
-            store.set_meta(schema_version=SCHEMA_VERSION, config=config, status=CREATED,
-                           kind=kind, created=time.time(), run_id=run_id)
+            store.set_meta(**meta)
         return store
 
     @classmethod
@@ -245,6 +271,15 @@ class RunStore:
             cur = c.execute("INSERT INTO events(step, time, kind, payload) VALUES (?, ?, ?, ?)",
                             (step, time.time(), kind, _dumps(payload)))
             return cur.lastrowid
+
+    def truncate_after(self, step: int) -> int:
+        """Delete scalars, groups and rollouts of steps > `step` (a resumed run redoes the steps
+        after its checkpoint; events and control history stay). Returns the steps dropped."""
+        with self.transaction() as c:
+            n = c.execute("SELECT COUNT(DISTINCT step) FROM scalars WHERE step > ?", (step,)).fetchone()[0]
+            for table in ("scalars", "groups", "rollouts"):
+                c.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
+        return int(n)
 
     # ---- reads (incremental: "what changed since step N") -----------------------------
     def last_step(self) -> int | None:
