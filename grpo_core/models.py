@@ -1,0 +1,220 @@
+"""Models: the built-in tiny model (built locally, no download) and loading any local
+or hub Hugging Face causal LM.
+
+The built-in model is a character-level tokenizer (`tokenizers` WordLevel over single
+characters, space included, wrapped in `PreTrainedTokenizerFast`) and a small Llama
+(`LlamaConfig`, sizes from `cfg.model`). Llama and not Qwen2: with a Qwen2 config
+`AutoTokenizer` forces a Qwen2 tokenizer that drops spaces, so a saved built-in model
+would not round-trip through `from_pretrained`. Saved with `save_pretrained`, it loads
+back through exactly the code path a real hub model takes (`load_pretrained`).
+
+A random tiny model under GRPO collapses to a constant string (every group has std 0,
+nothing to learn from), so the built-in model gets a short supervised warm-start on the
+task's targets first, cached per (model, task) config under `<runs_dir>/.cache/`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast)
+from transformers.utils import logging as hf_logging
+
+from grpo_core.config import ConfigError, ModelConfig
+
+hf_logging.disable_progress_bar()  # the trainer has its own progress bar; shard bars are noise
+hf_logging.set_verbosity_error()
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = [PAD, BOS, EOS, UNK]
+CHARS = [chr(c) for c in range(32, 127)]  # printable ASCII, space first
+MAX_POSITIONS = 512
+
+
+# ---- device ---------------------------------------------------------------------------------
+def pick_device(cfg: ModelConfig) -> tuple[torch.device, torch.dtype]:
+    """auto: CUDA in bf16 when present, else CPU in fp32 (bf16 matmuls on CPU are slow)."""
+    if cfg.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"model.device is {cfg.device!r} but CUDA is not available; use auto or cpu")
+    if cfg.dtype == "auto":
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    else:
+        dtype = getattr(torch, cfg.dtype)
+    return device, dtype
+
+
+# ---- built-in tiny model ----------------------------------------------------------------------
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level: one token per character, `<bos>` prepended, left padding (decoder-only
+    generation continues from the right edge of every prompt)."""
+    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every char, space too
+    tk.decoder = decoders.Fuse()  # join characters back without separators
+    tk.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])])
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token=PAD, bos_token=BOS, eos_token=EOS,
+                                   unk_token=UNK, padding_side="left")
+
+
+def build_tiny_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> LlamaForCausalLM:
+    conf = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads, max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    with torch.random.fork_rng(devices=[]):  # init never disturbs the caller's rng stream
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(conf)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def suppressed_token_ids(tokenizer) -> list[int]:
+    """Special tokens the policy may not sample (eos stays allowed: it ends a completion).
+    Without this a tiny policy learns to emit <pad>/<unk>, which decode to nothing and
+    hide from every metric."""
+    ids = {tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.unk_token_id}
+    ids.update(getattr(tokenizer, "all_special_ids", []) or [])
+    ids.discard(tokenizer.eos_token_id)
+    return sorted(i for i in ids if i is not None)
+
+
+def save_pretrained(model, tokenizer, path: str | os.PathLike):
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+# ---- any HF causal LM --------------------------------------------------------------------------
+def load_pretrained(path: str, device: torch.device | None = None, dtype: torch.dtype | None = None):
+    """A local folder (or a hub id where there is network) -> (model, tokenizer), left padding,
+    a pad token (eos when the tokenizer has none)."""
+    local = Path(path).expanduser()
+    hub_id = not local.exists() and not path.startswith((".", "/", "~")) and path.count("/") <= 1
+    if not hub_id:
+        if not local.is_dir():
+            raise ConfigError(f"model.path {path!r}: no such folder (give a local Hugging Face model "
+                              "folder, a hub id, or '' for the built-in model)")
+        if not (local / "config.json").is_file():
+            raise ConfigError(f"model.path {path!r} has no config.json: not a Hugging Face model folder")
+        if not any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json",
+                                                   "tokenizer.model", "vocab.json")):
+            raise ConfigError(f"model.path {path!r} has no tokenizer files (tokenizer.json / "
+                              "tokenizer_config.json): save the tokenizer next to the model")
+    src = str(local) if not hub_id else path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype or torch.float32)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        where = "hub id (no local folder of that name)" if hub_id else "folder"
+        raise ConfigError(f"model.path {path!r} ({where}) cannot be loaded: {first}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if device is not None:
+        model.to(device)
+    return model, tokenizer
+
+
+# ---- supervised warm-start -----------------------------------------------------------------------
+def warm_key(cfg: ModelConfig, task_key: dict, seed: int) -> str:
+    sizes = {k: getattr(cfg, k) for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
+                                           "warm_start_steps")}
+    blob = json.dumps({"model": sizes, "task": task_key, "seed": seed, "v": 1}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sft_batch(tokenizer, prompts: list[str], targets: list[str], device) -> dict:
+    """prompt + target + eos, loss on the target and eos only (labels -100 elsewhere)."""
+    p = [tokenizer(x)["input_ids"] for x in prompts]
+    t = [tokenizer(x, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for x in targets]
+    seqs = [a + b for a, b in zip(p, t)]
+    width = max(map(len, seqs))
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    mask = torch.zeros_like(ids)
+    for i, (a, b) in enumerate(zip(p, t)):  # left padding, as in generation
+        off = width - len(a) - len(b)
+        ids[i, off:] = torch.tensor(a + b)
+        mask[i, off:] = 1
+        labels[i, off + len(a):] = torch.tensor(b)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {k: v.to(device) for k, v in
+            dict(input_ids=ids, attention_mask=mask, labels=labels, position_ids=pos).items()}
+
+
+def warm_start(model, tokenizer, task, steps: int, batch_size: int = 64, lr: float = 3e-3) -> list[float]:
+    """A few supervised steps on the task's targets: enough to learn the answer format, not
+    the task (GRPO has to do that). Returns the loss per step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    device = next(model.parameters()).device
+    losses = []
+    model.train()
+    for _ in range(steps):
+        exs = task.warm_batch(batch_size)
+        batch = sft_batch(tokenizer, [e["prompt"] for e in exs], [task.target(e) for e in exs], device)
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def load_policy(cfg: ModelConfig, task, runs_root: str | os.PathLike, seed: int = 0,
+                log=lambda msg: None):
+    """cfg -> (model, tokenizer, info). info says where the weights came from."""
+    device, dtype = pick_device(cfg)
+    if cfg.path:
+        model, tokenizer = load_pretrained(cfg.path, device, dtype)
+        return model, tokenizer, {"source": cfg.path, "warm_start": None}
+    cache = Path(runs_root) / ".cache" / f"warm-{warm_key(cfg, task.cache_key(), seed)}"
+    if (cache / "config.json").is_file():
+        model, tokenizer = load_pretrained(str(cache), device, dtype)
+        return model, tokenizer, {"source": "builtin", "warm_start": str(cache), "cached": True}
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(cfg, tokenizer, seed).to(device)
+    info = {"source": "builtin", "warm_start": None}
+    if cfg.warm_start_steps > 0:
+        t0 = time.time()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            losses = warm_start(model, tokenizer, task, cfg.warm_start_steps)
+        log(f"warm-start: {cfg.warm_start_steps} supervised steps in {time.time() - t0:.1f}s, "
+            f"loss {losses[0]:.2f} -> {losses[-1]:.2f}")
+        _save_atomic(model, tokenizer, cache)
+        info.update(warm_start=str(cache), cached=False, loss_first=losses[0], loss_last=losses[-1])
+    model.to(dtype)
+    return model, tokenizer, info
+
+
+def _save_atomic(model, tokenizer, dest: Path):
+    """Write into a temp dir beside dest, then rename: a reader never sees half a model, and
+    two runs warming up at once both end with the same complete folder."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    save_pretrained(model, tokenizer, tmp)
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # someone else finished first: theirs is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,699 @@
+"""The embedded GRPO trainer: rollout -> score -> health -> advantage -> loss -> update -> log.
+
+Each stage is a small function over tensors/arrays (tested one by one in
+tests/test_trainer.py); `Trainer` wires them to a task, a run store and the control
+requests the dashboard writes. Facts the code relies on:
+
+- One update per batch, so the "old" policy is the current one: old log-probs are the
+  detached current log-probs (TRL with num_iterations=1). The importance ratio is 1 in
+  value and the clipped surrogate reduces to the policy gradient, with one forward pass.
+- Non-trainable groups get advantage 0 (DESIGN.md), and with beta = 0 a zero-advantage
+  row has zero gradient, so by default they are dropped from the forward/backward batch:
+  a step costs in proportion to its trainable ratio. A step with no trainable group does
+  no backward at all and leaves every parameter untouched.
+- Control requests are claimed and applied between steps only, so a step never sees
+  half a change; each is resolved with the step it takes effect at.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from grpo_core import health
+from grpo_core import models
+from grpo_core import names as N
+from grpo_core import store as S
+from grpo_core.config import (ConfigError, RunConfig, apply_overrides, from_dict, load_config,
+                              validate)
+from grpo_core.control import validate_request
+from grpo_core.rewards import CompositeReward
+from grpo_core.tasks import build_metrics, make_task
+
+ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
+CKPT_PREFIX = "step-"
+CKPT_KEEP = 2  # complete checkpoints kept on disk
+
+
+# =============================================================================================
+# Rollout: batched sampling with the KV cache
+# =============================================================================================
+@dataclass
+class Rollouts:
+    input_ids: torch.Tensor  # [B, Lp + Lc]: left-padded prompt, then the completion (pad after eos)
+    attention_mask: torch.Tensor  # [B, Lp + Lc]: 0 on padding and after eos
+    prompt_len: int  # Lp
+    texts: list[str]  # [B] decoded completions
+    examples: list[dict]  # [B] each prompt's example, repeated G times
+    num_prompts: int
+    group_size: int
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.attention_mask[:, self.prompt_len:]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len:]
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1 on every token up to and including the first eos, 0 after (no Python loop)."""
+    is_eos = completion_ids == eos_id
+    before = is_eos.long().cumsum(-1) - is_eos.long()  # eos seen strictly before this position
+    return (before == 0).long()
+
+
+@torch.no_grad()
+def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
+            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None) -> Rollouts:
+    """P prompts -> P*G sampled completions, one batched `generate` call (KV cache on).
+    Rows are grouped: rows g*G .. g*G+G-1 are prompt g's group."""
+    device = next(model.parameters()).device
+    enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
+    out = model.generate(
+        **enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
+        num_return_sequences=group_size, use_cache=True, suppress_tokens=suppress_ids or None,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    lp = enc["input_ids"].shape[1]
+    comp = out[:, lp:]
+    cmask = completion_mask(comp, tokenizer.eos_token_id)
+    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
+    out = out.masked_fill(attn == 0, tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
+    rep = [e for e in examples for _ in range(group_size)]
+    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size)
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """Join rollouts of several prompt batches (dynamic sampling) into one padded batch."""
+    if len(parts) == 1:
+        return parts[0]
+    lp = max(r.prompt_len for r in parts)
+    lc = max(r.input_ids.shape[1] - r.prompt_len for r in parts)
+    ids, masks = [], []
+    for r in parts:
+        left, right = lp - r.prompt_len, lc - (r.input_ids.shape[1] - r.prompt_len)
+        ids.append(torch.nn.functional.pad(r.input_ids, (left, right), value=pad_id))
+        masks.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
+    return Rollouts(torch.cat(ids), torch.cat(masks), lp, sum((r.texts for r in parts), []),
+                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size)
+
+
+# =============================================================================================
+# Advantages and loss
+# =============================================================================================
+def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", eps: float = ADV_EPS) -> np.ndarray:
+    """totals [P, G], trainable [P] -> advantages [P, G].
+
+    group: (r - group mean) / (group std + eps); batch: divided by the whole batch's std
+    instead; none: r - group mean. Non-trainable groups get 0: a near-constant group's noise
+    is never blown up into +-1 advantages."""
+    totals = np.asarray(totals, dtype=np.float64)
+    centered = totals - totals.mean(axis=1, keepdims=True)
+    if scale == "group":
+        adv = centered / (totals.std(axis=1, keepdims=True) + eps)
+    elif scale == "batch":
+        adv = centered / (totals.std() + eps)
+    elif scale == "none":
+        adv = centered
+    else:
+        raise ConfigError(f"grpo.scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return np.where(np.asarray(trainable, dtype=bool)[:, None], adv, 0.0)
+
+
+def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
+    """token: sum over all masked tokens / their count (long completions weigh more, as in
+    DAPO); sequence: mean per sequence, then mean over sequences that have tokens."""
+    mask = mask.to(x.dtype)
+    if loss_type == "token":
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    has = (mask.sum(-1) > 0).to(x.dtype)
+    return (per_seq * has).sum() / has.sum().clamp(min=1.0)
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
+              policy_rows: torch.Tensor | None = None, eps_low: float = 0.2, eps_high: float = 0.2,
+              loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0):
+    """Clipped surrogate (+ beta * k3 KL to the reference). Shapes: logp/old_logp/ref_logp/mask
+    [B, L], adv [B], policy_rows [B] bool (rows whose group is trainable; default all).
+
+    The policy term averages over the tokens of policy rows only, the KL term over every row
+    in the batch, so masking a non-trainable row and dropping it give the same gradient when
+    beta = 0. Returns (loss, stats) with stats as floats."""
+    mask = mask.to(logp.dtype)
+    pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
+    ratio = torch.exp(logp - old_logp)
+    a = adv.to(logp.dtype)[:, None]
+    pg = -torch.minimum(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
+    policy = _reduce(pg, pmask, loss_type)
+    if ref_logp is not None and beta > 0:
+        d = ref_logp - logp
+        kl = _reduce(torch.exp(d) - d - 1, mask, loss_type)  # k3: unbiased, always >= 0
+    else:
+        kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    loss = policy + beta * kl
+    with torch.no_grad():
+        policy, kl = policy.detach(), kl.detach()
+        clipped = ((ratio < 1 - eps_low) & (a < 0)) | ((ratio > 1 + eps_high) & (a > 0))
+        clip = (clipped.to(pmask.dtype) * pmask).sum() / pmask.sum().clamp(min=1.0)
+    return loss, {"policy": policy.item(), "kl": kl.item(), "clip_ratio": clip.item()}
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
+                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False):
+    """Log-probs of the completion tokens [B, Lc] (one forward, logits only for the completion
+    positions), and their entropy [B, Lc] (no grad) when asked. Positions follow the
+    attention mask, as in `generate` with left padding."""
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    lc = input_ids.shape[1] - prompt_len
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
+                   logits_to_keep=lc + 1).logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    if suppress_ids:  # the sampler never saw these tokens: the policy it sampled from excludes them
+        logits[..., suppress_ids] = float("-inf")
+    logsm = logits.log_softmax(-1)
+    logp = logsm.gather(-1, input_ids[:, prompt_len:, None]).squeeze(-1)
+    # After eos the targets are padding, which may be a suppressed (-inf) token: zero them so
+    # masked positions can never turn the loss into nan (nan * 0 is nan).
+    logp = torch.where(attention_mask[:, prompt_len:].bool(), logp, torch.zeros_like(logp))
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            p = logsm.exp()
+            ent = -(p * logsm.masked_fill(p == 0, 0.0)).sum(-1)
+    return logp, ent
+
+
+def trim(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
+    """Drop columns that are padding in every row (left of the longest prompt, right of the
+    longest completion): no forward pass is spent on them."""
+    cols = attention_mask.any(0)
+    first = int(cols[:prompt_len].long().argmax()) if prompt_len else 0
+    last = prompt_len + int(attention_mask[:, prompt_len:].sum(-1).max())
+    return input_ids[:, first:last], attention_mask[:, first:last], prompt_len - first
+
+
+def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
+             ref_model=None, suppress_ids=None) -> dict:
+    """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
+    with no trainable group returns zeros without a forward or backward."""
+    G = roll.group_size
+    row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
+    if not bool(row_trainable.any()):
+        return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
+                "rows": 0, "tokens": 0}
+    rows = row_trainable if gcfg.drop_untrainable else torch.ones_like(row_trainable)
+    idx = rows.nonzero().squeeze(-1)
+    device = roll.input_ids.device
+    ids, attn, lp = trim(roll.input_ids[idx], roll.attention_mask[idx], roll.prompt_len)
+    cmask = attn[:, lp:]
+    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float32, device=device)[idx.to(device)]
+    prow = row_trainable.to(device)[idx.to(device)]
+    logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                               with_entropy=True)
+    ref = None
+    if gcfg.beta > 0 and ref_model is not None:
+        with torch.no_grad():
+            ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids)
+    loss, stats = grpo_loss(logp, logp.detach(), a, cmask, policy_rows=prow, eps_low=gcfg.epsilon_low,
+                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    gn = torch.nn.utils.clip_grad_norm_(params, gcfg.max_grad_norm if gcfg.max_grad_norm > 0 else float("inf"))
+    optimizer.step()
+    m = cmask.to(ent.dtype)
+    stats.update(grad_norm=float(gn), entropy=float((ent * m).sum() / m.sum().clamp(min=1)),
+                 rows=int(len(idx)), tokens=int(cmask.sum()))
+    return stats
+
+
+# =============================================================================================
+# Checkpoints: temp dir + atomic rename; a half-written one is never loaded
+# =============================================================================================
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (a temp dir is never listed)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    done = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(CKPT_PREFIX)
+            and (p / "state.pt").is_file() and (p / "config.json").is_file()]
+    return sorted(done, key=lambda p: int(p.name[len(CKPT_PREFIX):]))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    dirs = checkpoint_dirs(run_dir)
+    return dirs[-1] if dirs else None
+
+
+def _rng_state() -> dict:
+    st = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def _set_rng_state(st: dict):
+    torch.set_rng_state(st["torch"])
+    np.random.set_state(st["numpy"])
+    random.setstate(st["python"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+# =============================================================================================
+# Heartbeat: its own connection, its own thread, so a long step never looks dead
+# =============================================================================================
+class Heartbeat(threading.Thread):
+    def __init__(self, db_path: Path, every: float = 2.0):
+        super().__init__(daemon=True, name="grpo-heartbeat")
+        self.db_path, self.every, self.done = db_path, every, threading.Event()
+
+    def run(self):
+        store = S.RunStore(self.db_path)
+        try:
+            while True:
+                try:
+                    store.heartbeat()
+                except Exception:  # a busy db for a moment: the next beat will do
+                    pass
+                if self.done.wait(self.every):
+                    return
+        finally:
+            store.close()
+
+    def stop(self):
+        self.done.set()
+        self.join(timeout=5)
+
+
+# =============================================================================================
+# The trainer
+# =============================================================================================
+def set_threads():
+    """Tiny models on few shared cores: more threads than cores only adds contention."""
+    n = int(os.environ.get("GRPO_TORCH_THREADS", "0")) or max(1, min(4, os.cpu_count() or 1))
+    torch.set_num_threads(n)
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, store: S.RunStore, *, resume: bool = False, log=None):
+        self.cfg, self.store, self.resume = cfg, store, resume
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.runs_root = store.run_dir.parent
+        g = cfg.grpo
+        self.task = make_task(cfg)
+        metric_names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
+        fns, self.metric_kinds = build_metrics(metric_names, cfg.reward.custom)
+        self.reward = CompositeReward(fns, cfg.reward.weights)
+        self.outcome_index = (self.reward.names.index(cfg.reward.outcome_metric)
+                              if cfg.reward.outcome_metric else None)
+        self.min_group_std = g.min_group_std
+        self.step = 0  # last finished step; steps are numbered from 1
+        self.cum_submitted = self.cum_trainable = 0
+        self.paused = False
+        self.stop_reason: str | None = None
+        self.active_alerts: set[str] = set()
+        self.history: list[dict] = []  # recent steps' scalars, for alerts and the curriculum
+        self.curriculum_streak = 0
+        self.last_log_s = 0.0
+        self.last_ckpt_step: int | None = None
+        self.pending_events: list[tuple[str, dict]] = []
+
+        torch.manual_seed(g.seed)
+        np.random.seed(g.seed)
+        random.seed(g.seed)
+        self.model, self.tokenizer, self.model_info = models.load_policy(
+            cfg.model, self.task, self.runs_root, seed=g.seed, log=self.log)
+        self.device = next(self.model.parameters()).device
+        self.suppress_ids = models.suppressed_token_ids(self.tokenizer)
+        self.ref_model = None
+        if g.beta > 0:  # the frozen reference is the starting policy (after warm-start)
+            self.ref_model, _, _ = models.load_policy(cfg.model, self.task, self.runs_root, seed=g.seed)
+            self.ref_model.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay)
+        if resume:
+            self._load_checkpoint()
+
+    # ---- one step ------------------------------------------------------------------------
+    def sample(self):
+        """Draw prompt batches (more than one only with dynamic sampling) and score them."""
+        g = self.cfg.grpo
+        parts, raws, errors, t_gen, t_score, batches = [], [], [], 0.0, 0.0, 0
+        trainable_so_far = 0
+        while True:
+            batches += 1
+            examples = self.task.batch(g.prompts_per_step)
+            t0 = time.perf_counter()
+            roll = rollout(self.model, self.tokenizer, examples, g.group_size, max_new_tokens=g.max_new_tokens,
+                           temperature=g.temperature, top_p=g.top_p, suppress_ids=self.suppress_ids)
+            t1 = time.perf_counter()
+            scored = self.reward.score(roll.texts, roll.examples)
+            t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
+            parts.append(roll)
+            raws.append(scored.raw)
+            errors += scored.errors
+            if not g.dynamic_sampling or batches >= g.dynamic_max_batches:
+                break
+            st = health.group_stats(scored.totals.reshape(-1, g.group_size), min_group_std=self.min_group_std)
+            trainable_so_far += int(st.trainable.sum())
+            if trainable_so_far >= g.dynamic_min_trainable:
+                break
+        roll = concat_rollouts(parts, self.tokenizer.pad_token_id)
+        raw = np.concatenate(raws)
+        return roll, raw, errors, batches, t_gen, t_score
+
+    def train_step(self) -> tuple[dict, pd.DataFrame, list[tuple]]:
+        g = self.cfg.grpo
+        t_start = time.perf_counter()
+        roll, raw, errors, batches, t_gen, t_score = self.sample()
+        P, G, K = roll.num_prompts, g.group_size, raw.shape[1]
+        t0 = time.perf_counter()
+        totals = self.reward.totals(raw).reshape(P, G)
+        scores = raw.reshape(P, G, K)
+        stats = health.group_stats(totals, scores, min_group_std=self.min_group_std,
+                                   outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
+        adv = advantages(totals, stats.trainable, g.scale)
+        t_score += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        loss = train_on(self.model, self.optimizer, roll, adv, stats.trainable, g, ref_model=self.ref_model,
+                        suppress_ids=self.suppress_ids)
+        t_train = time.perf_counter() - t0
+
+        scalars = health.step_scalars(stats, scores, self.reward.names, self.reward.weights,
+                                      self.cum_submitted, self.cum_trainable)
+        self.cum_submitted, self.cum_trainable = (int(scalars[N.CUM_GROUPS_SUBMITTED]),
+                                                  int(scalars[N.CUM_GROUPS_TRAINABLE]))
+        n_tokens = int(roll.completion_mask.sum())
+        step_s = time.perf_counter() - t_start
+        scalars.update({
+            N.LOSS_POLICY: loss["policy"], N.LOSS_KL: loss["kl"], N.LOSS_ENTROPY: loss["entropy"],
+            N.GRAD_NORM: loss["grad_norm"], N.CLIP_RATIO: loss["clip_ratio"],
+            N.COMPLETION_MEAN_LENGTH: n_tokens / len(roll.texts),
+            N.TIME_STEP: step_s, N.TIME_GENERATE: t_gen, N.TIME_SCORE: t_score, N.TIME_TRAIN: t_train,
+            N.TIME_LOG: self.last_log_s, N.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
+            N.MIN_GROUP_STD: self.min_group_std, N.DIFFICULTY: float(self.task.level),
+            N.SCORING_ERRORS: float(sum(e is not None for e in errors)), N.SAMPLING_BATCHES: float(batches),
+        })
+        groups = pd.DataFrame({
+            "group": np.arange(P), "prompt_id": [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
+            "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
+            "trainable": stats.trainable, "phantom": stats.phantom})
+        keep_all = self.cfg.log.keep_text == "all"
+        n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
+        names = self.reward.names
+        flat_totals = totals.reshape(-1).tolist()
+        raw_rows = raw.tolist()
+        rollouts = [(i // G, i % G, flat_totals[i], dict(zip(names, raw_rows[i])),
+                     roll.texts[i] if i // G < n_text else None, errors[i]) for i in range(P * G)]
+        return scalars, groups, rollouts
+
+    # ---- control requests -------------------------------------------------------------------
+    def poll_control(self):
+        for req in self.store.claim_pending():
+            applied, step, message = self.apply_request(req)
+            self.store.resolve_request(req["id"], applied, step, message)
+            self.log(f"request {req['id']} {req['kind']}: {'applied' if applied else 'rejected'} ({message})")
+
+    def apply_request(self, req: dict) -> tuple[bool, int | None, str]:
+        """-> (applied, step it takes effect at, message). set_* take effect at the next step;
+        pause/stop/checkpoint act on the state after the last finished step."""
+        kind, nxt = req["kind"], self.step + 1
+        try:
+            payload = validate_request(kind, req.get("payload") or {}, self.reward.names, max_level=self.task.levels)
+        except ConfigError as e:
+            return False, None, str(e)
+        if kind == S.SET_WEIGHTS:
+            new = self.reward.set_weights({**self.reward.weights, **payload["weights"]})
+            return True, nxt, "weights " + ", ".join(f"{k}={v:g}" for k, v in new.items()) + f" from step {nxt}"
+        if kind == S.SET_THRESHOLD:
+            old, self.min_group_std = self.min_group_std, payload["min_group_std"]
+            return True, nxt, f"min_group_std {old:g} -> {self.min_group_std:g} from step {nxt}"
+        if kind == S.SET_DIFFICULTY:
+            if self.task.levels < 2:
+                return False, None, f"task {self.task.name!r} has no difficulty levels"
+            old = self.task.level
+            self.task.set_level(payload["level"])
+            return True, nxt, f"level {old} -> {self.task.level} from step {nxt}"
+        if kind == S.PAUSE:
+            if self.paused:
+                return False, None, "already paused"
+            self.paused = True
+            self.store.set_status(S.PAUSED)
+            return True, self.step, f"paused after step {self.step}"
+        if kind == S.RESUME:
+            if not self.paused:
+                return False, None, "not paused"
+            self.paused = False
+            self.store.set_status(S.RUNNING)
+            return True, nxt, f"resumed at step {nxt}"
+        if kind == S.STOP:
+            self.stop_reason = f"stop request {req['id']}"
+            return True, self.step, f"stopping after step {self.step}"
+        if kind == S.CHECKPOINT:
+            path = self.save_checkpoint("request")
+            return True, self.step, f"checkpoint {path.name}"
+        return False, None, f"unknown request kind {kind!r}"
+
+    def wait_while_paused(self):
+        while self.paused and not self.stop_reason:
+            time.sleep(0.5)
+            self.poll_control()
+
+    # ---- alerts and curriculum ------------------------------------------------------------------
+    def new_alerts(self, step: int, scalars: dict) -> list[tuple[str, dict]]:
+        """Alert events for alerts that start at this step (an ongoing alert is not repeated)."""
+        h = self.cfg.health
+        keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
+        self.history.append({"step": step, **scalars})
+        del self.history[:-keep]
+        wide = pd.DataFrame(self.history).set_index("step")
+        now = health.alerts(wide, h)
+        events = [(S.EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
+                  for a in now if a.kind not in self.active_alerts]
+        self.active_alerts = {a.kind for a in now}
+        return events
+
+    def curriculum(self, scalars: dict) -> list[tuple[str, dict]]:
+        c = self.cfg.curriculum
+        if c.mode != "auto" or self.task.levels < 2:
+            return []
+        easy = scalars[N.TRAINABLE_RATIO] < c.raise_ratio and scalars[N.REWARD] > c.raise_reward
+        self.curriculum_streak = self.curriculum_streak + 1 if easy else 0
+        top = min(c.max_level, self.task.levels)
+        if self.curriculum_streak < c.window or self.task.level >= top:
+            return []
+        old = self.task.level
+        self.task.set_level(old + 1)
+        self.curriculum_streak = 0
+        msg = (f"curriculum: level {old} -> {self.task.level} from step {self.step + 1} (ratio < {c.raise_ratio:g} "
+               f"and reward > {c.raise_reward:g} for {c.window} steps)")
+        self.log(msg)
+        return [(S.EV_CHANGE, {"kind": S.SET_DIFFICULTY, "request": {"level": self.task.level},
+                               "source": "curriculum", "message": msg})]
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self, reason: str) -> Path:
+        root = self.store.run_dir / "checkpoints"
+        final = root / f"{CKPT_PREFIX}{self.step:06d}"
+        if self.last_ckpt_step == self.step and final.is_dir():
+            return final
+        tmp = root / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        models.save_pretrained(self.model, self.tokenizer, tmp)
+        torch.save({"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": _rng_state(),
+                    "task": self.task.state_dict(), "weights": dict(self.reward.weights),
+                    "min_group_std": self.min_group_std, "cum": [self.cum_submitted, self.cum_trainable],
+                    "curriculum_streak": self.curriculum_streak, "active_alerts": sorted(self.active_alerts),
+                    "history": self.history}, tmp / "state.pt")
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)  # atomic: the folder is complete or absent
+        for old in checkpoint_dirs(self.store.run_dir)[:-CKPT_KEEP]:
+            shutil.rmtree(old, ignore_errors=True)
+        self.last_ckpt_step = self.step
+        self.store.add_event(S.EV_CHECKPOINT, {"path": str(final), "reason": reason}, step=self.step)
+        return final
+
+    def _load_checkpoint(self):
+        ckpt = latest_checkpoint(self.store.run_dir)
+        if ckpt is None:
+            raise ConfigError(f"--resume: run {self.store.run_id} has no complete checkpoint in "
+                              f"{self.store.run_dir / 'checkpoints'}; start it again without --resume")
+        self.model, self.tokenizer = models.load_pretrained(str(ckpt), self.device,
+                                                            next(self.model.parameters()).dtype)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.grpo.lr,
+                                           weight_decay=self.cfg.grpo.weight_decay)
+        st = torch.load(ckpt / "state.pt", weights_only=False)
+        self.optimizer.load_state_dict(st["optimizer"])
+        _set_rng_state(st["rng"])
+        self.task.load_state_dict(st["task"])
+        self.reward.set_weights(st["weights"])
+        self.min_group_std = st["min_group_std"]
+        self.cum_submitted, self.cum_trainable = st["cum"]
+        self.curriculum_streak = st.get("curriculum_streak", 0)
+        self.active_alerts = set(st.get("active_alerts", []))
+        self.history = st.get("history", [])
+        self.step = self.last_ckpt_step = int(st["step"])
+        # Requests applied after the checkpoint were part of the lost steps: apply them again.
+        done = self.store.control()
+        if len(done):
+            later = done[(done["status"] == S.APPLIED) & (done["applied_step"] > self.step)]
+            for _, r in later.iterrows():
+                if r["kind"] in (S.SET_WEIGHTS, S.SET_THRESHOLD, S.SET_DIFFICULTY):
+                    self.apply_request({"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"]})
+        self.resumed_from = ckpt
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def run(self) -> str:
+        """Train to cfg.grpo.steps or a stop; returns the final status. Exceptions propagate
+        (run_safely records them)."""
+        cfg, store = self.cfg, self.store
+        store.set_meta(pid=os.getpid(), host=os.uname().nodename, started=time.time(), error=None,
+                       metric_names=self.reward.names, metric_kinds=self.metric_kinds,
+                       model=self.model_info, device=str(self.device), config=cfg.to_dict())
+        store.set_status(S.RUNNING)
+        if self.resume:
+            dropped = store.truncate_after(self.step)
+            store.add_event(S.EV_LIFECYCLE, {"event": "resumed", "from": str(self.resumed_from),
+                                             "steps_redone": dropped}, step=self.step)
+            self.log(f"resumed from {self.resumed_from.name} (step {self.step})")
+        else:
+            store.add_event(S.EV_LIFECYCLE, {"event": "started", "model": self.model_info,
+                                             "steps": cfg.grpo.steps}, step=0)
+        beat = Heartbeat(store.path)
+        beat.start()
+        bar = None
+        if cfg.log.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=cfg.grpo.steps, initial=self.step, desc=store.run_id, file=sys.stderr,
+                       dynamic_ncols=True, mininterval=0.5)
+        try:
+            while self.step < cfg.grpo.steps and not self.stop_reason:
+                self.poll_control()
+                self.wait_while_paused()
+                if self.stop_reason:
+                    break
+                scalars, groups, rollouts = self.train_step()
+                self.step += 1
+                events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
+                t0 = time.perf_counter()
+                store.log_step(self.step, scalars, groups, rollouts, events)
+                self.last_log_s = time.perf_counter() - t0
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{scalars[N.REWARD]:.3f}", ratio=f"{scalars[N.TRAINABLE_RATIO]:.2f}",
+                                    level=self.task.level, refresh=False)
+                every = cfg.log.checkpoint_every
+                if every and self.step % every == 0 and self.step < cfg.grpo.steps:
+                    self.save_checkpoint("periodic")
+        finally:
+            if bar is not None:
+                bar.close()
+            beat.stop()
+        self.save_checkpoint("stop" if self.stop_reason else "end")
+        status = S.STOPPED if self.stop_reason else S.FINISHED
+        store.add_event(S.EV_LIFECYCLE, {"event": status, "reason": self.stop_reason}, step=self.step)
+        store.reject_open_requests(f"run {status} at step {self.step}")
+        store.set_status(status)
+        return status
+
+    def run_safely(self) -> str:
+        """run(), recording a crash as status failed with the traceback in meta.error."""
+        try:
+            return self.run()
+        except BaseException as e:
+            text = traceback.format_exc()
+            try:
+                self.store.add_event(S.EV_LIFECYCLE, {"event": "failed", "error": f"{type(e).__name__}: {e}"},
+                                     step=self.step)
+                self.store.reject_open_requests(f"run failed at step {self.step}")
+                self.store.set_status(S.FAILED, error=text)
+            except Exception:
+                pass
+            raise
+
+
+# =============================================================================================
+# CLI
+# =============================================================================================
+def _install_stop_signals(trainer: Trainer):
+    """SIGTERM / first Ctrl-C: finish the step, checkpoint, status stopped. A second Ctrl-C
+    interrupts at once."""
+    def handler(signum, frame):
+        if trainer.stop_reason:
+            raise KeyboardInterrupt
+        trainer.stop_reason = signal.Signals(signum).name
+        trainer.log(f"{trainer.stop_reason}: stopping after this step")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def open_run(args) -> tuple[RunConfig, S.RunStore]:
+    """Config + store from CLI args (new run, a run the dashboard created, or --resume)."""
+    overrides = list(getattr(args, "overrides", None) or [])
+    if getattr(args, "resume", False):
+        if not args.run_id:
+            raise ConfigError("--resume needs --run-id: the run to continue")
+        if args.config:
+            raise ConfigError("--resume continues with the run's stored config: drop --config "
+                              "(use --set, e.g. --set grpo.steps=400, to change a knob)")
+        store = S.RunStore.open(S.runs_dir(args.runs_dir) / S.check_run_id(args.run_id))
+        cfg = validate(from_dict(apply_overrides(store.config, overrides)))
+        return cfg, store
+    cfg = load_config(args.config, overrides)
+    root = args.runs_dir or cfg.log.runs_dir or None
+    run_id = args.run_id or S.new_run_id(cfg.task.name)
+    store = S.RunStore.create(run_id, cfg.to_dict(), root=root, exist_ok=True)
+    status = store.get_meta().get("status")
+    if status != S.CREATED:
+        store.close()
+        raise ConfigError(f"run {run_id!r} already exists (status {status}): pass --resume to continue it, "
+                          "or choose another --run-id")
+    store.set_meta(config=cfg.to_dict())
+    toml = store.run_dir / "config.toml"
+    if not toml.exists():
+        toml.write_text(cfg.to_toml())
+    return cfg, store
+
+
+def cli_train(args) -> int:
+    cfg, store = open_run(args)
+    set_threads()
+    print(f"run {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
+    try:
+        trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)))
+    except BaseException as e:
+        msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
+        store.reject_open_requests("trainer failed to start")
+        store.set_status(S.FAILED, error=msg)
+        raise
+    _install_stop_signals(trainer)
+    try:
+        status = trainer.run_safely()
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        traceback.print_exc()
+        return 1
+    last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
+    if last is not None and not last.empty:
+        r = last.iloc[-1]
+        print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[N.REWARD]:.3f}, "
+              f"trainable ratio {r[N.TRAINABLE_RATIO]:.2f}", file=sys.stderr)
+    return 0
