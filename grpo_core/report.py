@@ -75,6 +75,11 @@ class RunData:
     def source(self) -> str:
         return self.meta.get("source") or ("import" if self.meta.get("kind") == "import" else "grpo_core")
 
+    @property
+    def imported(self) -> bool:
+        """Written by an importer (a finished log of another trainer), not by a live process."""
+        return self.meta.get("kind") == "import"
+
     def cfg(self, section: str, key: str, default=None):
         return (self.config.get(section) or {}).get(key, default)
 
@@ -146,7 +151,7 @@ def notices(data: RunData) -> list[Notice]:
         where = f"at step {last}{of}" if last is not None else "before its first step"
         out.append(Notice("warning", f"The trainer stopped reporting (no heartbeat) {where}: "
                                      "it may have been killed. The analysis covers the steps logged."))
-    elif data.status not in (FINISHED, STOPPED) and data.source == "grpo_core":
+    elif data.status not in (FINISHED, STOPPED) and not data.imported:
         where = f"step {last}{of}" if last is not None else "no step logged yet"
         out.append(Notice("info", f"Run still in progress ({data.status}, {where}): the analysis "
                                   "covers the steps so far; reload for newer ones."))
@@ -687,7 +692,7 @@ def _wall_time(data: RunData) -> float | None:
     end = data.meta.get("status_time") if data.status in (FINISHED, FAILED, STOPPED) else None
     end = end or data.meta.get("heartbeat")
     start = data.meta.get("started") or data.meta.get("created")
-    if data.source != "grpo_core" or not end or not start:
+    if data.imported or not end or not start:
         return None  # an import's timestamps are the import's, not the run's
     return float(end) - float(start)
 
