@@ -1,0 +1,333 @@
+"""The run store under real processes: a live reader beside the writer, a writer killed
+mid-step, two processes racing for control requests, broken files in the runs dir."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grpo_core import store as S
+from grpo_core.store import RunStore, StoreError
+
+ROOT = Path(__file__).resolve().parents[1]
+P, G = 4, 3  # groups per step, rollouts per group
+SCALARS = ["train/reward", "train/reward_std", "health/trainable_ratio", "loss/policy"]
+
+# One step as the trainer writes it; shared by this process and the child scripts.
+STEP_CODE = r'''
+import numpy as np, pandas as pd
+def write_step(store, step, p, g, text_len=20):
+    scal = {name: step + k / 10 for k, name in enumerate(%r)}
+    groups = pd.DataFrame({"group": range(p), "prompt_id": [f"q{i}" for i in range(p)], "size": g,
+                           "reward_mean": 0.5, "reward_std": 0.1, "trainable": True, "phantom": False})
+    rollouts = [(gi, i, 0.5, {"exact": float(i %% 2), "answer_f1": 0.25}, "x" * text_len, None)
+                for gi in range(p) for i in range(g)]
+    store.log_step(step, scal, groups, rollouts, events=[("lifecycle", {"step": step})])
+''' % (SCALARS,)
+exec(STEP_CODE)
+
+
+def child(code: str, *args, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", STEP_CODE + code, *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def wait_for(path: Path, timeout=60.0):
+    end = time.time() + timeout
+    while not path.exists():
+        assert time.time() < end, f"timed out waiting for {path}"
+        time.sleep(0.01)
+
+
+def complete_steps(store: RunStore) -> dict[int, tuple[int, int, int]]:
+    """step -> (scalars, groups, rollouts) counts."""
+    q = lambda t: dict(store.conn.execute(f"SELECT step, COUNT(*) FROM {t} GROUP BY step").fetchall())  # noqa: E731
+    sc, gr, ro = q("scalars"), q("groups"), q("rollouts")
+    return {s: (sc.get(s, 0), gr.get(s, 0), ro.get(s, 0)) for s in set(sc) | set(gr) | set(ro)}
+
+
+# ---- processes ------------------------------------------------------------------------------------
+WRITER = r'''
+import sys, time, os
+from pathlib import Path
+from grpo_core.store import RunStore
+run_id, steps, ready = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+s = RunStore.create(run_id, {"grpo": {"steps": steps}})
+s.set_status("running", pid=os.getpid())
+end = time.time() + 60
+while not ready.exists():
+    if time.time() > end:
+        sys.exit("the reader never opened the store")
+    time.sleep(0.01)
+for step in range(steps):
+    write_step(s, step, %d, %d)
+    time.sleep(0.04)
+s.set_status("finished")
+''' % (P, G)
+
+READER = r'''
+import sys, time, json
+from pathlib import Path
+from grpo_core.store import RunStore
+db, steps, ready = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+while not db.exists():
+    time.sleep(0.01)
+s = RunStore.open(db, readonly=True)
+ready.touch()
+last, seen, bad, end = -1, [], [], time.time() + 60
+while last < steps - 1 and time.time() < end:
+    sc = s.scalars(since_step=last)
+    if len(sc):
+        new = int(sc["step"].max())
+        gr = s.groups(since_step=last, until_step=new)
+        ro = s.rollouts(since_step=last, until_step=new, with_text=False)
+        for st in range(last + 1, new + 1):
+            counts = ((sc["step"] == st).sum(), (gr["step"] == st).sum(), (ro["step"] == st).sum())
+            if counts != (%d, %d, %d):
+                bad.append([st, *map(int, counts)])
+        seen.append(new)
+        last = new
+    time.sleep(0.005)
+print(json.dumps({"seen": seen, "bad": bad}))
+''' % (len(SCALARS), P, P * G)
+
+
+@pytest.mark.slow
+def test_reader_process_sees_steps_appear_while_writer_process_writes(runs_dir, tmp_path):
+    steps, ready = 25, tmp_path / "reader-ready"
+    writer = child(WRITER, "live", steps, ready)
+    reader = child(READER, runs_dir / "live" / "run.db", steps, ready)
+    w_out, w_err = writer.communicate(timeout=120)
+    r_out, r_err = reader.communicate(timeout=120)
+    assert writer.returncode == 0, w_err
+    assert reader.returncode == 0, r_err
+    got = json.loads(r_out)
+    assert got["bad"] == []  # never a half-written step
+    assert got["seen"][-1] == steps - 1
+    assert len(got["seen"]) >= 3, got  # it saw the run grow, not only the end
+    assert got["seen"] == sorted(got["seen"])
+
+
+KILLED = r'''
+import sys, os
+from grpo_core.store import RunStore
+s = RunStore.create(sys.argv[1], {})
+s.set_status("running", pid=os.getpid())
+step = 0
+while True:
+    write_step(s, step, 16, 16, text_len=2000)  # big steps: the kill lands inside one
+    print(step, flush=True)
+    step += 1
+'''
+
+
+@pytest.mark.slow
+def test_writer_killed_mid_run_leaves_every_committed_step_and_no_half_step(runs_dir):
+    proc = child(KILLED, "killed")
+    committed = -1
+    while committed < 6:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        committed = int(line)
+    os.kill(proc.pid, signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=30)
+    committed = max([committed] + [int(x) for x in rest.split()])
+    assert proc.returncode == -signal.SIGKILL
+    db = runs_dir / "killed" / "run.db"
+    # the dashboard's way first: read-only, straight after the crash
+    with RunStore.open(db, readonly=True) as ro:
+        assert ro.last_step() >= committed
+    runs = S.list_runs()
+    assert runs.set_index("run_id").loc["killed", "status"] == S.STALE  # pid gone: not "running"
+    with RunStore.open(db) as s:
+        assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        counts = complete_steps(s)
+        assert sorted(counts) == list(range(max(counts) + 1))
+        assert max(counts) >= committed
+        assert set(counts.values()) == {(len(SCALARS), 16, 256)}
+
+
+CLAIMER = r'''
+import sys, os, time, json
+from pathlib import Path
+from grpo_core.store import RunStore
+db, name, ready, stop, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
+s = RunStore.open(db)
+ready.touch()
+mine = []
+while True:
+    stopping = stop.exists()  # read before claiming: every request was sent before stop appeared
+    got = s.claim_pending()
+    for r in got:
+        s.resolve_request(r["id"], True, step=len(mine), message=name)
+    mine += [r["id"] for r in got]
+    if stopping and not got:
+        break
+    time.sleep(0.001)
+out.write_text(json.dumps(mine))
+'''
+
+
+@pytest.mark.slow
+def test_two_claimer_processes_apply_each_request_exactly_once(runs_dir, tmp_path):
+    store = RunStore.create("race", {"reward": {"weights": {"exact": 1.0}}})
+    store.set_status(S.RUNNING)
+    stop = tmp_path / "stop"
+    procs = [child(CLAIMER, store.path, f"c{i}", tmp_path / f"ready{i}", stop, tmp_path / f"out{i}")
+             for i in range(2)]
+    for i in range(2):
+        wait_for(tmp_path / f"ready{i}")
+    ids = []
+    for i in range(300):  # spread over ~1 s so both claimers are polling while requests arrive
+        ids.append(store.request(S.SET_WEIGHTS, {"weights": {"exact": 1.0 + i}}, source="test"))
+        time.sleep(0.003)
+    stop.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    a, b = (set(json.loads((tmp_path / f"out{i}").read_text())) for i in range(2))
+    assert not a & b  # nobody applied a request the other applied
+    assert a | b == set(ids)  # and none was lost
+    assert a and b, "both claimers should have won some requests"
+    ctl = store.control()
+    assert (ctl["status"] == S.APPLIED).all()
+    changes = store.events(kinds=[S.EV_CHANGE])
+    assert sorted(p["request_id"] for p in changes["payload"]) == sorted(ids)  # one event each
+
+
+# ---- in-process behaviour ----------------------------------------------------------------------------
+def test_claim_and_resolve_are_exactly_once_in_process(runs_dir):
+    s = RunStore.create("ctl", {})
+    s.set_status(S.RUNNING)
+    r1 = s.request(S.SET_WEIGHTS, {"weights": {"exact": 2.0}})
+    r2 = s.request(S.PAUSE)
+    claimed = s.claim_pending()
+    assert [c["id"] for c in claimed] == [r1, r2] and claimed[0]["payload"] == {"weights": {"exact": 2.0}}
+    assert s.claim_pending() == []
+    s.resolve_request(r1, True, step=7, message="applied at step 7")
+    s.resolve_request(r2, False, step=7, message="already paused")
+    with pytest.raises(StoreError, match="was not claimed"):
+        s.resolve_request(r1, True, step=8)
+    ctl = s.control().set_index("id")
+    assert ctl.loc[r1, "status"] == S.APPLIED and ctl.loc[r1, "applied_step"] == 7
+    assert ctl.loc[r2, "status"] == S.REJECTED and ctl.loc[r2, "message"] == "already paused"
+    ch = s.changes()
+    assert ch["step"].tolist() == [7] and ch["request"].iloc[0] == {"weights": {"exact": 2.0}}
+    assert s.events(kinds=[S.EV_REJECTED])["payload"].iloc[0]["message"] == "already paused"
+    r3 = s.request(S.STOP)
+    s.reject_open_requests("run ended")
+    assert s.control(since_id=r2)["status"].tolist() == [S.REJECTED] and r3 > r2
+    with pytest.raises(StoreError, match="unknown control kind 'explode'"):
+        s.request("explode")
+
+
+@pytest.mark.parametrize("status", [S.FINISHED, S.FAILED, S.STOPPED])
+def test_request_to_an_ended_run_is_refused(runs_dir, status):
+    s = RunStore.create("done", {})
+    s.set_status(status)
+    with pytest.raises(StoreError, match=f"run done is {status}: control requests apply only to a live run"):
+        s.request(S.SET_WEIGHTS, {"weights": {"exact": 1.0}})
+    assert s.control().empty
+
+
+@pytest.mark.parametrize("bad", ["../evil", "a/../../b", "..", "a/b", "", ".hidden", "x" * 65, "a b", "run..1"])
+def test_bad_run_ids_are_rejected(runs_dir, bad):
+    with pytest.raises(StoreError, match="is not allowed"):
+        RunStore.create(bad, {})
+    with pytest.raises(StoreError):
+        RunStore.open(bad)
+    assert not (runs_dir.parent / "evil").exists() and not list(runs_dir.iterdir())
+
+
+def test_good_run_ids_and_resolve(runs_dir):
+    assert S.check_run_id("run-2026.01_a") == "run-2026.01_a"
+    s = RunStore.create(S.new_run_id("demo"), {})
+    assert S.resolve_db(s.run_id) == s.path == S.resolve_db(s.run_dir)
+    assert not [p.name for p in s.run_dir.iterdir() if not p.name.startswith("run.db")]  # no side file left
+    with pytest.raises(StoreError, match="already exists"):
+        RunStore.create(s.run_id, {})
+    again = RunStore.create(s.run_id, {"other": 1}, exist_ok=True)  # reopen, meta untouched
+    assert again.config == {} and again.get_meta()["status"] == S.CREATED
+    with pytest.raises(StoreError, match="no run store"):
+        RunStore.open("missing-run")
+
+
+def test_incremental_reads_since_step(runs_dir):
+    s = RunStore.create("inc", {})
+    for step in range(5):
+        write_step(s, step, P, G)
+    assert s.last_step() == 4
+    assert s.scalars(since_step=2)["step"].unique().tolist() == [3, 4]
+    assert len(s.scalars(since_step=2)) == 2 * len(SCALARS)
+    assert s.scalars(since_step=0, until_step=2, names=["loss/policy"])["value"].tolist() == [1.3, 2.3]
+    wide = s.scalars_wide(since_step=3)
+    assert wide.index.tolist() == [4] and sorted(wide.columns) == sorted(SCALARS)
+    assert s.groups(since_step=3)["step"].unique().tolist() == [4] and len(s.groups(since_step=3)) == P
+    ro = s.rollouts(since_step=1, until_step=3)
+    assert ro["step"].unique().tolist() == [2, 3] and len(ro) == 2 * P * G
+    assert {"exact", "answer_f1", "completion", "total"} <= set(ro.columns)
+    assert "completion" not in s.rollouts(since_step=3, with_text=False).columns
+    assert len(s.rollouts(step=2, group=1)) == G
+    ev = s.events()
+    assert [p["step"] for p in s.events(since_id=int(ev["id"].iloc[2]))["payload"]] == [3, 4]
+    assert s.scalars(since_step=4).empty and s.rollouts(since_step=4).empty and s.groups(since_step=4).empty
+    assert s.scalars_wide(since_step=4).empty
+
+
+def test_a_failing_step_write_leaves_nothing(runs_dir):
+    s = RunStore.create("atomic", {})
+    write_step(s, 0, P, G)
+    bad_rollouts = [(0, 0, 0.5, {"exact": float("nan")}, None, None)]  # NaN is not JSON: the write fails
+    with pytest.raises(ValueError):
+        s.log_step(1, {"train/reward": 1.0}, rollouts=bad_rollouts)
+    assert s.last_step() == 0 and set(complete_steps(s)) == {0}
+    s.log_step(1, {"train/reward": float("inf")})  # a non-finite scalar is stored as missing
+    assert s.scalars(since_step=0)["value"].isna().all()
+
+
+def test_list_runs_lists_unreadable_stores_with_a_reason(runs_dir):
+    good = RunStore.create("good", {"grpo": {"steps": 10}})
+    write_step(good, 0, P, G)
+    good.set_status(S.FINISHED)
+    good.close()
+    raw = (runs_dir / "good" / "run.db").read_bytes()
+    (runs_dir / "truncated").mkdir()
+    (runs_dir / "truncated" / "run.db").write_bytes(raw[:3000])
+    (runs_dir / "text").mkdir()
+    (runs_dir / "text" / "run.db").write_text("this is not a database\n")
+    (runs_dir / "empty").mkdir()
+    (runs_dir / "empty" / "run.db").write_bytes(b"")
+    (runs_dir / "other").mkdir()
+    with sqlite3.connect(runs_dir / "other" / "run.db") as c:
+        c.execute("CREATE TABLE t (x)")
+    (runs_dir / "no-db").mkdir()  # a folder without a store is not a run
+    runs = S.list_runs().set_index("run_id")
+    assert sorted(runs.index) == ["empty", "good", "other", "text", "truncated"]
+    assert runs.loc["good", "status"] == S.FINISHED and runs.loc["good", "last_step"] == 0
+    assert runs.loc["good", "steps"] == 10
+    for rid in ("truncated", "text", "empty", "other"):
+        assert runs.loc[rid, "status"] == "unreadable"
+        assert str(runs.loc[rid, "error"]).startswith(str(runs_dir / rid / "run.db")), runs.loc[rid, "error"]
+    assert "not a database" in runs.loc["text", "error"]
+    assert "missing tables" in runs.loc["other", "error"]
+    assert list(runs.index).index("good") == 0  # readable runs first (newest created)
+    assert S.list_runs(runs_dir / "nowhere").empty
+
+
+def test_display_status_derives_stale():
+    now = time.time()
+    assert S.display_status({"status": S.RUNNING, "heartbeat": now}, now) == S.RUNNING
+    assert S.display_status({"status": S.RUNNING, "heartbeat": now - 60}, now) == S.STALE
+    assert S.display_status({"status": S.FINISHED, "heartbeat": 0}, now) == S.FINISHED
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert S.display_status({"status": S.RUNNING, "heartbeat": now, "pid": dead.pid}, now) == S.STALE
+    assert S.display_status({"status": S.RUNNING, "heartbeat": now, "pid": os.getpid()}, now) == S.RUNNING
