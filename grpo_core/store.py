@@ -272,6 +272,15 @@ class RunStore:
                             (step, time.time(), kind, _dumps(payload)))
             return cur.lastrowid
 
+    def truncate_after(self, step: int) -> int:
+        """Delete scalars, groups and rollouts of steps > `step` (a resumed run redoes the steps
+        after its checkpoint; events and control history stay). Returns the steps dropped."""
+        with self.transaction() as c:
+            n = c.execute("SELECT COUNT(DISTINCT step) FROM scalars WHERE step > ?", (step,)).fetchone()[0]
+            for table in ("scalars", "groups", "rollouts"):
+                c.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
+        return int(n)
+
     # ---- reads (incremental: "what changed since step N") -----------------------------
     def last_step(self) -> int | None:
         row = self.conn.execute("SELECT MAX(step) FROM scalars").fetchone()
