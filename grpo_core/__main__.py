@@ -95,7 +95,10 @@ def cmd_runs(args):
     if df.empty:
         print("no runs yet: start one with `python -m grpo_core train`")
     else:
-        print(df[["run_id", "status", "last_step", "steps", "kind", "error"]].to_string(index=False))
+        df = df[["run_id", "status", "last_step", "steps", "kind", "error"]].copy()
+        for col in ("last_step", "steps"):  # whole numbers, not 12.0 (NaN made them floats)
+            df[col] = df[col].astype("Int64")
+        print(df.astype(object).where(df.notna(), "-").to_string(index=False))
     return 0
 
 
