@@ -1,0 +1,288 @@
+"""The app and its Runs / Live pages under Streamlit's AppTest, against real run stores:
+one written by a real trainer run (once per session), live trainers started the way the
+dashboard starts them, and special stores (imported, failed, unreadable) built directly."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from grpo_core import names as N
+from grpo_core import runner
+from grpo_core.store import RunStore, list_runs
+from tests.helpers_dashboard import REPO, TRAINED_STEPS, synth_run, trained_run, wait_for
+
+APP = str(REPO / "app.py")
+FIXTURE = Path("/work/shared/fixtures/trl/chaos-economy-trainer_state.json")
+LIVE_CFG = {"grpo": {"steps": 3000, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
+            "model": {"warm_start_steps": 0}, "log": {"progress": False, "checkpoint_every": 0}}
+
+
+@pytest.fixture
+def trained(tmp_path_factory, monkeypatch):
+    """(runs_dir, run_id) of a finished real trainer run, shared by the session."""
+    root, rid = trained_run(tmp_path_factory.getbasetemp())
+    monkeypatch.setenv("GRPO_RUNS_DIR", str(root))
+    return root, rid
+
+
+def app(page: str | None = None, **state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def texts(elements) -> list[str]:
+    return [e.value for e in elements]
+
+
+def chart_specs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+# ---- live page ------------------------------------------------------------------------------------
+def test_live_page_shows_a_finished_real_run_once(trained):
+    root, rid = trained
+    at = app()
+    with RunStore.open(root / rid, readonly=True) as s:
+        last = s.scalars_wide(since_step=TRAINED_STEPS - 1).iloc[-1]
+    m = metrics(at)
+    assert m["Trainable ratio (cumulative)"] == f"{last[N.CUM_TRAINABLE_RATIO]:.0%}"
+    assert m["Trainable ratio (step)"] == f"{last[N.TRAINABLE_RATIO]:.0%}"
+    assert m["Groups trainable / submitted"] == (f"{int(last[N.CUM_GROUPS_TRAINABLE])} / "
+                                                 f"{int(last[N.CUM_GROUPS_SUBMITTED])}")
+    specs = chart_specs(at)
+    assert len(specs) == 6
+    ratio = next(s for s in specs if s["layout"]["title"]["text"] == "Trainable ratio")
+    assert [t["name"] for t in ratio["data"]] == ["per step", "cumulative"]
+    assert any(f"{rid}" in md and "finished" in md for md in texts(at.markdown))
+    assert not at.slider  # nothing to steer on a finished run ...
+    assert any("nothing to steer" in c for c in texts(at.caption))
+    assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
+
+
+def test_live_page_without_runs_offers_the_demo(monkeypatch, runs_dir):
+    at = app()
+    assert any("No run yet" in i for i in texts(at.info))
+    started = synth_run(runs_dir, "demo-x", 3)
+    monkeypatch.setattr(runner, "start_demo_if_idle", lambda root=None, overrides=None: ("demo-x", True))
+    at.button(key="start_demo").click().run()
+    assert at.session_state["run_id"] == "demo-x" and not at.exception
+    assert len(at.get("plotly_chart")) == 6
+    started.close()
+
+
+def test_imported_run_says_what_it_lacks_instead_of_empty_charts(runs_dir):
+    from grpo_core.integrations.importers import import_run
+    rid = import_run("trl", FIXTURE.read_bytes(), FIXTURE.name, root=runs_dir)
+    at = app()
+    assert at.session_state["run_id"] == rid
+    assert any("no what-if" in i and "no rollout inspector" in i for i in texts(at.info))
+    assert not at.slider and "apply" not in [b.key for b in at.button]
+    titles = [s["layout"]["title"]["text"] for s in chart_specs(at)]
+    assert "Trainable ratio" in titles and "Groups submitted vs trainable" not in titles
+    assert any(c.startswith("Not logged by this run:") for c in texts(at.caption))
+
+
+@pytest.mark.slow
+def test_sliders_what_if_apply_pending_applied_marker_with_a_real_trainer(runs_dir):
+    rid = runner.start_run(LIVE_CFG, run_id="live", root=runs_dir)
+    try:
+        wait_for(lambda: (RunStore.open(runs_dir / rid, readonly=True).last_step() or 0) >= 2, 240,
+                 what="two real steps")
+        at = app()
+        assert at.slider(key=f"w:{rid}:length").value == pytest.approx(0.1)
+        before = metrics(at)
+        assert any(k.startswith("What-if trainable ratio") for k in before)
+        at.slider(key=f"w:{rid}:length").set_value(0.6).run()
+        assert any("length=0.6" in c for c in texts(at.caption))  # the pending change, before any apply
+        with RunStore.open(runs_dir / rid, readonly=True) as s:
+            assert s.control().empty  # moving a slider sends nothing
+        at.button(key="apply").click().run()
+        assert not at.exception
+        with RunStore.open(runs_dir / rid, readonly=True) as s:
+            rows = s.control()
+        assert len(rows) == 1 and rows.iloc[0]["kind"] == "set_weights" and rows.iloc[0]["source"] == "ui"
+        assert rows.iloc[0]["payload"]["weights"] == {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2,
+                                                      "format": 0.1, "length": 0.6}
+
+        def applied():
+            with RunStore.open(runs_dir / rid, readonly=True) as s:
+                r = s.control().iloc[0]
+            return int(r["applied_step"]) if r["status"] == "applied" else None
+        step = wait_for(applied, 120, what="the trainer to apply the request")
+        at.run()
+        assert any(f"applied at step {step}" in md for md in texts(at.markdown))
+        for spec in chart_specs(at):
+            assert step in [sh["x0"] for sh in spec["layout"].get("shapes", []) if sh.get("name", "").startswith(
+                "change:")], spec["layout"]["title"]["text"]
+        wait_for(lambda: RunStore.open(runs_dir / rid, readonly=True).last_step() >= step, 120, what="step N")
+        at.run()
+        assert at.slider(key=f"w:{rid}:length").value == pytest.approx(0.6)
+        assert any("none (sliders equal the settings in force)" in c for c in texts(at.caption))
+
+        at.button(key="suggest").click().run()  # suggestions or the plain "nothing better" line
+        assert any("predicted" in md for md in texts(at.markdown)) or any(
+            "No weights near these" in c for c in texts(at.caption))
+
+        at.button(key="stop").click().run()
+        wait_for(lambda: list_runs(runs_dir).set_index("run_id").loc[rid, "status"] == "stopped", 120,
+                 what="stopped")
+        at.run()
+        assert not at.slider and any("nothing to steer" in c for c in texts(at.caption))
+    finally:
+        runner.terminate_run(rid, root=runs_dir, wait_s=30)
+
+
+def test_weights_that_cannot_apply_show_one_line_not_a_traceback(runs_dir):
+    store = synth_run(runs_dir, "r", 30)
+    at = app()
+    for m in ("answer_f1", "exact", "citation", "format", "length"):
+        at.slider(key=f"w:r:{m}").set_value(0.0)
+    at.run()
+    assert not at.exception
+    assert [e for e in texts(at.error) if "all zero" in e] and at.button(key="apply").disabled is False
+    at.button(key="apply").click().run()
+    assert not at.exception and any("all zero" in e for e in texts(at.error))
+    assert store.control().empty  # nothing was sent
+    store.close()
+
+
+def test_suggestion_loads_into_the_sliders(runs_dir):
+    store = synth_run(runs_dir, "r", 60)
+    at = app()
+    at.button(key="suggest").click().run()
+    assert any("predicted" in md for md in texts(at.markdown))
+    at.button(key="load_sugg_0").click().run()
+    loaded = {m: at.slider(key=f"w:r:{m}").value for m in ("answer_f1", "exact", "citation", "format", "length")}
+    assert loaded["length"] > 0.1  # the synthetic run rewards a higher length weight
+    what_if = next(v for k, v in metrics(at).items() if k.startswith("What-if"))
+    assert what_if == "100%"
+    store.close()
+
+
+# ---- runs page ------------------------------------------------------------------------------------
+def test_runs_page_lists_a_real_run_with_progress(trained):
+    root, rid = trained
+    at = app("pages/runs.py")
+    assert any(rid in md and "finished" in md for md in texts(at.markdown))
+    assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
+    at.button(key=f"open_{rid}").click().run()
+    assert at.session_state["run_id"] == rid and len(at.get("plotly_chart")) == 6
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("grpo.group_size=1", "grpo.group_size must be >= 2"),
+    ("grpo.grup_size=3", "unknown key 'grpo.grup_size' (did you mean 'group_size'?)"),
+    ("task.level=9", "task.level must be between 1 and 4, got 9"),
+    ("no equals sign", "--set expects section.key=value"),
+])
+def test_start_form_bad_input_is_one_line_and_starts_nothing(runs_dir, extra, message):
+    at = app("pages/runs.py")
+    at.text_area[0].set_value(extra)
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert not at.exception
+    errors = texts(at.error)
+    assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0] and "Traceback" not in errors[0]
+    assert list_runs(runs_dir).empty
+
+
+def test_start_form_bad_run_id_is_one_line(runs_dir):
+    at = app("pages/runs.py")
+    next(t for t in at.text_input if t.label == "Run id (optional)").set_value("../x")
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert any("run id '../x' is not allowed" in e for e in texts(at.error)) and list_runs(runs_dir).empty
+
+
+@pytest.mark.slow
+def test_start_form_launches_a_real_trainer_with_the_form_values(runs_dir):
+    at = app("pages/runs.py")
+    next(t for t in at.text_input if t.label == "Run id (optional)").set_value("formrun")
+    next(n for n in at.number_input if n.label == "Group size G").set_value(4)
+    next(n for n in at.number_input if n.label == "Steps").set_value(3)
+    next(n for n in at.number_input if n.label == "length").set_value(0.25)
+    at.text_area[0].set_value("model.warm_start_steps=0\ngrpo.prompts_per_step=2")
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert not at.exception and not at.error
+    cfg = RunStore.open(runs_dir / "formrun", readonly=True).config
+    assert cfg["grpo"]["group_size"] == 4 and cfg["grpo"]["steps"] == 3 and cfg["grpo"]["prompts_per_step"] == 2
+    assert cfg["reward"]["weights"]["length"] == 0.25
+    assert at.session_state["run_id"] == "formrun"
+    wait_for(lambda: list_runs(runs_dir).set_index("run_id").loc["formrun", "status"] == "finished", 240,
+             what="the form's run to finish")
+
+
+def test_failed_stale_and_unreadable_runs_say_why(runs_dir):
+    synth_run(runs_dir, "bad", 3).set_status("failed", error="Traceback (most recent call last):\n ...\n"
+                                            "ValueError: reward metric 'exact' raised")
+    (runs_dir / "junk").mkdir()
+    (runs_dir / "junk" / "run.db").write_bytes(b"\x00garbage" * 64)
+    at = app("pages/runs.py")
+    assert "bad failed: ValueError: reward metric 'exact' raised" in texts(at.error)
+    assert any(e.startswith("unreadable:") for e in texts(at.error))
+    at.switch_page("pages/live.py").run()  # the failed run's live page says so too, once
+    assert any("The run failed: ValueError: reward metric 'exact' raised" in e for e in texts(at.error))
+
+
+def test_import_expander_imports_a_real_trl_log(runs_dir):
+    at = app("pages/runs.py")
+    at.file_uploader(key="import_file").upload(FIXTURE.name, FIXTURE.read_bytes(), "application/json")
+    at.run()
+    at.text_input(key="import_run_id").set_value("chaos")
+    at.button(key="import_go").click().run()
+    assert not at.exception and "imported as chaos" in texts(at.success)
+    assert list_runs(runs_dir).set_index("run_id").loc["chaos", "source"] != "grpo_core"
+
+
+def test_import_of_a_wrong_file_is_one_line(runs_dir):
+    at = app("pages/runs.py")
+    at.file_uploader(key="import_file").upload("notes.json", b"{not json", "application/json")
+    at.run()
+    at.button(key="import_go").click().run()
+    errors = texts(at.error)
+    assert not at.exception and len(errors) == 1 and "\n" not in errors[0] and list_runs(runs_dir).empty
+
+
+def test_url_run_parameter_picks_the_run(runs_dir):
+    synth_run(runs_dir, "a", 3, status="finished").close()
+    synth_run(runs_dir, "b", 3).close()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["run"] = "a"
+    at.run()
+    assert at.session_state["run_id"] == "a" and at.query_params["run"] in ("a", ["a"])
+    at.sidebar.selectbox[0].set_value("b").run()
+    assert at.session_state["run_id"] == "b" and at.query_params["run"] in ("b", ["b"])
+
+
+# ---- the Streamlit process never imports torch -----------------------------------------------------------
+def test_no_page_imports_torch(trained):
+    root, rid = trained
+    script = textwrap.dedent(f"""
+        import sys
+        from streamlit.testing.v1 import AppTest
+        at = AppTest.from_file({APP!r}, default_timeout=120)
+        at.run()
+        for page in ("pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"):
+            at.switch_page(page).run()
+            assert not at.exception, (page, [e.value for e in at.exception])
+        import grpo_core.runner, grpo_core.serve, grpo_core.live, grpo_core.charts, grpo_core.control
+        heavy = sorted(m for m in ("torch", "transformers", "trl", "accelerate") if m in sys.modules)
+        print("HEAVY", heavy)
+        sys.exit(1 if heavy else 0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "GRPO_RUNS_DIR": str(root)})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "HEAVY []" in out.stdout
