@@ -263,3 +263,114 @@ def test_two_processes_one_store_groups_cover_both(tmp_path):
         r = rollouts[rollouts["step"] == step]
         for fn in FNS:
             assert r[fn].mean() == pytest.approx(e[f"rewards/{fn}/mean"], abs=1e-6)
+
+
+def _trainer(model_dir, out, reward_funcs, steps=2):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    ds = Dataset.from_list([{"prompt": f"q{i}:"} for i in range(32)])
+    args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
+                      max_steps=steps, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
+                      disable_tqdm=True)
+    return GRPOTrainer(model=str(model_dir), reward_funcs=reward_funcs, args=args, train_dataset=ds)
+
+
+def test_a_second_training_into_a_used_run_id_is_refused(trl_run, tmp_path):
+    from grpo_core.config import ConfigError
+    from grpo_core.integrations.trl import GRPOHealthCallback
+    runs = trl_run["tmp"] / "runs"
+
+    def has_e(completions, **kw):
+        return [float("e" in c) for c in completions]
+
+    trainer = _trainer(trl_run["model_dir"], tmp_path / "out", [has_e, has_e])
+    GRPOHealthCallback.attach(trainer, run_id="trl-run", root=runs)
+    with pytest.raises(ConfigError, match="already has 6 steps"):
+        trainer.train()
+    assert trl_run["store"].get_meta()["status"] == "finished" and trl_run["store"].last_step() == 6
+
+
+def test_a_crashing_reward_function_marks_the_run_failed(trl_run, tmp_path):
+    from grpo_core.integrations.trl import GRPOHealthCallback
+    from grpo_core.store import RunStore
+    calls = []
+
+    def flaky(completions, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ZeroDivisionError("reward server down")
+        return [0.0] * len(completions)
+
+    trainer = _trainer(trl_run["model_dir"], tmp_path / "out", [flaky], steps=3)
+    GRPOHealthCallback.attach(trainer, run_id="crash", root=tmp_path / "runs")
+    with pytest.raises(ZeroDivisionError):
+        trainer.train()
+    with RunStore.open(tmp_path / "runs" / "crash", readonly=True) as s:
+        meta = s.get_meta()
+        assert s.last_step() == 1 and s.scalars_wide().loc[1, "health/trainable_ratio"] == 0
+    assert meta["status"] == "failed" and "ZeroDivisionError: reward server down" in meta["error"]
+
+
+def test_docs_snippets_run(tmp_path):
+    """docs/integrations.md's Python snippets, as written (the TRL one on the built-in model)."""
+    import re
+    text = (REPO / "docs" / "integrations.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GRPO_RUNS_DIR": str(tmp_path / "runs"), "WANDB_MODE": "disabled"}
+    for i, code in enumerate(blocks):
+        (tmp_path / f"snippet{i}.py").write_text(code)
+        proc = subprocess.run([sys.executable, f"snippet{i}.py"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "health/trainable_ratio" in proc.stdout and "groups per step unknown" in proc.stdout
+    from grpo_core.store import RunStore
+    with RunStore.open(tmp_path / "runs" / "trl-demo", readonly=True) as s:
+        assert s.get_meta()["status"] == "finished" and s.last_step() == 5
+        assert len(s.groups()) == 5 * 2 and len(s.rollouts()) == 5 * 8
+
+
+def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_path):
+    """Every request kind on a TRL run: applied at a step boundary, or rejected with a reason."""
+    import threading
+    import time
+    from transformers import TrainerCallback
+    from grpo_core import control
+    from grpo_core.integrations.trl import GRPOHealthCallback
+    from grpo_core.store import RunStore
+    run = tmp_path / "runs" / "ctl"
+
+    def length(completions, **kw):
+        return [len(c) / 8 for c in completions]
+
+    trainer = _trainer(trl_run["model_dir"], tmp_path / "out", [length], steps=8)
+    GRPOHealthCallback.attach(trainer, run_id="ctl", root=tmp_path / "runs")
+    statuses = []
+
+    def resume_later():
+        time.sleep(1.0)
+        with RunStore.open(run, readonly=True) as s:
+            statuses.append(s.get_meta()["status"])  # what the dashboard shows meanwhile
+        control.send(run, "resume", {}, source="test")
+
+    class Sender(TrainerCallback):  # requests arriving while a step runs, as from the dashboard
+        def on_step_begin(self, args, state, ctl, **kw):
+            if state.global_step == 1:  # during step 2
+                control.send(run, "set_threshold", {"min_group_std": 0.5}, source="test")
+                control.send(run, "set_difficulty", {"level": 2}, source="test")
+                control.send(run, "pause", {}, source="test")
+                threading.Thread(target=resume_later).start()
+            if state.global_step == 3:  # during step 4
+                control.send(run, "stop", {}, source="test")
+
+    trainer.add_callback(Sender())
+    trainer.train()
+    with RunStore.open(run, readonly=True) as s:
+        ctl, wide = s.control(), s.scalars_wide()
+    assert statuses == ["paused"]
+    assert ctl[["kind", "status", "applied_step"]].values.tolist() == [
+        ["set_threshold", "applied", 3], ["set_difficulty", "rejected", 3], ["pause", "applied", 3],
+        ["resume", "applied", 3], ["stop", "applied", 4]]
+    assert "fixed dataset" in ctl["message"].iloc[1]
+    assert wide.index.tolist() == [1, 2, 3, 4]  # stopped right after step 4, of 8
+    assert wide["health/min_group_std"].tolist() == [0.0, 0.0, 0.5, 0.5]

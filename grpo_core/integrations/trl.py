@@ -170,7 +170,19 @@ class GRPOHealthCallback(TrainerCallback):
                     "output_dir": args.output_dir},
             **self.extra_config,
         }
-        self.store = RunStore.create(self.run_id, config, root=self.root, kind="trl", exist_ok=True)
+        store = RunStore.create(self.run_id, config, root=self.root, kind="trl", exist_ok=True)
+        last = store.last_step()
+        if last is not None and state.global_step == 0:  # never mix two trainings in one store
+            store.close()
+            raise ConfigError(f"run {self.run_id!r} already has {last} steps in {self.root}: pick another run_id, "
+                              "or resume TRL from a checkpoint to continue it")
+        if last is not None:  # resumed from a checkpoint: continue the cumulative counts
+            row = store.scalars(since_step=-1, until_step=state.global_step,
+                                names=[N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE])
+            cum = row.groupby("name")["value"].last()
+            self._cum = [int(cum.get(N.CUM_GROUPS_SUBMITTED, 0)), int(cum.get(N.CUM_GROUPS_TRAINABLE, 0))]
+            store.add_event(EV_LIFECYCLE, {"event": "resumed", "step": state.global_step}, step=state.global_step)
+        self.store = store
         self.store.set_status(RUNNING, pid=os.getpid(), host=os.uname().nodename, source="trl", started=time.time())
         notes = []
         if str(args.scale_rewards) == "batch" or str(getattr(args, "multi_objective_aggregation", "")) == \
@@ -200,8 +212,17 @@ class GRPOHealthCallback(TrainerCallback):
         self.store.set_status(status)
 
     # ---- control: claimed on rank 0, decided once, applied on every rank -----------------------------
+    # Requests are claimed twice per step, both between steps as far as TRL is concerned:
+    # at on_step_end (after step N is written) for requests that came during step N, and at
+    # on_step_begin for any that came after that, e.g. from a later callback. Either way a
+    # weight change reaches step N+1's scoring. A stop claimed at on_step_end ends training
+    # right there; one claimed at on_step_begin lets that step finish (transformers checks
+    # should_training_stop only after the step).
     def on_step_begin(self, args, state, control, **kw):
-        decision = self._claim(state.global_step + 1) if self.main else None
+        self._control(state, control, running=True)
+
+    def _control(self, state, control, running: bool):
+        decision = self._claim(state.global_step, running) if self.main else None
         if self.trainer.accelerator.num_processes > 1:
             from accelerate.utils import broadcast_object_list
             box = [decision]
@@ -219,8 +240,11 @@ class GRPOHealthCallback(TrainerCallback):
         if decision.get("save"):
             control.should_save = True
 
-    def _claim(self, step: int) -> dict:
-        """Apply every pending request in order; pause blocks here until resume/stop."""
+    def _claim(self, done: int, running: bool) -> dict:
+        """Apply every pending request in order (`done`: steps completed; `running`: step
+        done+1 is about to run). A pause blocks here until resume or stop."""
+        step = done + 1  # the first step a change affects
+        last = step if running else done  # the last step that runs before a stop
         decision: dict = {}
         requests = self.store.claim_pending()
         while requests:
@@ -235,19 +259,19 @@ class GRPOHealthCallback(TrainerCallback):
                 w = payload["weights"]
                 decision["weights"] = [w.get(n, 0.0) for n in self.names]  # unnamed metrics: 0, as CompositeReward
                 self.store.resolve_request(rid, True, step, f"reward_weights {dict(zip(self.names, decision['weights']))} "
-                                                            f"applied at step {step}")
+                                                            f"applied from step {step}")
             elif kind == SET_THRESHOLD:
                 decision["min_group_std"] = payload["min_group_std"]
                 self.store.resolve_request(rid, True, step, f"min_group_std {payload['min_group_std']} from step {step}")
             elif kind == STOP:
                 decision["stop"] = True
-                self.store.resolve_request(rid, True, step, f"stopping before step {step}")
+                self.store.resolve_request(rid, True, last, f"training stops after step {last}")
             elif kind == CHECKPOINT:
                 decision["save"] = True
-                self.store.resolve_request(rid, True, step, "TRL saves a checkpoint at the end of this step")
+                self.store.resolve_request(rid, True, last, f"TRL saves a checkpoint at the end of step {last}")
             elif kind == PAUSE:
                 self.store.resolve_request(rid, True, step, f"paused before step {step}")
-                more = self._wait_while_paused(step)
+                more = self._wait_while_paused(step, last)
                 if more is None:
                     decision["stop"] = True
                 requests += more or []
@@ -260,7 +284,7 @@ class GRPOHealthCallback(TrainerCallback):
                 self.store.resolve_request(rid, False, step, f"{kind} is not supported for TRL runs")
         return decision
 
-    def _wait_while_paused(self, step: int) -> list | None:
+    def _wait_while_paused(self, step: int, last: int) -> list | None:
         """Block (rank 0; other ranks wait in the broadcast) until resume; None on stop."""
         self.store.set_status(PAUSED)
         while True:
@@ -268,7 +292,7 @@ class GRPOHealthCallback(TrainerCallback):
             later = []
             for req in self.store.claim_pending():
                 if req["kind"] == STOP:
-                    self.store.resolve_request(req["id"], True, step, f"stopped while paused before step {step}")
+                    self.store.resolve_request(req["id"], True, step, f"stopped while paused: training stops after step {last}")
                     self.store.set_status(RUNNING)
                     for r in later:
                         self.store.resolve_request(r["id"], False, step, "the run was stopped")
@@ -281,8 +305,11 @@ class GRPOHealthCallback(TrainerCallback):
 
     # ---- one step: groups, rollouts, health scalars ------------------------------------------------------
     def on_step_end(self, args, state, control, **kw):
-        if not self.main or not self._pending:
-            return
+        if self.main and self._pending:
+            self._write_step(state)
+        self._control(state, control, running=False)
+
+    def _write_step(self, state):
         batches, self._pending = self._pending, []
         g = self.trainer.num_generations
         scores = np.concatenate([b[0] for b in batches])
