@@ -486,16 +486,21 @@ def _weight_vector(weights: dict[str, float], metric_names: list[str]) -> np.nda
     return np.array([clean.get(m, 0.0) for m in metric_names], dtype=np.float64)
 
 
+def _outcome_varies(a: RolloutArrays, outcome_metric: str, uniform_std: float) -> np.ndarray:
+    """bool [n_groups]: the outcome gate (the outcome metric itself varies in the group)."""
+    if outcome_metric not in a.metric_names:
+        raise ValueError(f"outcome metric {outcome_metric!r} has no scores in these rollouts "
+                         f"(metrics: {', '.join(a.metric_names)})")
+    return _seg_std(a.scores[:, a.metric_names.index(outcome_metric)], a) > max(uniform_std, STD_EPS)
+
+
 def _trainable_groups(a: RolloutArrays, w: np.ndarray, min_group_std: float,
                       outcome_metric: str | None, uniform_std: float) -> np.ndarray:
     """bool [n_groups] for w [K], or [n_groups, C] for C weight vectors w [K, C]: the rule of
     group_stats (std > max(min_group_std, STD_EPS), plus the outcome gate) on segments."""
     passes = _seg_std(a.scores @ w, a) > max(min_group_std, STD_EPS)
     if outcome_metric:
-        if outcome_metric not in a.metric_names:
-            raise ValueError(f"outcome metric {outcome_metric!r} has no scores in these rollouts "
-                             f"(metrics: {', '.join(a.metric_names)})")
-        varies = _seg_std(a.scores[:, a.metric_names.index(outcome_metric)], a) > max(uniform_std, STD_EPS)
+        varies = _outcome_varies(a, outcome_metric, uniform_std)
         passes &= varies if passes.ndim == 1 else varies[:, None]
     return passes
 
@@ -544,6 +549,24 @@ def _candidate_mix(d0: np.ndarray, rng: np.random.Generator, n_random: int) -> n
     return np.vstack([moves, towards, rand])
 
 
+def _candidate_ratios(a: RolloutArrays, idx: list[int], cand: np.ndarray, min_group_std: float,
+                      outcome_metric: str | None, uniform_std: float) -> np.ndarray:
+    """Trainable ratio for each row of cand [C, k] (weights of metrics idx) at once.
+
+    A group's total-reward variance under w is the quadratic form w' S_g w of its metric
+    covariance S_g, so the rollouts are reduced once to S [groups, k, k] and each candidate
+    costs O(groups * k^2), not a pass over every rollout. (Ranking only: the returned
+    suggestions are re-scored with what_if, so their predicted ratios are exact.)"""
+    xc = a.scores[:, idx] - _seg_mean(a.scores[:, idx], a)[a.codes]
+    k = len(idx)
+    cov = _seg_mean((xc[:, :, None] * xc[:, None, :]).reshape(-1, k * k), a)  # [groups, k*k]
+    var = cov @ (cand[:, :, None] * cand[:, None, :]).reshape(len(cand), k * k).T  # [groups, C]
+    ok = var > max(min_group_std, STD_EPS) ** 2
+    if outcome_metric:
+        ok &= _outcome_varies(a, outcome_metric, uniform_std)[:, None]
+    return ok.mean(axis=0)
+
+
 def _why(w: dict[str, float], w0: dict[str, float], uf: dict[str, float], ratio: float, cur: float) -> str:
     diff = {m: w[m] - w0[m] for m in w}
     up = sorted((m for m in diff if diff[m] > 1e-12), key=lambda m: -diff[m])[:2]
@@ -582,10 +605,7 @@ def suggest_weights(rollouts, current: dict[str, float], min_group_std: float = 
     d0 = d0 / d0.sum() if d0.sum() > 0 else np.full(k, 1.0 / k)
     d = _candidate_mix(d0, np.random.default_rng(seed), n_random)
     cand = np.unique(total * (f + free * np.clip(d, 0.0, None)), axis=0)  # [C, k]
-    full = np.zeros((len(cand), len(a.metric_names)))
-    full[:, idx] = cand
-    ratios = np.concatenate([_trainable_groups(a, full[i:i + 64].T, min_group_std, outcome_metric,
-                                               uniform_std).mean(axis=0) for i in range(0, len(full), 64)])
+    ratios = _candidate_ratios(a, idx, cand, min_group_std, outcome_metric, uniform_std)
     dist = np.abs(cand - w0v[idx]).sum(axis=1) / total
     # Pareto front of (higher ratio, smaller change): walk candidates from the closest out and
     # keep each one that beats every closer one.

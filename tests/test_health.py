@@ -377,3 +377,25 @@ def test_binary_planner_edges_and_min_group_size():
         H.p_trainable_binary(0.5, 0)
     with pytest.raises(ValueError, match="target"):
         H.min_group_size(0.5, 0)
+
+
+@pytest.mark.parametrize("outcome", [None, "exact"])
+def test_candidate_ranking_agrees_with_what_if(tmp_path, monkeypatch, outcome):
+    """suggest_weights ranks candidates by a covariance shortcut; it must agree with what_if."""
+    store, _ = make_run(tmp_path, monkeypatch, steps=6, seed=11)
+    a = H.rollout_arrays(store.rollouts(), NAMES)
+    cand = np.random.default_rng(12).dirichlet(np.ones(3), 40) * np.array([[0.3, 1.0, 0.5]])
+    fast = H._candidate_ratios(a, [0, 1, 2], cand, 0.01, outcome, 1e-3)
+    slow = [H.what_if(a, dict(zip(NAMES, c)), outcome_metric=outcome) for c in cand]
+    assert fast.tolist() == slow and len(set(slow)) > 1  # and the candidates do differ
+
+
+def test_suggest_weights_with_outcome_gate(tmp_path, monkeypatch):
+    store, weights = uniform_binary_case(tmp_path, monkeypatch)
+    ro = store.rollouts()
+    # the outcome (exact) never varies: no weights can make a group trainable under the gate
+    assert H.what_if(ro, weights, outcome_metric="exact") == 0.0
+    assert H.suggest_weights(ro, weights, outcome_metric="exact") == []
+    gated = H.suggest_weights(ro, weights, outcome_metric="answer_f1")
+    assert gated and all(s["predicted_ratio"] == H.what_if(ro, s["weights"], outcome_metric="answer_f1")
+                         for s in gated)
