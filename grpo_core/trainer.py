@@ -378,7 +378,8 @@ class Trainer:
         raw = np.concatenate(raws)
         return roll, raw, errors, batches, t_gen, t_score
 
-    def train_step(self) -> tuple[dict, pd.DataFrame, list[tuple]]:
+    def train_step(self, update: bool = True) -> tuple[dict, pd.DataFrame, list[tuple]]:
+        """One step; update=False samples, scores and logs without training (the pilot)."""
         g = self.cfg.grpo
         t_start = time.perf_counter()
         roll, raw, errors, batches, t_gen, t_score = self.sample()
@@ -392,7 +393,8 @@ class Trainer:
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
         loss = train_on(self.model, self.optimizer, roll, adv, stats.trainable, g, ref_model=self.ref_model,
-                        suppress_ids=self.suppress_ids)
+                        suppress_ids=self.suppress_ids) if update else \
+            dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
         t_train = time.perf_counter() - t0
 
         scalars = health.step_scalars(stats, scores, self.reward.names, self.reward.weights,
@@ -410,6 +412,9 @@ class Trainer:
             N.MIN_GROUP_STD: self.min_group_std, N.DIFFICULTY: float(self.task.level),
             N.SCORING_ERRORS: float(sum(e is not None for e in errors)), N.SAMPLING_BATCHES: float(batches),
         })
+        if not update:  # nothing trained: log no loss at all rather than empty values
+            for k in (N.LOSS_POLICY, N.LOSS_KL, N.LOSS_ENTROPY, N.GRAD_NORM, N.CLIP_RATIO):
+                scalars.pop(k)
         groups = pd.DataFrame({
             "group": np.arange(P), "prompt_id": [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
             "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
