@@ -256,3 +256,36 @@ def test_parse_reports_every_name_mapping():
     m = p.report.mapped
     assert m["reward_std"] == N.TRL_REWARD_STD and m["rewards/pnl_reward_fn/std"] == "reward/pnl_reward_fn/batch_std"
     assert m["completion_length"] == N.COMPLETION_MEAN_LENGTH and m["loss"] == "trl/loss"
+
+
+def _run_record(config: dict) -> bytes:
+    from wandb.proto import wandb_internal_pb2 as pb
+    r = pb.Record()
+    r.run.run_id = "abc"
+    for k, v in config.items():
+        item = r.run.config.update.add()
+        item.key = k
+        item.value_json = json.dumps(v)
+    return r.SerializeToString()
+
+
+@pytest.mark.parametrize("scale, ratio", [("group", [0.5, 1.0]), ("batch", None)])
+def test_trl_in_wandb_uses_the_run_config(runs, scale, ratio):
+    """transformers logs TRL's arguments into the W&B config: they give the groups per step,
+    and say when frac_reward_zero_std is not a per-group number (scale_rewards='batch')."""
+    cfg = {"num_generations": 4, "generation_batch_size": 16, "gradient_accumulation_steps": 2,
+           "steps_per_generation": 2, "num_iterations": 1, "scale_rewards": scale, "max_steps": 2,
+           "reward_weights": None, "logging_steps": 1}
+    recs = [_run_record(cfg)] + [_history_record(s, {"train/global_step": s, "train/reward": 0.5,
+                                                      "train/frac_reward_zero_std": f, "train/rewards/fmt/mean": 0.5})
+                                 for s, f in ((1, 0.5), (2, 0.0))]
+    rid = import_run("wandb", _wandb_log(recs), "run-abc.wandb")
+    with _open(runs, rid) as s:
+        wide, meta = s.scalars_wide(), s.get_meta()
+    assert meta["config"]["grpo"]["group_size"] == 4 and meta["config"]["reward"]["weights"] == {"fmt": 1.0}
+    if ratio is None:
+        assert N.TRAINABLE_RATIO not in wide and N.GROUPS_SUBMITTED not in wide
+        assert any("not a per-group measure" in n for n in meta["import_report"]["notes"])
+    else:
+        assert wide[N.TRAINABLE_RATIO].tolist() == ratio
+        assert wide[N.GROUPS_SUBMITTED].tolist() == [4, 4] and wide[N.CUM_GROUPS_TRAINABLE].tolist() == [2, 6]

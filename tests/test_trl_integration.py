@@ -217,6 +217,11 @@ def test_trl_wandb_run_imports_with_right_ratio(trl_run, tmp_path):
         assert wide.loc[step, "train/reward"] == pytest.approx(e["reward"], abs=1e-6)
         assert wide.loc[step, "trl/reward_std"] == pytest.approx(e["reward_std"], abs=1e-6)
     assert "train/reward_std" not in wide  # TRL's batch std is not our within-group std
+    # the W&B config holds TRL's arguments: 12 completions / 4 generations = 3 groups per step
+    live = trl_run["store"].scalars_wide()
+    for name in ("data/step_num_groups_submitted", "data/step_num_groups_trainable", "data/cum/num_groups_trainable"):
+        np.testing.assert_allclose(wide.loc[1:, name], live[name], atol=1e-5)
+    assert meta["config"]["grpo"]["prompts_per_step"] == 3 and meta["config"]["reward"]["metrics"] == sorted(FNS)
 
 
 def _free_port() -> int:

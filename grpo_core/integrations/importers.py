@@ -191,8 +191,8 @@ def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, l
         report.note(f"logging_steps = {logging_steps}: each value is TRL's mean over the {logging_steps} steps "
                     "ending at its step; the cumulative ratio weights each entry by the steps it covers")
     if groups_per_step:
-        report.note(f"group counts computed with {groups_per_step} groups per step (given at import); a logged "
-                    "ratio averaged over several steps can give a fractional trainable count")
+        report.note(f"group counts computed with {groups_per_step} groups per step; a logged ratio averaged "
+                    "over several steps can give a fractional trainable count")
     elif any(N.TRAINABLE_RATIO in r for r in rows.values()):
         report.note("groups per step unknown: TRL logs only the fraction of zero-std groups, and the file records "
                     "neither num_generations nor the generation batch size, so there are ratios but no group "
@@ -324,6 +324,24 @@ def _derive_counts(rows: dict, style: str, report: ImportReport):
                     "frac_reward_zero_std = 1 - trainable ratio")
 
 
+def trl_args(config: dict, report: ImportReport) -> dict:
+    """What a TRL run's W&B config (transformers logs every training argument) tells:
+    groups per optimizer step, logging interval, and whether frac_reward_zero_std is a
+    per-group number under its settings."""
+    out: dict = {"logging_steps": config.get("logging_steps")}
+    scale, agg = config.get("scale_rewards"), config.get("multi_objective_aggregation")
+    if scale is False or str(scale) == "batch" or agg == "normalize_then_sum":
+        out["group_level"] = False
+    g, gbs = config.get("num_generations"), config.get("generation_batch_size")
+    ga, spg = config.get("gradient_accumulation_steps") or 1, config.get("steps_per_generation") or 1
+    if isinstance(g, int) and isinstance(gbs, int) and g > 0 and gbs % g == 0 and ga % spg == 0 and \
+            (config.get("num_iterations") or 1) == 1:
+        out["groups_per_step"] = gbs // g * (ga // spg)  # generations per optimizer step = ga / spg
+        report.note(f"groups per step = {out['groups_per_step']} from the run's config (generation_batch_size "
+                    f"{gbs} / num_generations {g}, {ga // spg} generation(s) per optimizer step)")
+    return out
+
+
 def _finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None) -> dict:
     """raw step -> {source key: number} -> mapped and derived rows."""
     rows: dict = {}
@@ -335,7 +353,12 @@ def _finish_rows(raw: dict, style: str, report: ImportReport, config: dict | Non
     if style == "trl":
         fns = sorted({m.group(1) for k in report.mapped for m in [_TRL_FN.match(k[6:])] if m})
         _trl_notes(report, fns)
-        _derive_trl(rows, report, None, None)
+        args = trl_args(config or {}, report)
+        if args.get("group_level", True):
+            _derive_trl(rows, report, args.get("groups_per_step"), args.get("logging_steps"))
+        else:
+            report.note("no trainable ratio: with this run's settings TRL's frac_reward_zero_std is not a "
+                        "per-group measure (kept as frac_reward_zero_std)")
     else:
         _derive_counts(rows, style, report)
     report.note(f"names recognised as {style}'s" if style != "generic" else
@@ -523,6 +546,15 @@ def parse_wandb_run(data: bytes, filename: str) -> Parsed:
         report.note("per-group and rollout tables in the file are samples (every N steps), not every "
                     "rollout's scores: not imported, so no what-if and no inspector")
         cfg = config if "grpo" in config else {}
+    elif style == "trl":
+        fns = sorted({k.split("/")[1] for r in rows.values() for k in r
+                      if k.startswith("reward/") and k.endswith("/mean")})
+        cfg = {"grpo": {"steps": config.get("max_steps"), "group_size": config.get("num_generations"),
+                        "prompts_per_step": trl_args(config, ImportReport("wandb", filename)).get("groups_per_step"),
+                        "beta": config.get("beta"), "lr": config.get("learning_rate")},
+               "reward": {"metrics": fns}}
+        if config.get("reward_weights") is None and fns:  # TRL's default: every function weighs 1
+            cfg["reward"]["weights"] = {f: 1.0 for f in fns}
     else:
         cfg = {}
     out_config = {**cfg, "source": "wandb", "wandb": {**run_info, "style": style, "config": config}}
