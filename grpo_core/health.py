@@ -626,6 +626,8 @@ def suggest_weights(rollouts, current: dict[str, float], min_group_std: float = 
     for i in chosen:
         w = {m: float(v) for m, v in zip(names, cand[i])}
         pred = what_if(a, w, min_group_std, outcome_metric, uniform_std)
+        if pred <= cur_ratio:  # the shortcut's ranking flipped a group on a float boundary
+            continue
         out.append({"weights": w, "predicted_ratio": pred, "current_ratio": cur_ratio,
                     "why": _why(w, w0, uf, pred, cur_ratio)})
     return sorted(out, key=lambda s: -s["predicted_ratio"])
