@@ -374,3 +374,88 @@ def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, 
         store.set_meta(launcher_pid=proc.pid, pid=proc.pid, host=os.uname().nodename)
     threading.Thread(target=_watch, args=(proc, run_dir), daemon=True).start()
     return run_id
+
+
+# =============================================================================================
+# The pilot process: `python -m grpo_core pilot` (imports torch through the trainer)
+# =============================================================================================
+def _explicit_steps(overrides: list[str]) -> bool:
+    return any(o.split("=", 1)[0].strip() == "grpo.steps" for o in overrides)
+
+
+def cli_pilot(args) -> int:
+    """Sample and score grpo.steps batches (DEFAULT_BATCHES unless --set grpo.steps=N) of
+    grpo.prompts_per_step prompts x grpo.group_size completions with the model the trainer
+    would start from (same loading, warm-start cache, seeds, rollout and scoring: the
+    trainer's own code), no update; log each batch as a step of a "pilot" run store."""
+    import copy
+    import traceback
+
+    from grpo_core import trainer as T
+    from grpo_core.config import load_config
+    from grpo_core.store import (EV_LIFECYCLE, FAILED, FINISHED, RUNNING, STOP, STOPPED)
+
+    overrides = list(getattr(args, "overrides", None) or [])
+    if not _explicit_steps(overrides):  # a training config's steps is its length, not the pilot's
+        steps = load_config(args.config, overrides).grpo.steps
+        overrides.append(f"grpo.steps={min(steps, DEFAULT_BATCHES)}")
+    args = copy.copy(args)
+    args.overrides, args.resume = overrides, False
+    cfg, store = T.open_run(args)  # new store, or the one start_pilot created
+    store.set_meta(kind="pilot")
+    T.set_threads()
+    print(f"pilot {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
+    sampling = copy.deepcopy(cfg)
+    sampling.grpo.beta = 0.0  # no update: a reference model would only cost memory
+    try:
+        trainer = T.Trainer(sampling, store)
+    except BaseException as e:
+        store.reject_open_requests("pilot failed to start")
+        store.set_status(FAILED, error=str(e) if isinstance(e, ValueError) else traceback.format_exc())
+        raise
+    T._install_stop_signals(trainer)  # SIGTERM / Ctrl-C: finish the batch, status stopped
+    store.set_meta(pid=os.getpid(), host=os.uname().nodename, started=time.time(), error=None,
+                   metric_names=trainer.reward.names, metric_kinds=trainer.metric_kinds,
+                   model=trainer.model_info, device=str(trainer.device))
+    store.set_status(RUNNING)
+    store.add_event(EV_LIFECYCLE, {"event": "started", "pilot": True, "batches": cfg.grpo.steps,
+                                   "model": trainer.model_info}, step=0)
+    beat = T.Heartbeat(store.path)
+    beat.start()
+    try:
+        while trainer.step < cfg.grpo.steps and not trainer.stop_reason:
+            for req in store.claim_pending():  # a pilot changes nothing mid-way: only stop applies
+                ok = req["kind"] == STOP
+                if ok:
+                    trainer.stop_reason = f"stop request {req['id']}"
+                store.resolve_request(req["id"], ok, trainer.step, f"stopping after batch {trainer.step}" if ok
+                                      else "a pilot takes no changes: start a new pilot with the new settings")
+            if trainer.stop_reason:
+                break
+            scalars, groups, rollouts = trainer.train_step(update=False)
+            trainer.step += 1
+            store.log_step(trainer.step, scalars, groups, rollouts)
+    except BaseException as e:
+        store.add_event(EV_LIFECYCLE, {"event": "failed", "error": f"{type(e).__name__}: {e}"}, step=trainer.step)
+        store.reject_open_requests(f"pilot failed at batch {trainer.step}")
+        store.set_status(FAILED, error=traceback.format_exc())
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
+            raise
+        traceback.print_exc()
+        return 1
+    finally:
+        beat.stop()
+    status = STOPPED if trainer.stop_reason else FINISHED
+    store.add_event(EV_LIFECYCLE, {"event": status, "reason": trainer.stop_reason}, step=trainer.step)
+    store.reject_open_requests(f"pilot {status} at batch {trainer.step}")
+    store.set_status(status)
+    s = pilot_summary(store)
+    if s.ratio is not None:
+        print(f"pilot {store.run_id} {status}: {s.submitted} groups of {s.group_size}, trainable ratio "
+              f"{s.ratio:.2f}; {s.verdict.headline}", file=sys.stderr)
+        for a in s.verdict.actions[:1]:
+            print(f"  {a.text}", file=sys.stderr)
+    store.close()
+    return 0

@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ---- a pilot store built the way the trainer logs one ------------------------------------------
 def make_pilot_store(run_id: str, scores: np.ndarray, metrics: list[str], weights: dict, *,
                      texts=None, config: dict | None = None, status: str = "finished") -> str:
-    """scores [B, P, G, K] -> a finished pilot store of B batches (steps 0..B-1). texts: None
+    """scores [B, P, G, K] -> a finished pilot store of B batches (steps 1..B, as the trainer). texts: None
     (every completion distinct) or a function (b, p, g) -> str."""
     cfg = from_dict({"reward": {"weights": weights}, **(config or {})}).to_dict()
     cfg["grpo"]["steps"] = scores.shape[0]
@@ -42,7 +43,7 @@ def make_pilot_store(run_id: str, scores: np.ndarray, metrics: list[str], weight
             rolls = [(i, j, float(sc[i, j] @ w), dict(zip(metrics, map(float, sc[i, j]))),
                       texts(b, i, j) if texts else f"c{b}-{i}-{j}", None)
                      for i in range(Pn) for j in range(G)]
-            s.log_step(b, scal, groups, rolls)
+            s.log_step(b + 1, scal, groups, rolls)
         s.set_status(status)
     return run_id
 
@@ -176,3 +177,65 @@ def test_training_defaults_carry_the_chosen_settings(runs_dir):
 def test_pilot_module_does_not_import_torch():
     code = "import sys, grpo_core.pilot; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+# ---- the real pilot process -------------------------------------------------------------------------
+_COIN = random.Random(int(os.environ.get("PILOT_COIN_SEED", "0")))
+
+
+def coin(completion: str, example: dict) -> float:
+    """A binary metric with a success rate we control (PILOT_COIN_P), whatever the model says:
+    the planner's p without a model that has to be trained to it."""
+    return float(_COIN.random() < float(os.environ.get("PILOT_COIN_P", "0.9")))
+
+
+def _coin_config(path, group_size: int) -> str:
+    path.write_text(f"""
+[reward]
+weights = {{ coin = 1.0 }}
+custom = {{ coin = "tests.test_pilot:coin" }}
+[grpo]
+group_size = {group_size}
+prompts_per_step = 128
+max_new_tokens = 2
+[model]
+warm_start_steps = 0
+[log]
+progress = false
+""")
+    return str(path)
+
+
+@pytest.mark.slow
+def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_path, monkeypatch):
+    """p = 0.9, G = 2: the planner (fed the pilot's measured p) picks G for target 0.3; a pilot
+    at that G, started the way the page starts one, measures a ratio that meets the target."""
+    env = {**os.environ, "PILOT_COIN_P": "0.9", "PILOT_COIN_SEED": "1"}
+    cmd = [sys.executable, "-m", "grpo_core", "pilot", "--config", _coin_config(tmp_path / "g2.toml", 2),
+           "--set", "grpo.steps=8", "--run-id", "coin-g2"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = P.pilot_summary("coin-g2", target=0.3)
+    assert s.status == "finished" and s.submitted == 1024 and s.batches_done == 8
+    (plan,) = s.plans
+    assert abs(plan.p - 0.9) < 3 * np.sqrt(0.09 / 2048)  # the measured success rate
+    assert abs(s.ratio - plan.current_p_trainable) < 3 * np.sqrt(0.18 * 0.82 / 1024)
+    g = plan.g_needed
+    assert g == H.min_group_size(0.9, 0.3) == 4
+    assert s.verdict.actions[0].settings == {"group_size": g}
+    assert "loss/policy" not in RunStore.open("coin-g2").scalar_names()  # nothing was trained
+
+    # The second pilot goes through start_pilot (the page's path): a detached process.
+    from grpo_core.config import load_config
+    cfg = load_config(_coin_config(tmp_path / "g.toml", g), ["grpo.steps=8"])
+    monkeypatch.setenv("PILOT_COIN_P", "0.9")
+    monkeypatch.setenv("PILOT_COIN_SEED", "2")
+    monkeypatch.chdir(ROOT)
+    rid = P.start_pilot(cfg)
+    deadline = time.time() + 300
+    while (s2 := P.pilot_summary(rid, target=0.3)).status in ("created", "running") and time.time() < deadline:
+        time.sleep(0.5)
+    assert s2.status == "finished", (s2.status, s2.error)
+    assert s2.group_size == g and s2.submitted == 1024
+    assert s2.ratio >= 0.3, s2.ratio
+    assert abs(s2.ratio - H.p_trainable_binary(0.9, g)) < 3 * np.sqrt(0.34 * 0.66 / 1024)
