@@ -143,7 +143,9 @@ def show(run_id: str, target: float, polling: bool = False):
         st.caption("No weights near these do better on this pilot.")
 
     st.subheader("Start training with these settings")
-    by_kind = {a.kind: a.settings for a in v.actions}
+    st.caption("Prefilled with the pilot's settings and the first change the verdict names: change one "
+               "thing at a time, then pilot again or watch the first training steps.")
+    by_kind = {a.kind: a.settings for a in v.actions[:1]}
     c = st.columns(3)
     pick = c[0].radio("Weights", list(options), index=1 if "weights" in by_kind and len(options) > 1 else 0,
                       key="pilot_weights_choice")

@@ -102,3 +102,20 @@ def test_progress_of_a_running_pilot(runs_dir):
     assert not at.exception
     prog = at.get("progress")[0]
     assert prog.proto.value == 25 and "2 of 8 batches" in prog.proto.text
+
+
+def test_start_training_opens_the_runs_form_with_the_values(runs_dir):
+    """Through the whole app: the button switches to the Runs page, whose start form is
+    prefilled from st.session_state["start_form_defaults"]."""
+    _coin_pilot()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30)
+    at.switch_page("pages/pilot.py").run()
+    assert not at.exception
+    at.number_input(key="pilot_train_g").set_value(6)
+    at.radio(key="pilot_weights_choice").set_value(at.radio(key="pilot_weights_choice").options[0])
+    at.button(key="pilot_start_training").click().run()
+    assert not at.exception
+    form = {w.label: w.value for w in at.number_input}
+    assert form["Group size G"] == 6 and form["Demo level"] == 2
+    assert at.number_input(key="start_w_exact").value == 0.8
+    assert "Settings carried over from pilot pilot-coin." in texts(at)
