@@ -391,14 +391,15 @@ def cli_pilot(args) -> int:
     import copy
     import traceback
 
-    from grpo_core import trainer as T
     from grpo_core.config import load_config
-    from grpo_core.store import (EV_LIFECYCLE, FAILED, FINISHED, RUNNING, STOP, STOPPED)
+    from grpo_core.store import EV_LIFECYCLE, FAILED, FINISHED, RUNNING, STOP, STOPPED
 
     overrides = list(getattr(args, "overrides", None) or [])
+    steps = load_config(args.config, overrides).grpo.steps  # bad input: one line, before torch loads
     if not _explicit_steps(overrides):  # a training config's steps is its length, not the pilot's
-        steps = load_config(args.config, overrides).grpo.steps
         overrides.append(f"grpo.steps={min(steps, DEFAULT_BATCHES)}")
+    from grpo_core import trainer as T
+
     args = copy.copy(args)
     args.overrides, args.resume = overrides, False
     cfg, store = T.open_run(args)  # new store, or the one start_pilot created

@@ -239,3 +239,17 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     assert s2.group_size == g and s2.submitted == 1024
     assert s2.ratio >= 0.3, s2.ratio
     assert abs(s2.ratio - H.p_trainable_binary(0.9, g)) < 3 * np.sqrt(0.34 * 0.66 / 1024)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "grpo.group_size=1"], "error: grpo.group_size must be >= 2"),
+    (["--set", "grpo.steps=0"], "error: grpo.steps must be >= 1"),
+    (["--config", "nope.toml"], "error: config file not found: nope.toml"),
+    (["--set", "grpo.group_sise=4"], "error: unknown key 'grpo.group_sise' (did you mean 'group_size'?)"),
+])
+def test_pilot_cli_bad_input_is_one_line_and_exit_2(argv, message, runs_dir, capsys):
+    from grpo_core.__main__ import main
+    assert main(["pilot", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err
+    assert not any(runs_dir.iterdir())  # no store left behind
