@@ -102,12 +102,13 @@ def free_port() -> int:
 
 
 def wait_for(pred, timeout: float, every: float = 0.25, what: str = "condition"):
+    """Poll pred() until it returns something other than None/False (exceptions: not yet)."""
     deadline = time.time() + timeout
     last_exc = None
     while time.time() < deadline:
         try:
             v = pred()
-            if v:
+            if v is not None and v is not False:  # frames and rows count as found, whatever they hold
                 return v
         except Exception as e:  # the thing we wait for may not exist yet
             last_exc = e
