@@ -11,6 +11,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from grpo_core import pilot as P
+from grpo_core import runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError
 from grpo_core.store import LIVE_STATUSES, StoreError, list_runs
 
@@ -86,6 +87,12 @@ def show(run_id: str, target: float, polling: bool = False):
         return
     done, total = s.batches_done, s.batches or s.batches_done or 1
     st.progress(min(done / total, 1.0), text=f"{s.status}: {done} of {total} batches, {s.submitted} groups")
+    if s.status in LIVE_STATUSES and st.button("Stop pilot", key="pilot_stop", help="stops after the current batch"):
+        try:
+            runner.stop_run(run_id)
+            st.toast(f"stop sent to {run_id}")
+        except (ConfigError, StoreError) as e:
+            st.error(str(e))
     if polling and s.status not in LIVE_STATUSES:
         st.rerun()  # finished: redraw the whole page once, which stops the polling
     if s.status in ("failed", "stale", "stopped"):

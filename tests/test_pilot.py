@@ -253,3 +253,32 @@ def test_pilot_cli_bad_input_is_one_line_and_exit_2(argv, message, runs_dir, cap
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and "\n" not in err
     assert not any(runs_dir.iterdir())  # no store left behind
+
+
+@pytest.mark.slow
+def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path):
+    """Requests sent before the pilot's first batch: set_weights is rejected with a reason,
+    stop is applied, and the pilot ends 'stopped' with its store readable (in-process CLI)."""
+    import argparse
+
+    from grpo_core.config import load_config
+    cfg = load_config(_coin_config(tmp_path / "c.toml", 2), ["grpo.steps=50"])
+    with RunStore.create("stopme", cfg.to_dict(), kind="pilot") as s:
+        (s.run_dir / "config.toml").write_text(cfg.to_toml())
+        s.request("set_weights", {"weights": {"coin": 2.0}})
+        s.request("stop", {})
+    args = argparse.Namespace(config=str(runs_dir / "stopme" / "config.toml"), overrides=["grpo.steps=50"],
+                              run_id="stopme", runs_dir=None)
+    import signal
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert P.cli_pilot(args) == 0
+    finally:  # the pilot installs its stop handlers: give pytest its own back
+        for sig, h in saved.items():
+            signal.signal(sig, h)
+    with RunStore.open("stopme") as s:
+        meta, ctl = s.get_meta(), s.control()
+    assert meta["status"] == "stopped" and meta["kind"] == "pilot"
+    assert ctl["status"].tolist() == ["rejected", "applied"]
+    assert "a pilot takes no changes" in ctl["message"].iloc[0]
+    assert P.pilot_summary("stopme").verdict.headline == "no pilot data yet"

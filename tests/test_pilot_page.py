@@ -102,6 +102,11 @@ def test_progress_of_a_running_pilot(runs_dir):
     assert not at.exception
     prog = at.get("progress")[0]
     assert prog.proto.value == 25 and "2 of 8 batches" in prog.proto.text
+    # Stop: a request the pilot process claims after its current batch.
+    at.button(key="pilot_stop").click().run()
+    assert not at.exception
+    ctl = RunStore.open("pilot-live").control()
+    assert ctl["kind"].tolist() == ["stop"] and ctl["status"].tolist() == ["pending"]
 
 
 def test_start_training_opens_the_runs_form_with_the_values(runs_dir):
