@@ -60,6 +60,7 @@ class Action:
     text: str  # a full sentence with the numbers
     settings: dict  # what to set: {"weights": {...}} | {"group_size": 8} | {"level": 3} | {"temperature": 1.5}
     predicted_ratio: float | None = None
+    metric: str | None = None  # the metric the change is about (group size, difficulty)
 
 
 @dataclass
@@ -268,7 +269,7 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
             text += (f"; but {pl.metric} varied in only {pl.measured_vary:.0%} of the pilot's groups against "
                      f"{pl.current_p_trainable:.0%} expected: success depends on the prompt, so a larger group "
                      f"helps less than the formula says")
-        (later if hetero else first).append(Action("group_size", text, {"group_size": pl.g_needed}, new))
+        (later if hetero else first).append(Action("group_size", text, {"group_size": pl.g_needed}, new, pl.metric))
 
     # 3. Difficulty: most groups all-solved (too easy) or all-failed (too hard) at any G.
     level, name = int(task.get("level", 1)), task.get("name", "demo")
@@ -279,10 +280,10 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
         what = f"{share:.0%} of groups {'solve' if easy else 'fail'} {s.key_metric} in every completion"
         if name == "demo" and 1 <= new_level <= 4:
             a = Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: "
-                       f"{what}, and no group size changes that", {"level": new_level})
+                       f"{what}, and no group size changes that", {"level": new_level}, metric=s.key_metric)
         else:
             a = Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}, and no group "
-                       f"size changes that", {})
+                       f"size changes that", {}, metric=s.key_metric)
         (first if not cands or hetero else later).append(a)
 
     # 4. Temperature: completions repeat inside a group, so no metric can vary.
@@ -298,6 +299,18 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
         return PilotVerdict(False, "no single change reaches the target: raise the group size and the "
                             "weights of continuous metrics, or change the task", reasons, [])
     return PilotVerdict(False, f"change {KIND_LABEL[actions[0].kind]} first", reasons, actions)
+
+
+def planner_focus(s: PilotSummary) -> str | None:
+    """The binary metric the planner should show first: the one the group-size change is
+    about, else the heaviest weighted one that sometimes succeeds, else the key metric."""
+    for a in s.verdict.actions:
+        if a.kind == "group_size":
+            return a.metric
+    mixed = [pl for pl in s.plans if 0 < pl.p < 1]
+    if mixed:
+        return max(mixed, key=lambda pl: pl.weight).metric
+    return s.key_metric or (s.plans[0].metric if s.plans else None)
 
 
 def training_defaults(s: PilotSummary, weights: dict | None = None, group_size: int | None = None,

@@ -20,8 +20,11 @@ st.caption("A pilot samples G completions for a few prompts with the current mod
            "with no update. GRPO learns only from groups whose rewards differ: the pilot's trainable "
            "ratio is what the first training steps will see.")
 
+runs = list_runs()
+pilots = runs[runs["kind"] == "pilot"] if len(runs) else runs
+
 # ---- start a pilot ----------------------------------------------------------------------------------
-with st.expander("Start a pilot", expanded=st.session_state.get("pilot_run") is None):
+with st.expander("Start a pilot", expanded=pilots.empty):
     with st.form("pilot_form"):
         c1, c2, c3 = st.columns(3)
         level = c1.number_input("Demo level", 1, 4, 1, help="task.level: 1 easy .. 4 hard")
@@ -39,21 +42,24 @@ with st.expander("Start a pilot", expanded=st.session_state.get("pilot_run") is 
     if start:
         try:
             cfg = P.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
-            st.session_state["pilot_run"] = P.start_pilot(cfg)
-            st.success(f"pilot {st.session_state['pilot_run']} started")
+            new = P.start_pilot(cfg)
+            st.session_state["pilot_pick"] = new  # show the new pilot
+            st.success(f"pilot {new} started")
+            runs = list_runs()
+            pilots = runs[runs["kind"] == "pilot"]
         except (ConfigError, StoreError) as e:
             st.error(str(e))
 
 # ---- pick a pilot ---------------------------------------------------------------------------------------
-runs = list_runs()
-pilots = runs[runs["kind"] == "pilot"] if len(runs) else runs
 if pilots.empty:
     st.info("No pilot yet: start one above (a few seconds on the built-in model), or from the terminal: "
             "`python -m grpo_core pilot`.")
     st.stop()
 ids = pilots["run_id"].tolist()
-chosen = st.session_state.get("pilot_run")
-run_id = st.selectbox("Pilot", ids, index=ids.index(chosen) if chosen in ids else 0)
+if st.session_state.get("pilot_pick") not in ids:  # first visit: the sidebar's run if it is a pilot
+    st.session_state["pilot_pick"] = st.session_state.get("run_id") if st.session_state.get("run_id") in ids \
+        else ids[0]
+run_id = st.selectbox("Pilot", ids, key="pilot_pick")
 live = pilots.set_index("run_id").at[run_id, "status"] in LIVE_STATUSES
 
 
@@ -133,7 +139,10 @@ def show(run_id: str, target: float, polling: bool = False):
         st.caption("No binary metric in this pilot.")
     else:
         names = [p.metric for p in s.plans]
-        plan = s.plans[names.index(st.selectbox("Binary metric", names, key="pilot_plan_metric"))]
+        focus = P.planner_focus(s)
+        pick_m = st.selectbox("Binary metric", names, index=names.index(focus) if focus in names else 0,
+                              key=f"pilot_plan_metric_{run_id}")
+        plan = s.plans[names.index(pick_m)]
         g = f"G = {plan.g_needed}" if plan.g_needed else "no G up to 256"
         st.caption(f"{plan.metric} succeeds {plan.p:.0%} of the time: P(trainable) = 1 − p^G − (1−p)^G is "
                    f"{plan.current_p_trainable:.2f} at G = {plan.current_g}; target {s.target:.2f} needs {g}.")
