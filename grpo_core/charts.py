@@ -76,7 +76,10 @@ def change_text(kind: str, request: dict) -> str:
     return kind
 
 
-def marker_specs(changes: pd.DataFrame | None) -> tuple[list[dict], list[dict]]:
+MARKED = ("set_weights", "set_threshold", "set_difficulty")  # pause/resume/stop are not drawn
+
+
+def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict], list[dict]]:
     """(shapes, annotations): a dotted vertical line per applied change at its step,
     labelled at the top (hover the label for what changed)."""
     shapes, notes = [], []
@@ -84,9 +87,9 @@ def marker_specs(changes: pd.DataFrame | None) -> tuple[list[dict], list[dict]]:
         return shapes, notes
     for row in changes.itertuples(index=False):
         step = getattr(row, "step")
-        if step is None or (isinstance(step, float) and math.isnan(step)):
-            continue
         kind = getattr(row, "kind")
+        if step is None or (isinstance(step, float) and math.isnan(step)) or (kinds and kind not in kinds):
+            continue
         colour = MARKER_COLOURS.get(kind, "#555555")
         shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": step, "x1": step, "y0": 0, "y1": 1,
                        "line": {"color": colour, "width": 1.2, "dash": "dot"}, "name": f"change:{kind}"})
@@ -97,9 +100,10 @@ def marker_specs(changes: pd.DataFrame | None) -> tuple[list[dict], list[dict]]:
     return shapes, notes
 
 
-def add_markers(fig: go.Figure, changes: pd.DataFrame | None) -> go.Figure:
-    """Add the change markers to any figure (e.g. one the analysis page built itself)."""
-    shapes, notes = marker_specs(changes)
+def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> go.Figure:
+    """Add the change markers to any figure (e.g. one the analysis page built itself);
+    kinds=None marks every applied request (pause, resume, stop, checkpoint too)."""
+    shapes, notes = marker_specs(changes, kinds)
     if shapes:
         fig.update_layout(shapes=list(fig.layout.shapes or []) + shapes,
                           annotations=list(fig.layout.annotations or []) + notes)
@@ -163,14 +167,16 @@ def reward_std_chart(df, changes=None, min_reward_std: float = 0.1) -> go.Figure
                    hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
 
 
-def phantom_chart(df, changes=None) -> go.Figure | None:
-    """Groups that pass the std gate only through shaping terms (outcome metric uniform)."""
+def phantom_chart(df, changes=None, outcome_metric: str | None = None) -> go.Figure | None:
+    """Groups that pass the std gate only through shaping terms (outcome metric uniform).
+    Without an outcome gate (reward.outcome_metric) there are none, and the title says so."""
     if not _has(df, N.PHANTOM_GROUPS):
         return None
     top = max(1.0, float(df[N.PHANTOM_GROUPS].max()) * 1.1)
-    return _figure([_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])],
-                   "Phantom groups (variance from shaping terms only)", "groups per step", [0, top],
-                   key="phantom", changes=changes)
+    title = (f"Phantom groups (pass the std gate, {outcome_metric} uniform)" if outcome_metric else
+             "Phantom groups (no outcome gate set: reward.outcome_metric)")
+    return _figure([_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])], title, "groups per step",
+                   [0, top], key="phantom", changes=changes)
 
 
 def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
@@ -182,7 +188,8 @@ def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
     return _figure(traces, "Reward weights in force", "weight", key="weights", changes=changes)
 
 
-def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None) -> list[tuple[str, go.Figure | None]]:
+def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
+                outcome_metric: str | None = None) -> list[tuple[str, go.Figure | None]]:
     """The live page's charts in display order: (key, figure or None when there is no data)."""
     min_ratio = getattr(health_cfg, "min_trainable_ratio", 0.3)
     min_std = getattr(health_cfg, "min_reward_std", 0.1)
@@ -192,7 +199,7 @@ def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=N
             ("metric_std", metric_std_chart(df, metrics, changes, uni)),
             ("reward", reward_chart(df, metrics, changes)),
             ("reward_std", reward_std_chart(df, changes, min_std)),
-            ("phantom", phantom_chart(df, changes))]
+            ("phantom", phantom_chart(df, changes, outcome_metric))]
 
 
 CHART_HELP = {

@@ -96,6 +96,11 @@ def monitor():
         (st.error if a.severity == "critical" else st.warning)(f"{a.message} (step {a.step})")
 
     reqs = live.request_lines(s, my_requests())
+    open_now = {r["id"] for r in reqs if r["status"] in ("pending", "applying")}
+    if ss.get("open_requests", set()) - open_now:  # one of ours was just resolved: redraw the sliders too
+        ss["open_requests"] = open_now
+        st.rerun()
+    ss["open_requests"] = open_now
     if reqs:
         with st.container(border=True):
             st.markdown("**Your requests**")
@@ -103,7 +108,8 @@ def monitor():
                 st.markdown(f"`#{r['id']}` {live.request_summary(r['kind'], r['payload'])} — **{r['text']}**")
 
     df = live.chart_frame(s)
-    figs = charts.live_charts(df, s.metrics, s.changes, live.health_config(s.meta))
+    figs = charts.live_charts(df, s.metrics, s.changes, live.health_config(s.meta),
+                              live.current_settings(s)["outcome_metric"])
     missing = [key for key, f in figs if f is None]
     shown = [(key, f) for key, f in figs if f is not None]
     if not shown:

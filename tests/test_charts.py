@@ -78,6 +78,13 @@ def test_threshold_and_difficulty_markers_have_their_own_label():
     assert "min_group_std 0.05" in notes[0]["hovertext"] and "difficulty level 3" in notes[1]["hovertext"]
 
 
+def test_pause_and_stop_are_not_drawn_unless_asked():
+    changes = pd.DataFrame({"step": [4, 8], "kind": ["pause", "set_weights"], "request": [{}, {"weights": {}}],
+                            "source": ["ui", "ui"], "message": ["", ""]})
+    assert [s["x0"] for s in charts.marker_specs(changes)[0]] == [8]
+    assert [s["x0"] for s in charts.marker_specs(changes, kinds=None)[0]] == [4, 8]
+
+
 def test_add_markers_on_a_figure_built_elsewhere(run):
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
     charts.add_markers(fig, run.changes())
