@@ -31,7 +31,7 @@ from grpo_core.store import RunStore, check_run_id, new_run_id, runs_dir
 
 DEFAULT_BATCHES = 8  # pilot batches unless --set grpo.steps=N (a config's steps is its training length)
 PLANNER_G_MAX = 64  # the planner's curve runs G = 2 .. this; a G beyond it is a difficulty problem
-EASY_SHARE = 0.5  # over half the groups all-solved (or all-failed): the level is wrong, not G
+EASY_SHARE = 0.5  # half the groups all-solved (or all-failed), far more than chance: the level is wrong, not G
 MIN_DIVERSITY = 0.5  # fewer distinct completions per group than this: sampling too cold
 
 KIND_LABEL = {"weights": "the reward weights", "group_size": "the group size",
@@ -271,20 +271,34 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
                      f"helps less than the formula says")
         (later if hetero else first).append(Action("group_size", text, {"group_size": pl.g_needed}, new, pl.metric))
 
-    # 3. Difficulty: most groups all-solved (too easy) or all-failed (too hard) at any G.
-    level, name = int(task.get("level", 1)), task.get("name", "demo")
-    if s.solved_share is not None and max(s.solved_share, s.failed_share) >= EASY_SHARE:
-        easy = s.solved_share >= s.failed_share
-        share = s.solved_share if easy else s.failed_share
-        new_level = level + 1 if easy else level - 1
-        what = f"{share:.0%} of groups {'solve' if easy else 'fail'} {s.key_metric} in every completion"
-        if name == "demo" and 1 <= new_level <= 4:
-            a = Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: "
-                       f"{what}, and no group size changes that", {"level": new_level}, metric=s.key_metric)
+    # 3. Difficulty, about the key binary metric: its success rate is so extreme that no G up
+    # to PLANNER_G_MAX reaches the target, or far more groups are all-solved/all-failed than a
+    # common success rate would give (it depends on the prompt: a larger G does not help).
+    key = next((pl for pl in s.plans if pl.metric == s.key_metric), None)
+    if key is not None:
+        extreme = key.g_needed is None or key.g_needed > PLANNER_G_MAX
+        easy = key.p >= 0.5 if extreme else s.solved_share >= s.failed_share
+        share, expected = (s.solved_share, key.p ** G) if easy else (s.failed_share, (1 - key.p) ** G)
+        word = "solve" if easy else "fail"
+        if extreme:
+            need = "no G up to 256" if key.g_needed is None else f"G = {key.g_needed}"
+            what = (f"{key.metric} succeeds {key.p:.0%} of the time ({share:.0%} of groups {word} it in every "
+                    f"completion); reaching the target ratio would take {need}")
+        elif max(s.solved_share, s.failed_share) >= EASY_SHARE and key.measured_vary < 0.5 * key.current_p_trainable:
+            what = (f"{share:.0%} of groups {word} {key.metric} in every completion, where a common success rate "
+                    f"of {key.p:.0%} would give {expected:.0%}: it depends on the prompt, and no group size "
+                    f"changes that")
         else:
-            a = Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}, and no group "
-                       f"size changes that", {}, metric=s.key_metric)
-        (first if not cands or hetero else later).append(a)
+            what = None
+        if what:
+            level, name, new_level = int(task.get("level", 1)), task.get("name", "demo"), None
+            if name == "demo" and 1 <= (level + 1 if easy else level - 1) <= 4:
+                new_level = level + 1 if easy else level - 1
+                a = Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: "
+                           f"{what}", {"level": new_level}, metric=key.metric)
+            else:
+                a = Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}", {}, metric=key.metric)
+            (first if not cands or hetero else later).append(a)
 
     # 4. Temperature: completions repeat inside a group, so no metric can vary.
     temp = float(grpo.get("temperature", 1.0))

@@ -119,6 +119,23 @@ def test_binary_metric_at_p09_plans_a_larger_group(runs_dir):
     assert s.verdict.headline == "change the group size first"
 
 
+def test_prompt_dependent_success_asks_for_the_difficulty_not_a_larger_group(runs_dir):
+    """Half the prompts always solved, half never: p = 0.5 overall, so the formula promises
+    P(trainable) ~ 0.94 at G = 4, but no group varies. The verdict blames the prompts."""
+    rng = np.random.default_rng(6)
+    solved = rng.random((3, 16)) < 0.5
+    sc = np.repeat(solved[:, :, None, None], 4, axis=2).astype(float)  # [3, 16, 4, 1]
+    make_pilot_store("split", sc, ["exact"], {"exact": 1.0}, config={"grpo": {"group_size": 4}})
+    s = P.pilot_summary("split")
+    (plan,) = s.plans
+    assert s.ratio == 0.0 and plan.measured_vary == 0.0 and plan.current_p_trainable > 0.8
+    first = s.verdict.actions[0]
+    assert first.kind == "difficulty" and "depends on the prompt" in first.text
+    # More all-solved groups: raise the level; more all-failed: level 1 cannot go lower, so "easier prompts".
+    assert first.settings == ({"level": 2} if s.solved_share >= s.failed_share else {})
+    assert s.solved_share + s.failed_share == 1.0
+
+
 def test_weights_first_when_a_suggestion_reaches_the_target(runs_dir):
     rng = np.random.default_rng(3)
     sc = np.empty((2, 16, 4, 2))
