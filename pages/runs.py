@@ -47,7 +47,7 @@ def run_list():
     for _, r in rows.iterrows():
         rid, status = r["run_id"], r["status"]
         with st.container(border=True):
-            c = st.columns([3, 3, 2, 3])
+            c = st.columns([3, 3, 2, 3], vertical_alignment="center")
             kind = "" if r.get("kind") in (None, "train") else f" · {r['kind']}"
             c[0].markdown(f"**{rid}**{kind}  \n:{BADGE.get(status, 'gray')}[{status}]"
                           + ("  \n*stale: no heartbeat, the trainer is gone or hung*" if status == "stale" else ""))
@@ -60,25 +60,29 @@ def run_list():
                 c[1].progress(float(r["progress"]), text=f"step {done} of {int(steps)}")
             c[1].caption(r["summary"])
             c[2].caption(f"started {r['started']}  \nETA {r['eta']}")
-            b = c[3].columns(4)
-            if b[0].button("Open", key=f"open_{rid}"):
+            b = c[3].container(horizontal=True)  # buttons flow and wrap, never truncated
+            if b.button("Open", key=f"open_{rid}"):
                 open_run(rid)
             if status in LIVE_STATUSES and r.get("source", "grpo_core") == "grpo_core":
                 if status == "paused":
-                    if b[1].button("Resume", key=f"resume_{rid}"):
+                    if b.button("Resume", key=f"resume_{rid}"):
                         act(runner.resume_run, rid, f"resume sent to {rid}")
-                elif b[1].button("Pause", key=f"pause_{rid}"):
+                elif b.button("Pause", key=f"pause_{rid}"):
                     act(runner.pause_run, rid, f"pause sent to {rid}")
-                if b[2].button("Stop", key=f"stop_{rid}"):
+                if b.button("Stop", key=f"stop_{rid}"):
                     act(runner.stop_run, rid, f"stop sent to {rid}: it stops after the current step")
             if status == "stale":
-                if b[3].button("Kill", key=f"kill_{rid}", help="SIGTERM the recorded trainer pid"):
+                if b.button("Kill", key=f"kill_{rid}", help="SIGTERM the recorded trainer pid"):
                     act(runner.terminate_run, rid, f"{rid} terminated")
-            if status in ("failed", "stale") and r["error"]:
-                err = str(r["error"]).strip().splitlines()
-                st.error(f"{rid} failed: {err[-1] if err else ''}")
+            err = str(r["error"]).strip().splitlines() if isinstance(r["error"], str) else []
+            if status == "failed":
+                st.error(f"{rid} failed: {err[-1] if err else 'no error recorded'}")
+            elif status == "stale":
+                st.warning(f"{rid}: no heartbeat from its trainer; the process is gone or hung. Kill sends "
+                           "SIGTERM to the recorded trainer pid; the trainer log is below.")
+            if status in ("failed", "stale"):
                 with st.expander("Error and trainer log"):
-                    st.code("\n".join(err[-30:]) + "\n---- trainer.log ----\n" + runner.log_tail(rid, 40))
+                    st.code("\n".join(err[-30:] + ["---- trainer.log ----", runner.log_tail(rid, 40)]))
 
 
 if not runs.empty:

@@ -229,9 +229,16 @@ def test_failed_stale_and_unreadable_runs_say_why(runs_dir):
                                             "ValueError: reward metric 'exact' raised")
     (runs_dir / "junk").mkdir()
     (runs_dir / "junk" / "run.db").write_bytes(b"\x00garbage" * 64)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    synth_run(runs_dir, "ghost", 3).set_meta(pid=gone.pid)  # its trainer died without a word
     at = app("pages/runs.py")
     assert "bad failed: ValueError: reward metric 'exact' raised" in texts(at.error)
     assert any(e.startswith("unreadable:") for e in texts(at.error))
+    assert any(w.startswith("ghost: no heartbeat") for w in texts(at.warning))
+    at.button(key="kill_ghost").click().run()  # nothing to signal: the run is marked stopped
+    assert list_runs(runs_dir).set_index("run_id").loc["ghost", "status"] == "stopped"
+    at.session_state["goto_run"] = "bad"
     at.switch_page("pages/live.py").run()  # the failed run's live page says so too, once
     assert any("The run failed: ValueError: reward metric 'exact' raised" in e for e in texts(at.error))
 
