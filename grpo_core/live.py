@@ -489,12 +489,15 @@ def runs_overview(root=None) -> pd.DataFrame:
 
 
 def default_run(root=None, runs: pd.DataFrame | None = None) -> str | None:
-    """The run a fresh page shows: the newest live run, else the newest run."""
+    """The run a fresh page shows: the newest live training run, else the newest training
+    run, else (pilots only) the newest run. Runs come newest first from list_runs."""
     runs = list_runs(root) if runs is None else runs
     if runs.empty:
         return None
-    live = runs[runs["status"].isin(LIVE_STATUSES)]
-    return str((live if len(live) else runs).iloc[0]["run_id"])
+    train = runs[runs["kind"].fillna("train") == "train"]
+    for pick in (train[train["status"].isin(LIVE_STATUSES)], train, runs):
+        if len(pick):
+            return str(pick.iloc[0]["run_id"])
 
 
 def resolve_run(picked: str | None, from_url: str | None = None, root=None) -> str | None:

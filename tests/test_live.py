@@ -244,6 +244,16 @@ def test_runs_overview_progress_summary_and_unreadable_runs(runs_dir):
     done.close()
 
 
+def test_default_run_prefers_training_runs_over_pilots(runs_dir):
+    synth_run(runs_dir, "old-train", 3, status="finished").close()
+    pilot = RunStore.create("pilot-1", RunConfig().to_dict(), root=runs_dir, kind="pilot")
+    pilot.set_meta(pid=__import__("os").getpid(), host=__import__("os").uname().nodename)
+    pilot.set_status("running")
+    assert live.default_run(runs_dir) == "old-train"
+    synth_run(runs_dir, "new-train", 3).close()
+    assert live.default_run(runs_dir) == "new-train"
+
+
 def test_empty_runs_dir(runs_dir):
     assert live.runs_overview(runs_dir).empty and live.default_run(runs_dir) is None
 
