@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +106,15 @@ class LiveState:
 
 # ---- loading -------------------------------------------------------------------------------------
 def load(run: str | Path, state: LiveState | None = None) -> LiveState:
-    """First load (state None, or another run) or incremental refresh of `state`."""
+    """First load (state None, or another run) or incremental refresh of `state`.
+    A store that cannot be read (deleted, corrupt) raises StoreError with the reason."""
+    try:
+        return _load(run, state)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"run {Path(run).name} cannot be read: {e}") from None
+
+
+def _load(run, state):
     with RunStore.open(run, readonly=True) as store:
         if state is None or state.db != str(store.path):
             return _first_load(store)

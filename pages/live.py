@@ -58,7 +58,11 @@ REFRESH = live.REFRESH_S if first.is_live else (5.0 if first.status == "stale" e
 
 @st.fragment(run_every=REFRESH)
 def monitor():
-    s = state()
+    try:
+        s = state()
+    except StoreError as e:  # the run was deleted or damaged while we watched
+        st.error(str(e))
+        return
     if s.is_live != first.is_live:  # the run ended (or came back): redraw all, refresh on/off
         st.rerun()
     c = live.cards(s)
@@ -123,7 +127,10 @@ def monitor():
 
 @st.fragment(run_every=5.0 if first.is_live else None)  # slower: picks up new rollouts and settings
 def steer():
-    s = state()
+    try:
+        s = state()
+    except StoreError:
+        return  # monitor() above says why
     caps = live.capabilities(s)
     cur = live.current_settings(s)
     st.subheader("Reward weights, threshold, difficulty")

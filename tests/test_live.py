@@ -263,3 +263,18 @@ def test_config_summary_names_the_setup():
     cfg.grpo.group_size, cfg.task.level, cfg.model.path = 16, 3, "/models/qwen-0.5b"
     text = live.config_summary({"config": cfg.to_dict()})
     assert text.startswith("demo L3 · qwen-0.5b · 8 prompts × G=16")
+
+
+def test_a_run_deleted_or_damaged_while_watched_raises_store_error(runs_dir):
+    import shutil
+    from grpo_core.store import StoreError
+    store = synth_run(runs_dir, "r", 5)
+    st = live.load(store.run_dir)
+    store.close()
+    shutil.rmtree(runs_dir / "r")
+    with pytest.raises(StoreError, match="no run store"):
+        live.load(runs_dir / "r", st)
+    (runs_dir / "r").mkdir()
+    (runs_dir / "r" / "run.db").write_bytes(b"garbage" * 1000)
+    with pytest.raises(StoreError):
+        live.load(runs_dir / "r", st)
