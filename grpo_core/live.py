@@ -25,7 +25,7 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import HealthConfig
-from grpo_core.store import (APPLIED, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED, RunStore,
+from grpo_core.store import (APPLIED, DB_NAME, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED, RunStore,
                              StoreError, display_status, list_runs)
 
 RECENT_STEPS = 500  # raw steps kept (>= every health window: trend, near-zero, zero-trainable)
@@ -114,8 +114,16 @@ def load(run: str | Path, state: LiveState | None = None) -> LiveState:
         raise StoreError(f"run {Path(run).name} cannot be read: {e}") from None
 
 
+def _open(run) -> RunStore:
+    """A run dir or run.db path (a deleted dir says 'no run store at ...'), else a run id."""
+    p = Path(run)
+    if "/" in str(run):
+        return RunStore(p if p.suffix == ".db" else p / DB_NAME, readonly=True)
+    return RunStore.open(run, readonly=True)
+
+
 def _load(run, state):
-    with RunStore.open(run, readonly=True) as store:
+    with _open(run) as store:
         if state is None or state.db != str(store.path):
             return _first_load(store)
         last = store.last_step()
