@@ -134,3 +134,12 @@ def test_demo_is_started_only_when_none_is_live(runs_dir, monkeypatch):
     synth_run(runs_dir, "demo-live", 2).close()  # running, heartbeat fresh, pid = this process
     assert runner.start_demo_if_idle(runs_dir) == ("demo-live", False)
     assert len(started) == 1
+
+
+def test_serve_with_a_bad_demo_setting_exits_2_with_one_line_and_starts_nothing(runs_dir):
+    out = subprocess.run([sys.executable, "-m", "grpo_core", "serve", "--port", "1", "--runs-dir", str(runs_dir),
+                          "--set", "grpo.group_size=1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: grpo.group_size must be >= 2") and "got 1" in lines[0]
+    assert list_runs(runs_dir).empty
