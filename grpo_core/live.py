@@ -297,9 +297,20 @@ def current_settings(st: LiveState) -> dict:
             weights[m] = v
     thr = _last_value(st, N.MIN_GROUP_STD)
     lvl = _last_value(st, N.DIFFICULTY)
-    return {"weights": {m: float(weights.get(m, 0.0)) for m in st.metrics},
-            "min_group_std": float(thr if thr is not None else (cfg.get("grpo") or {}).get("min_group_std", 0.01)),
-            "level": int(lvl if lvl is not None else (cfg.get("task") or {}).get("level", 1)),
+    thr = float(thr if thr is not None else (cfg.get("grpo") or {}).get("min_group_std", 0.01))
+    lvl = int(lvl if lvl is not None else (cfg.get("task") or {}).get("level", 1))
+    # Requests applied from a step not logged yet are in force too (the next step trains with them).
+    if not st.control.empty:
+        ahead = st.control[(st.control["status"] == APPLIED) & (st.control["applied_step"] > st.last_step)]
+        for _, r in ahead.sort_values("id").iterrows():
+            p = r["payload"] or {}
+            if r["kind"] == "set_weights":
+                weights.update(p.get("weights") or {})
+            elif r["kind"] == "set_threshold":
+                thr = float(p.get("min_group_std", thr))
+            elif r["kind"] == "set_difficulty":
+                lvl = int(p.get("level", lvl))
+    return {"weights": {m: float(weights.get(m, 0.0)) for m in st.metrics}, "min_group_std": thr, "level": lvl,
             "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None}
 
 
@@ -398,7 +409,7 @@ def rollout_arrays(st: LiveState):
 
 
 def what_if(st: LiveState, weights: dict, min_group_std: float) -> dict:
-    """Trainable ratio of the recent window under the recorded settings and under the
+    """Trainable ratio of the recent window under the settings in force and under the
     slider settings. Raises ConfigError for weights that could not be applied either."""
     a = rollout_arrays(st)
     cur = current_settings(st)

@@ -174,7 +174,7 @@ def steer():
         m[0].metric(f"What-if trainable ratio (last {wi['steps']} steps)", f"{wi['predicted']:.0%}",
                     delta=f"{(wi['predicted'] - wi['now']) * 100:+.1f} pts", help=f"{wi['groups']} groups re-scored "
                     "with the slider settings, before anything is applied")
-        m[1].metric("Recorded settings", f"{wi['now']:.0%}")
+        m[1].metric("Settings in force", f"{wi['now']:.0%}", help="the same window re-scored with the settings in force")
     else:
         m[0].caption(caps["message"] or "What-if: waiting for the first rollouts.")
     if lvl != cur["level"]:

@@ -130,6 +130,19 @@ def test_request_status_lines_follow_the_trainer(runs_dir):
     assert st.changes["step"].tolist() == [11]  # the applied one is a marker, the rejected one is not
 
 
+def test_settings_include_changes_applied_from_a_step_not_logged_yet(runs_dir):
+    store = synth_run(runs_dir, "r", 10)
+    a = control.send(store.run_dir, "set_weights", {"weights": NEW_W})
+    b = control.send(store.run_dir, "set_threshold", {"min_group_std": 0.05})
+    store.claim_pending()
+    store.resolve_request(a, True, 11, "from step 11")  # takes effect at step 11, not logged yet
+    store.resolve_request(b, True, 11, "from step 11")
+    st = live.load(store.run_dir)
+    cur = live.current_settings(st)
+    assert cur["weights"] == NEW_W and cur["min_group_std"] == 0.05
+    assert live.pending_changes(cur, NEW_W, 0.05, 1) == []  # the sliders at these values: nothing to apply
+
+
 # ---- what-if -----------------------------------------------------------------------------------
 def test_what_if_under_the_recorded_settings_is_the_recorded_ratio(runs_dir):
     store = synth_run(runs_dir, "r", 80)
