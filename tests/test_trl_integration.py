@@ -25,24 +25,12 @@ W1 = {"has_e": 1.0, "length": 0.0}  # sent after step 3: from step 4 the total i
 
 
 def build_tiny_model(path: Path) -> Path:
-    """A char-level tokenizer and a 1-layer Llama, saved like any hub model."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>"])}
-    for c in "abcdefghijklmnopqrstuvwxyz0123456789 .,:?!":
-        vocab[c] = len(vocab)
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per char
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                  unk_token="<unk>")
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
+    """The built-in char-level tokenizer and a 1-layer Llama, saved like any hub model."""
+    from grpo_core.config import ModelConfig
+    from grpo_core.models import build_tiny_model as build, build_tokenizer, save_pretrained
+    tok = build_tokenizer()
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    save_pretrained(build(cfg, tok, seed=0), tok, path)
     return path
 
 
@@ -352,10 +340,13 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
     GRPOHealthCallback.attach(trainer, run_id="ctl", root=tmp_path / "runs")
     statuses = []
 
-    def resume_later():
-        time.sleep(1.0)
+    def resume_once_paused():
         with RunStore.open(run, readonly=True) as s:
+            deadline = time.monotonic() + 60
+            while s.get_meta()["status"] != "paused" and time.monotonic() < deadline:
+                time.sleep(0.05)
             statuses.append(s.get_meta()["status"])  # what the dashboard shows meanwhile
+        time.sleep(0.5)
         control.send(run, "resume", {}, source="test")
 
     class Sender(TrainerCallback):  # requests arriving while a step runs, as from the dashboard
@@ -364,9 +355,10 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
                 control.send(run, "set_threshold", {"min_group_std": 0.5}, source="test")
                 control.send(run, "set_difficulty", {"level": 2}, source="test")
                 control.send(run, "pause", {}, source="test")
-                threading.Thread(target=resume_later).start()
-            if state.global_step == 3:  # during step 4
-                control.send(run, "stop", {}, source="test")
+                threading.Thread(target=resume_once_paused).start()
+            if state.global_step == 3:  # during step 4: claimed together at its end
+                for kind in ("pause", "resume", "stop"):
+                    control.send(run, kind, {}, source="test")
 
     trainer.add_callback(Sender())
     trainer.train()
@@ -375,7 +367,7 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
     assert statuses == ["paused"]
     assert ctl[["kind", "status", "applied_step"]].values.tolist() == [
         ["set_threshold", "applied", 3], ["set_difficulty", "rejected", 3], ["pause", "applied", 3],
-        ["resume", "applied", 3], ["stop", "applied", 4]]
+        ["resume", "applied", 3], ["pause", "applied", 5], ["resume", "applied", 5], ["stop", "applied", 4]]
     assert "fixed dataset" in ctl["message"].iloc[1]
     assert wide.index.tolist() == [1, 2, 3, 4]  # stopped right after step 4, of 8
     assert wide["health/min_group_std"].tolist() == [0.0, 0.0, 0.5, 0.5]

@@ -271,10 +271,10 @@ class GRPOHealthCallback(TrainerCallback):
                 self.store.resolve_request(rid, True, last, f"TRL saves a checkpoint at the end of step {last}")
             elif kind == PAUSE:
                 self.store.resolve_request(rid, True, step, f"paused before step {step}")
-                more = self._wait_while_paused(step, last)
+                more = self._wait_while_paused(step, last, requests)
                 if more is None:
                     decision["stop"] = True
-                requests += more or []
+                requests = more or []
             elif kind == RESUME:
                 self.store.resolve_request(rid, False, step, "the run is not paused")
             elif kind == SET_DIFFICULTY:
@@ -284,24 +284,28 @@ class GRPOHealthCallback(TrainerCallback):
                 self.store.resolve_request(rid, False, step, f"{kind} is not supported for TRL runs")
         return decision
 
-    def _wait_while_paused(self, step: int, last: int) -> list | None:
-        """Block (rank 0; other ranks wait in the broadcast) until resume; None on stop."""
+    def _wait_while_paused(self, step: int, last: int, queued: list) -> list | None:
+        """Block (rank 0; other ranks wait in the broadcast) until a resume; None on stop.
+        `queued`: requests claimed together with the pause (a resume may already be there)."""
         self.store.set_status(PAUSED)
+        later: list = []
         while True:
-            time.sleep(PAUSE_POLL_S)
-            later = []
-            for req in self.store.claim_pending():
+            while queued:
+                req = queued.pop(0)
                 if req["kind"] == STOP:
-                    self.store.resolve_request(req["id"], True, step, f"stopped while paused: training stops after step {last}")
+                    self.store.resolve_request(req["id"], True, last, f"stopped while paused: training stops "
+                                                                      f"after step {last}")
                     self.store.set_status(RUNNING)
-                    for r in later:
+                    for r in later + queued:
                         self.store.resolve_request(r["id"], False, step, "the run was stopped")
                     return None
                 if req["kind"] == RESUME:
                     self.store.resolve_request(req["id"], True, step, f"resumed before step {step}")
                     self.store.set_status(RUNNING)
-                    return later
-                later.append(req)  # applied in order once resumed
+                    return later + queued  # applied in order now
+                later.append(req)
+            time.sleep(PAUSE_POLL_S)
+            queued = self.store.claim_pending()
 
     # ---- one step: groups, rollouts, health scalars ------------------------------------------------------
     def on_step_end(self, args, state, control, **kw):
