@@ -20,8 +20,10 @@ from grpo_core import names as N
 PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880",
            "#FF97FF", "#FECB52"]
 TOTAL_COLOUR = "#222222"
-MARKER_COLOURS = {"set_weights": "#7B2CBF", "set_threshold": "#E76F51", "set_difficulty": "#2A9D8F"}
-MARKER_LABELS = {"set_weights": "w", "set_threshold": "thr", "set_difficulty": "lvl"}
+MARKER_COLOURS = {"set_weights": "#7B2CBF", "set_threshold": "#E76F51", "set_difficulty": "#2A9D8F",
+                  "set_group_size": "#264653", "set_prompts": "#264653", "set_temperature": "#F4A261"}
+MARKER_LABELS = {"set_weights": "w", "set_threshold": "thr", "set_difficulty": "lvl", "set_group_size": "G",
+                 "set_prompts": "P", "set_temperature": "temp"}
 HEIGHT = 300
 
 
@@ -73,10 +75,11 @@ def change_text(kind: str, request: dict) -> str:
         return f"min_group_std {request.get('min_group_std')}"
     if kind == "set_difficulty":
         return f"difficulty level {request.get('level')}"
-    return kind
+    return f"{kind.removeprefix('set_').replace('_', ' ')} " + ", ".join(f"{k}={v}" for k, v in request.items())
 
 
-MARKED = ("set_weights", "set_threshold", "set_difficulty")  # pause/resume/stop are not drawn
+# Changes that alter what a step trains on; pause/resume/stop/checkpoint/steps are not drawn.
+MARKED = ("set_weights", "set_threshold", "set_difficulty", "set_group_size", "set_prompts", "set_temperature")
 
 
 def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict], list[dict]]:

@@ -101,7 +101,10 @@ class LiveState:
 
     @property
     def steps_total(self) -> int | None:
-        return ((self.meta.get("config") or {}).get("grpo") or {}).get("steps")
+        """Steps of the run: the settings in force if the trainer records them (steps can be
+        changed mid-run), else the config's."""
+        settings = self.meta.get("settings") or {}
+        return settings.get("steps") or ((self.meta.get("config") or {}).get("grpo") or {}).get("steps")
 
 
 # ---- loading -------------------------------------------------------------------------------------
