@@ -151,9 +151,16 @@ def steer():
         if lvl is not None:
             ss[lvl_key] = int(lvl)
 
+    # The sliders' range stays fixed per run: a changed range makes Streamlit treat them as new
+    # widgets (back to 0). It only grows when a weight set elsewhere exceeds it; then re-seed.
+    top_key = f"wtop:{run_id}"
+    need = max(cur["weights"].values(), default=1.0)
+    if ss.get(top_key, 0) < need:
+        ss[top_key] = float(max(1.0, round(need * 1.5 + 0.005, 2)))
+        load_values(cur["weights"], cur["min_group_std"], cur["level"])
     if any(k not in ss for k in keys.values()) or thr_key not in ss:
         load_values(cur["weights"], cur["min_group_std"], cur["level"])
-    top = max(1.0, max(cur["weights"].values()) * 1.5)
+    top = ss[top_key]
     cols = st.columns(len(keys) + 2)
     weights = {m: cols[i].slider(m, 0.0, float(top), step=0.01, key=keys[m]) for i, m in enumerate(keys)}
     thr = cols[-2].slider("min_group_std", 0.0, 0.3, step=0.005, format="%.3f", key=thr_key,

@@ -293,3 +293,20 @@ def test_no_page_imports_torch(trained):
                          env={**__import__("os").environ, "GRPO_RUNS_DIR": str(root)})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "HEAVY []" in out.stdout
+
+
+def test_sliders_keep_their_values_when_the_run_changes_weights_elsewhere(runs_dir):
+    store = synth_run(runs_dir, "r", 20)
+    at = app()
+    at.slider(key="w:r:length").set_value(0.7).run()
+    w = {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2, "format": 0.1}
+    synth_run(None, "r", 2, store=store, start=21, changes={21: {**w, "length": 0.9}})  # e.g. from the CLI
+    at.run()
+    assert not at.error and at.slider(key="w:r:length").value == pytest.approx(0.7)  # not reset
+    assert at.slider(key="w:r:answer_f1").value == pytest.approx(0.4)
+    synth_run(None, "r", 2, store=store, start=23, changes={23: {**w, "length": 1.6}})  # beyond the range
+    at.run()
+    sl = at.slider(key="w:r:length")
+    assert not at.error and sl.max >= 1.6 and sl.value == pytest.approx(1.6)  # re-seeded, never zeroed
+    assert at.slider(key="w:r:answer_f1").value == pytest.approx(0.4)
+    store.close()
