@@ -16,7 +16,7 @@ from grpo_core.store import RunStore, list_runs
 from tests.helpers_dashboard import REPO, TRAINED_STEPS, synth_run, trained_run, wait_for
 
 APP = str(REPO / "app.py")
-FIXTURE = Path("/work/shared/fixtures/trl/chaos-economy-trainer_state.json")
+FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
 LIVE_CFG = {"grpo": {"steps": 3000, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
             "model": {"warm_start_steps": 0}, "log": {"progress": False, "checkpoint_every": 0}}
 

@@ -18,9 +18,8 @@ from grpo_core.config import ConfigError
 from grpo_core.integrations.importers import import_path, import_run, parse
 from grpo_core.store import RunStore, list_runs
 
-FIXTURE = Path("/work/shared/fixtures/trl/chaos-economy-trainer_state.json")
-if not FIXTURE.exists():  # the repo's copy location, if the shared folder is not mounted
-    FIXTURE = Path(__file__).parent / "fixtures" / "trl" / FIXTURE.name
+# A real TRL run's state, copied unchanged from shared/fixtures (see tests/fixtures/README.md).
+FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
 FNS = ["diversity_reward_fn", "format_reward_fn", "oversight_reward_fn", "pnl_reward_fn", "risk_reward_fn"]
 
 
