@@ -311,6 +311,9 @@ def test_docs_snippets_run(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) == 2
     env = {**os.environ, "PYTHONPATH": str(REPO), "GRPO_RUNS_DIR": str(tmp_path / "runs"), "WANDB_MODE": "disabled"}
+    # The snippets name the fixture by its path in the repo, as a reader would run them from there.
+    (tmp_path / "tests" / "fixtures").mkdir(parents=True)
+    (tmp_path / "tests" / "fixtures" / "trl").symlink_to(REPO / "tests" / "fixtures" / "trl")
     for i, code in enumerate(blocks):
         (tmp_path / f"snippet{i}.py").write_text(code)
         proc = subprocess.run([sys.executable, f"snippet{i}.py"], cwd=tmp_path, env=env, capture_output=True,
