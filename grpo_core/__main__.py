@@ -145,8 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("control", help="send a request to a running trainer (applied between steps)")
     p.add_argument("run", help="run dir, run.db or run id")
     p.add_argument("action", choices=["set-weights", "set-threshold", "set-difficulty", "pause", "resume",
-                                      "stop", "checkpoint"])
-    p.add_argument("values", nargs="*", help="set-weights: name=value ...; set-threshold: X; set-difficulty: N")
+                                      "stop", "checkpoint", "set-group-size", "set-prompts", "set-steps",
+                                      "set-temperature", "set-autopilot"])
+    p.add_argument("values", nargs="*", help="set-weights: name=value ...; set-threshold: X; set-difficulty: N; "
+                   "set-group-size: G; set-prompts: N; set-steps: N (not below the current step); "
+                   "set-temperature: T; set-autopilot: on|off")
     p.set_defaults(func=cmd_control)
 
     p = sub.add_parser("runs", help="list runs")

@@ -106,6 +106,30 @@ class CurriculumConfig:
     max_level: int = knob(4, "auto: highest level it may reach")
 
 
+AUTOPILOT_MOVES = ("weights", "group_size", "difficulty", "stop")  # in the order the autopilot tries them
+
+
+@dataclass
+class AutopilotConfig:
+    enabled: bool = knob(False, "Autopilot: act on the health verdict by sending requests (off by default; "
+                                "switchable mid-run)")
+    window: int = knob(10, "Steps of evidence behind a move, counted from the last change; it acts when the "
+                           "verdict's ratio check fails over them (health.min_trainable_ratio)")
+    min_gain: float = knob(0.05, "A reweight or group-size move needs a predicted ratio gain of at least this")
+    moves: list = knob(list(AUTOPILOT_MOVES), "Moves it may make, tried in this order: weights, group_size, "
+                                               "difficulty; stop on the verdict's near-zero alert (health.near_zero_*)")
+    weight_floor: float = knob(0.05, "Each metric keeps at least this share of the total weight")
+    min_weights: dict = knob({}, "Per-metric weight floors (metric -> lowest weight the autopilot may set)")
+    max_group_size: int = knob(32, "Cap on the group size G it may set")
+    max_rollouts_per_step: int = knob(512, "Compute budget: G x prompts per step it may not exceed")
+    group_size_factor: float = knob(1.5, "Each group-size move multiplies G by this (at least +1)")
+    solved_reward: float = knob(0.9, "A uniform group is solved when its reward is >= this share of the best "
+                                     "reachable total")
+    solved_share: float = knob(0.5, "Raise the difficulty when at least this share of groups is solved")
+    max_moves: int = knob(3, "Rate limit: at most this many setting moves ...")
+    per_steps: int = knob(100, "... per this many steps")
+
+
 @dataclass
 class LogConfig:
     runs_dir: str = knob("", "Runs directory ('' = $GRPO_RUNS_DIR or ./runs)")
@@ -126,6 +150,7 @@ class RunConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    autopilot: AutopilotConfig = field(default_factory=AutopilotConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -295,6 +320,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     for key in ("zero_trainable_steps", "near_zero_steps", "min_trend_points"):
         need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
     validate_weights(cfg.reward.weights, None)
+    validate_autopilot(cfg)
     for name, target in cfg.reward.custom.items():
         need(isinstance(target, str) and ":" in target,
              f"reward.custom.{name} must be 'module:function', got {target!r}")
@@ -302,6 +328,36 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"reward.outcome_metric {cfg.reward.outcome_metric!r} is not a metric in reward.weights "
          f"({', '.join(cfg.reward.weights)})")
     return cfg
+
+
+def validate_autopilot(cfg: RunConfig):
+    """[autopilot] checks; `moves` may also be a comma-separated string (from --set or a form)."""
+    a = cfg.autopilot
+    if isinstance(a.moves, str):
+        a.moves = [m.strip() for m in a.moves.split(",") if m.strip()]
+    if not isinstance(a.moves, list) or any(m not in AUTOPILOT_MOVES for m in a.moves):
+        raise ConfigError(f"autopilot.moves must list some of {', '.join(AUTOPILOT_MOVES)}, got {a.moves!r}")
+    for key in ("window", "max_moves", "per_steps"):
+        if getattr(a, key) < 1:
+            raise ConfigError(f"autopilot.{key} must be >= 1, got {getattr(a, key)}")
+    for key in ("solved_reward", "solved_share", "min_gain"):
+        v = getattr(a, key)
+        if not (math.isfinite(v) and 0 <= v <= 1):
+            raise ConfigError(f"autopilot.{key} must be in [0, 1], got {v}")
+    if not (0 <= a.weight_floor < 1):
+        raise ConfigError(f"autopilot.weight_floor must be in [0, 1), got {a.weight_floor}")
+    if a.max_group_size < 2:
+        raise ConfigError(f"autopilot.max_group_size must be >= 2, got {a.max_group_size}")
+    if a.max_rollouts_per_step < 2:
+        raise ConfigError(f"autopilot.max_rollouts_per_step must be >= 2, got {a.max_rollouts_per_step}")
+    if not (math.isfinite(a.group_size_factor) and a.group_size_factor > 1):
+        raise ConfigError(f"autopilot.group_size_factor must be > 1, got {a.group_size_factor}")
+    for name, w in a.min_weights.items():
+        if name not in cfg.reward.weights:
+            raise ConfigError(f"autopilot.min_weights.{name}: not a metric in reward.weights "
+                              f"({', '.join(cfg.reward.weights)})")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ConfigError(f"autopilot.min_weights.{name} must be a number >= 0, got {w!r}")
 
 
 def validate_weights(weights: dict, known: list[str] | None) -> dict[str, float]:

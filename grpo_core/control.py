@@ -5,7 +5,20 @@ from __future__ import annotations
 import math
 
 from grpo_core.config import ConfigError, validate_weights
-from grpo_core.store import (CONTROL_KINDS, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, RunStore)
+from grpo_core.store import (CONTROL_KINDS, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
+                             SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS, RunStore)
+
+# Bounds of the run settings a request may set (the runs page's form has the same ones).
+MAX_GROUP_SIZE, MAX_PROMPTS, MAX_STEPS, MAX_TEMPERATURE = 1024, 4096, 10_000_000, 10.0
+# Integer settings: kind -> (payload key, lowest, highest, what it is).
+INT_SETTINGS = {SET_GROUP_SIZE: ("group_size", 2, MAX_GROUP_SIZE, "group size G (GRPO compares completions "
+                                 "inside a group, so >= 2)"),
+                SET_PROMPTS: ("prompts_per_step", 1, MAX_PROMPTS, "prompts per step"),
+                SET_STEPS: ("steps", 1, MAX_STEPS, "step budget")}
+SETTING_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
+                 SET_TEMPERATURE, SET_AUTOPILOT)
+ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+MAX_REASON = 500  # characters of a request's "reason" kept (the autopilot explains each move)
 
 
 def parse_cli_request(action: str, values: list[str]) -> dict:
@@ -31,6 +44,18 @@ def parse_cli_request(action: str, values: list[str]) -> dict:
         except ValueError:
             raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
         return {"min_group_std": v} if kind == SET_THRESHOLD else {"level": v}
+    if kind in INT_SETTINGS or kind == SET_TEMPERATURE:
+        if len(values) != 1:
+            raise ConfigError(f"{action} takes one value, got {len(values)}")
+        try:
+            v = float(values[0])
+        except ValueError:
+            raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
+        return {"temperature": v} if kind == SET_TEMPERATURE else {INT_SETTINGS[kind][0]: v}
+    if kind == SET_AUTOPILOT:
+        if len(values) != 1 or values[0].lower() not in ON_OFF:
+            raise ConfigError(f"{action} takes on or off, got {' '.join(values)!r}")
+        return {"enabled": ON_OFF[values[0].lower()]}
     if values:
         raise ConfigError(f"{action} takes no values, got {' '.join(values)!r}")
     return {}
@@ -38,9 +63,31 @@ def parse_cli_request(action: str, values: list[str]) -> dict:
 
 def validate_request(kind: str, payload: dict, metric_names: list[str] | None = None,
                      max_level: int = 4) -> dict:
-    """Check a request; return its normalised payload or raise ConfigError naming the field."""
+    """Check a request; return its normalised payload or raise ConfigError naming the field.
+
+    Any request may carry a "reason" (text, e.g. the autopilot's evidence for a move) and
+    "undo_of" (the id of the request it reverts); both are kept in the payload."""
     if kind not in CONTROL_KINDS:
         raise ConfigError(f"unknown request kind {kind!r}; kinds are: {', '.join(CONTROL_KINDS)}")
+    return {**_validate_setting(kind, payload, metric_names, max_level), **_annotations(payload)}
+
+
+def _annotations(payload: dict) -> dict:
+    out = {}
+    reason = payload.get("reason")
+    if reason is not None:
+        if not isinstance(reason, str):
+            raise ConfigError(f"reason must be text, got {reason!r}")
+        out["reason"] = reason[:MAX_REASON]
+    undo = payload.get("undo_of")
+    if undo is not None:
+        if isinstance(undo, bool) or not isinstance(undo, (int, float)) or undo != int(undo) or undo < 1:
+            raise ConfigError(f"undo_of must be a request id (an integer >= 1), got {undo!r}")
+        out["undo_of"] = int(undo)
+    return out
+
+
+def _validate_setting(kind: str, payload: dict, metric_names, max_level: int) -> dict:
     if kind == SET_WEIGHTS:
         return {"weights": validate_weights(payload.get("weights"), metric_names)}
     if kind == SET_THRESHOLD:
@@ -53,6 +100,24 @@ def validate_request(kind: str, payload: dict, metric_names: list[str] | None = 
         if not isinstance(v, (int, float)) or v != int(v) or not 1 <= v <= max_level:
             raise ConfigError(f"level must be an integer from 1 to {max_level}, got {v!r}")
         return {"level": int(v)}
+    if kind in INT_SETTINGS:
+        key, lo, hi, what = INT_SETTINGS[kind]
+        v = payload.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) \
+                or not lo <= v <= hi:
+            raise ConfigError(f"{key} must be an integer from {lo} to {hi} ({what}), got {v!r}")
+        return {key: int(v)}
+    if kind == SET_TEMPERATURE:
+        v = payload.get("temperature")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or not 0 < v <= MAX_TEMPERATURE:
+            raise ConfigError(f"temperature must be a number in (0, {MAX_TEMPERATURE:g}], got {v!r}")
+        return {"temperature": float(v)}
+    if kind == SET_AUTOPILOT:
+        v = payload.get("enabled")
+        if not isinstance(v, bool):
+            raise ConfigError(f"enabled must be true or false, got {v!r}")
+        return {"enabled": v}
     return {}
 
 

@@ -36,12 +36,17 @@ STALE_AFTER_S = 10.0  # a live run whose heartbeat is older than this shows as s
 # Control request kinds (dashboard/CLI -> trainer) and statuses.
 SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY = "set_weights", "set_threshold", "set_difficulty"
 PAUSE, RESUME, STOP, CHECKPOINT = "pause", "resume", "stop", "checkpoint"
-CONTROL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, PAUSE, RESUME, STOP, CHECKPOINT)
+# Run settings that can change mid-run too (the trainer records the settings in force in meta "settings").
+SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_AUTOPILOT = (
+    "set_group_size", "set_prompts", "set_steps", "set_temperature", "set_autopilot")
+CONTROL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, PAUSE, RESUME, STOP, CHECKPOINT,
+                 SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_AUTOPILOT)
 PENDING, APPLYING, APPLIED, REJECTED = "pending", "applying", "applied", "rejected"
 
 # Event kinds (trainer -> readers).
 EV_LIFECYCLE, EV_ALERT, EV_CHANGE, EV_REJECTED, EV_CHECKPOINT = (
     "lifecycle", "alert", "change", "rejected", "checkpoint")
+EV_AUTOPILOT = "autopilot"  # a move the autopilot decided (its request id and reason)
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -466,6 +471,18 @@ def display_status(meta: dict, now: float | None = None) -> str:
     return status
 
 
+def steps_budget(meta: dict) -> int | None:
+    """The step budget in force: a set_steps request changes it mid-run (meta "settings"),
+    else the config's grpo.steps."""
+    steps = (meta.get("settings") or {}).get("steps")
+    return steps if steps is not None else ((meta.get("config") or {}).get("grpo") or {}).get("steps")
+
+
+def status_label(status: str, stop_reason: str | None) -> str:
+    """'stopped (autopilot)' for a run the autopilot stopped (meta stop_reason), else the status."""
+    return f"{status} ({stop_reason})" if status == STOPPED and stop_reason == "autopilot" else status
+
+
 def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
     """Every run under the runs dir: id, status (incl. stale/unreadable), last step, steps,
     heartbeat, created, error. An unreadable store is listed with the reason, never raised."""
@@ -478,12 +495,14 @@ def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
                 meta = s.get_meta()
                 cfg = meta.get("config") or {}
                 row.update(status=display_status(meta), last_step=s.last_step(),
-                           steps=(cfg.get("grpo") or {}).get("steps"), kind=meta.get("kind", "train"),
+                           steps=steps_budget(meta), kind=meta.get("kind", "train"),
                            created=meta.get("created"), heartbeat=meta.get("heartbeat"),
-                           error=meta.get("error"), source=meta.get("source", "grpo_core"))
+                           error=meta.get("error"), source=meta.get("source", "grpo_core"),
+                           stop_reason=meta.get("stop_reason"))
         except (StoreError, sqlite3.DatabaseError, ValueError) as e:
             row.update(status="unreadable", error=str(e))
         rows.append(row)
-    cols = ["run_id", "status", "last_step", "steps", "kind", "created", "heartbeat", "error", "source", "path"]
+    cols = ["run_id", "status", "last_step", "steps", "kind", "created", "heartbeat", "error", "source", "path",
+            "stop_reason"]
     df = pd.DataFrame(rows, columns=cols)
     return df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from grpo_core import autopilot as AP
 from grpo_core import health
 from grpo_core import models
 from grpo_core import names as N
@@ -334,6 +335,9 @@ class Trainer:
         self.last_log_s = 0.0
         self.last_ckpt_step: int | None = None
         self.pending_events: list[tuple[str, dict]] = []
+        self.autopilot_on = cfg.autopilot.enabled  # set_autopilot switches it mid-run
+        self.autopilot = AP.AutopilotState()
+        self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
 
         torch.manual_seed(g.seed)
         np.random.seed(g.seed)
@@ -434,6 +438,9 @@ class Trainer:
             applied, step, message = self.apply_request(req)
             self.store.resolve_request(req["id"], applied, step, message)
             self.log(f"request {req['id']} {req['kind']}: {'applied' if applied else 'rejected'} ({message})")
+            if applied:
+                AP.note_applied(self.autopilot, req, step)
+                self.publish_settings()
 
     def apply_request(self, req: dict) -> tuple[bool, int | None, str]:
         """-> (applied, step it takes effect at, message). set_* take effect at the next step;
@@ -455,6 +462,21 @@ class Trainer:
             old = self.task.level
             self.task.set_level(payload["level"])
             return True, nxt, f"level {old} -> {self.task.level} from step {nxt}"
+        g = self.cfg.grpo
+        if kind in (S.SET_GROUP_SIZE, S.SET_PROMPTS, S.SET_TEMPERATURE):
+            key = {S.SET_GROUP_SIZE: "group_size", S.SET_PROMPTS: "prompts_per_step",
+                   S.SET_TEMPERATURE: "temperature"}[kind]
+            old = getattr(g, key)
+            setattr(g, key, payload[key])
+            return True, nxt, f"{key} {old:g} -> {payload[key]:g} from step {nxt}"
+        if kind == S.SET_STEPS:
+            if payload["steps"] < self.step:
+                return False, None, f"steps {payload['steps']} is below the current step {self.step}"
+            old, g.steps = g.steps, payload["steps"]
+            return True, nxt, f"steps {old} -> {g.steps}" + (" (ends after this step)" if g.steps == self.step else "")
+        if kind == S.SET_AUTOPILOT:
+            self.autopilot_on = payload["enabled"]
+            return True, nxt, f"autopilot {'on' if self.autopilot_on else 'off'} from step {nxt}"
         if kind == S.PAUSE:
             if self.paused:
                 return False, None, "already paused"
@@ -468,7 +490,9 @@ class Trainer:
             self.store.set_status(S.RUNNING)
             return True, nxt, f"resumed at step {nxt}"
         if kind == S.STOP:
-            self.stop_reason = f"stop request {req['id']}"
+            self.stop_source = req.get("source") or "ui"
+            why = payload.get("reason")
+            self.stop_reason = f"stop request {req['id']} from {self.stop_source}" + (f": {why}" if why else "")
             return True, self.step, f"stopping after step {self.step}"
         if kind == S.CHECKPOINT:
             path = self.save_checkpoint("request")
@@ -479,6 +503,27 @@ class Trainer:
         while self.paused and not self.stop_reason:
             time.sleep(0.5)
             self.poll_control()
+
+    # ---- settings in force and the autopilot ---------------------------------------------------
+    def settings(self) -> dict:
+        g = self.cfg.grpo
+        return {"weights": dict(self.reward.weights), "min_group_std": self.min_group_std, "level": self.task.level,
+                "max_level": self.task.levels, "group_size": g.group_size, "prompts_per_step": g.prompts_per_step,
+                "temperature": g.temperature, "steps": g.steps, "autopilot": self.autopilot_on,
+                "outcome_metric": self.cfg.reward.outcome_metric or None, "uniform_std": self.cfg.health.uniform_std,
+                "metric_max": AP.metric_max(self.metric_kinds)}
+
+    def publish_settings(self):
+        """Meta "settings": what is in force now (the live page and the runs list read it)."""
+        self.store.set_meta(settings=self.settings())
+
+    def run_autopilot(self):
+        """The autopilot looks at the steps so far; its moves are requests that poll_control
+        applies at the next step boundary, like the user's."""
+        self.autopilot.settings = self.settings()
+        ids = AP.step_hook(self.store, self.step, self.autopilot, self.cfg.autopilot, self.cfg.health)
+        if ids:
+            self.log(f"autopilot after step {self.step}: request(s) {', '.join(map(str, ids))}")
 
     # ---- alerts and curriculum ------------------------------------------------------------------
     def new_alerts(self, step: int, scalars: dict) -> list[tuple[str, dict]]:
@@ -525,7 +570,9 @@ class Trainer:
                     "task": self.task.state_dict(), "weights": dict(self.reward.weights),
                     "min_group_std": self.min_group_std, "cum": [self.cum_submitted, self.cum_trainable],
                     "curriculum_streak": self.curriculum_streak, "active_alerts": sorted(self.active_alerts),
-                    "history": self.history}, tmp / "state.pt")
+                    "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
+                    "grpo_settings": {k: getattr(self.cfg.grpo, k) for k in ("group_size", "prompts_per_step",
+                                                                             "temperature")}}, tmp / "state.pt")
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)  # atomic: the folder is complete or absent
@@ -554,13 +601,19 @@ class Trainer:
         self.curriculum_streak = st.get("curriculum_streak", 0)
         self.active_alerts = set(st.get("active_alerts", []))
         self.history = st.get("history", [])
+        for k, v in st.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: the config's)
+            setattr(self.cfg.grpo, k, v)
+        self.autopilot = AP.AutopilotState.from_dict(st.get("autopilot"))
+        self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
+        self.autopilot_on = st.get("autopilot_on", self.autopilot_on)
         self.step = self.last_ckpt_step = int(st["step"])
         # Requests applied after the checkpoint were part of the lost steps: apply them again.
         done = self.store.control()
         if len(done):
             later = done[(done["status"] == S.APPLIED) & (done["applied_step"] > self.step)]
             for _, r in later.iterrows():
-                if r["kind"] in (S.SET_WEIGHTS, S.SET_THRESHOLD, S.SET_DIFFICULTY):
+                if r["kind"] in (S.SET_WEIGHTS, S.SET_THRESHOLD, S.SET_DIFFICULTY, S.SET_GROUP_SIZE, S.SET_PROMPTS,
+                                 S.SET_TEMPERATURE, S.SET_AUTOPILOT):
                     self.apply_request({"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"]})
         self.resumed_from = ckpt
 
@@ -572,7 +625,8 @@ class Trainer:
         store.set_meta(pid=os.getpid(), host=os.uname().nodename, started=time.time(), error=None,
                        metric_names=self.reward.names, metric_kinds=self.metric_kinds,
                        model=self.model_info, device=str(self.device), config=cfg.to_dict())
-        store.set_status(S.RUNNING)
+        store.set_status(S.RUNNING, stop_reason=None)
+        self.publish_settings()
         if self.resume:
             dropped = store.truncate_after(self.step)
             store.add_event(S.EV_LIFECYCLE, {"event": "resumed", "from": str(self.resumed_from),
@@ -600,6 +654,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 store.log_step(self.step, scalars, groups, rollouts, events)
                 self.last_log_s = time.perf_counter() - t0
+                if self.autopilot_on and not self.stop_reason and self.step < cfg.grpo.steps:
+                    self.run_autopilot()
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(reward=f"{scalars[N.REWARD]:.3f}", ratio=f"{scalars[N.TRAINABLE_RATIO]:.2f}",
@@ -615,7 +671,8 @@ class Trainer:
         status = S.STOPPED if self.stop_reason else S.FINISHED
         store.add_event(S.EV_LIFECYCLE, {"event": status, "reason": self.stop_reason}, step=self.step)
         store.reject_open_requests(f"run {status} at step {self.step}")
-        store.set_status(status)
+        store.set_status(status, **({"stop_reason": self.stop_source or "signal", "stop_message": self.stop_reason}
+                                    if self.stop_reason else {}))
         return status
 
     def run_safely(self) -> str:

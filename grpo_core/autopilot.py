@@ -1,0 +1,305 @@
+"""The autopilot: act on the health verdict by sending requests, never by touching the trainer.
+
+`decide(wide, rollouts, state, cfg)` is a pure policy over store frames (no torch, no I/O):
+given the steps since the last change, it returns at most one setting move (or a
+checkpoint + stop) with the numbers that justify it. `step_hook` is the thin part the
+trainer calls after each step: it reads those frames from the run store, calls `decide`,
+and writes each move as a control request with source "autopilot" plus an "autopilot"
+event. The trainer applies them like any other request (exactly once, at the next step
+boundary, in the ledger with their before/after effect), so the user sees, undoes or
+overrides every move the same way as their own.
+
+When it acts: the health verdict over the last `autopilot.window` steps since the last
+change fails its trainable-ratio check (ratio <= health.min_trainable_ratio). It then tries,
+in the order practice recommends (cheapest and least intrusive first):
+  1. weights     - move weight toward metrics that vary inside groups (health.suggest_weights
+                   on the window, floors honoured), if the what-if ratio gains >= min_gain;
+  2. group_size  - raise G (x group_size_factor, capped by max_group_size and the compute
+                   budget max_rollouts_per_step), if the binary planner predicts a gain;
+  3. difficulty  - raise the task level when most groups are uniform because they are solved
+                   (high and uniform rewards): there is nothing left to learn at this level;
+  4. stop        - the verdict's near-zero alert (ratio <= health.near_zero_ratio for
+                   health.near_zero_steps steps since the last change) and no move above
+                   applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
+Bounds: one move per decision, none until `window` steps have passed since the last change
+(its own or the user's), at most max_moves setting moves per per_steps steps, G and the level
+only ever go up (never below what the user set), every weight keeps its floor, and a move
+kind the user undid is never made again in this run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from grpo_core import health
+from grpo_core import names as N
+from grpo_core.config import AutopilotConfig, HealthConfig
+from grpo_core.store import (CHECKPOINT, EV_AUTOPILOT, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_STEPS,
+                             SET_WEIGHTS, STOP)
+
+SOURCE = "autopilot"
+MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "difficulty": SET_DIFFICULTY}
+# Requests that change what a step measures: evidence from before them says nothing about after.
+NO_EVIDENCE_RESET = (SET_STEPS, SET_AUTOPILOT, STOP, CHECKPOINT, "pause", "resume")
+
+
+@dataclass
+class Move:
+    move: str  # "weights" | "group_size" | "difficulty" | "stop"
+    kind: str  # the control request kind (set_weights, set_group_size, set_difficulty, checkpoint, stop)
+    payload: dict  # the request payload, "reason" included
+    reason: str
+    before: dict = field(default_factory=dict)  # the setting before the move (what Undo restores)
+    predicted_ratio: float | None = None
+
+
+@dataclass
+class AutopilotState:
+    """What the autopilot remembers between steps (saved in checkpoints). `settings` is what is
+    in force, filled by the trainer each step: weights, group_size, prompts_per_step,
+    min_group_std, level, max_level, outcome_metric, uniform_std, metric_max."""
+    settings: dict = field(default_factory=dict)
+    last_change_step: int = 0  # first step under the latest change (any source); evidence starts here
+    move_steps: list = field(default_factory=list)  # steps at which it made setting moves (rate limit)
+    moves: list = field(default_factory=list)  # {"request_id", "move", "step"} of every move it sent
+    vetoed: list = field(default_factory=list)  # move kinds the user undid: never again in this run
+    stopped: bool = False
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "AutopilotState":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in known})
+
+
+# =============================================================================================
+# The policy
+# =============================================================================================
+def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cfg: AutopilotConfig,
+           health_cfg: HealthConfig | None = None) -> list[Move]:
+    """Moves to make now (usually none). wide: RunStore.scalars_wide() up to the last step;
+    rollouts: RunStore.rollouts() of at least the last `cfg.window` steps (no text needed)."""
+    hcfg = health_cfg or HealthConfig()
+    if state.stopped or wide is None or wide.empty:
+        return []
+    wide = wide.sort_index()
+    step = int(wide.index[-1])
+    ev = wide[wide.index >= state.last_change_step]  # only steps under the settings in force
+    if len(ev) < cfg.window:
+        return []
+    # The verdict the user sees, over the autopilot's window (ratio check) and since the change (alerts).
+    v = health.verdict(ev, dataclasses.replace(hcfg, trend_window=cfg.window))
+    ratio_check = next((c for c in v.checks if c.name == "trainable_ratio"), None)
+    if ratio_check is None or ratio_check.ok is not False:
+        return []
+    win_steps = ev.index[-cfg.window:]
+    ro = rollouts[rollouts["step"].isin(win_steps)] if len(rollouts) else rollouts
+    evidence = (f"ratio {ratio_check.value:.2f} <= {hcfg.min_trainable_ratio:g} for {cfg.window} steps")
+    skipped: list[str] = []
+    rate_ok = sum(s > step - cfg.per_steps for s in state.move_steps) < cfg.max_moves
+    if not rate_ok:
+        skipped.append(f"rate limit ({cfg.max_moves} moves per {cfg.per_steps} steps)")
+    else:
+        for name in cfg.moves:
+            if name == "stop":
+                continue
+            if name in state.vetoed:
+                skipped.append(f"{name}: undone by the user")
+                continue
+            move, why_not = TRIES[name](ro, ev, state.settings, cfg, ratio_check.value, evidence)
+            if move is not None:
+                return [move]
+            skipped.append(f"{name}: {why_not}")
+    near = next((a for a in v.alerts if a.kind == "near_zero"), None)
+    if near is None or "stop" not in cfg.moves or "stop" in state.vetoed:
+        return []
+    why = (f"{near.message.split(':')[0]} since the last change (no move left: {'; '.join(skipped)})"
+           if skipped else near.message.split(":")[0] + " since the last change")
+    return [Move("stop", CHECKPOINT, {"reason": f"before stopping: {why}"}, f"checkpoint before stopping: {why}"),
+            Move("stop", STOP, {"reason": why}, f"{why}: checkpoint and stop")]
+
+
+def _arrays(ro: pd.DataFrame, metrics: list[str]):
+    if ro is None or ro.empty or any(m not in ro.columns for m in metrics):
+        return None
+    a = health.rollout_arrays(ro, metrics)
+    return a if a.n_groups else None
+
+
+def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
+    """Reweight toward the metrics that vary: the smallest suggested change that reaches 2/3 of
+    the best predicted gain, each metric at or above its floor (share and absolute)."""
+    weights = {m: float(w) for m, w in (s.get("weights") or {}).items()}
+    if len(weights) < 2:
+        return None, "one metric only"
+    a = _arrays(ro, list(weights))
+    if a is None:
+        return None, "no rollout scores in the window"
+    thr, outcome, ustd = s.get("min_group_std", 0.01), s.get("outcome_metric") or None, s.get("uniform_std", 1e-3)
+    cur = health.what_if(a, weights, thr, outcome, ustd)
+    floors = {m: float(cfg.min_weights.get(m, 0.0)) for m in weights}
+    cands = []
+    for sg in health.suggest_weights(a, weights, thr, floor=cfg.weight_floor, n=5, outcome_metric=outcome,
+                                     uniform_std=ustd):
+        w = {m: round(max(v, floors[m]), 4) for m, v in sg["weights"].items()}
+        pred = health.what_if(a, w, thr, outcome, ustd)
+        if pred >= cur + cfg.min_gain - 1e-12:
+            cands.append((pred, sum(abs(w[m] - weights[m]) for m in w), w))
+    if not cands:
+        return None, f"no reweighting gains {cfg.min_gain:g} (what-if on {a.n_groups} groups)"
+    best = max(c[0] for c in cands)
+    pred, _, w = min((c for c in cands if c[0] - cur >= (best - cur) * 2 / 3 - 1e-12), key=lambda c: c[1])
+    uf = dict(zip(a.metric_names, health.uniform_fraction(a, ustd)))
+    donors = sorted((m for m in w if w[m] < weights[m] - 1e-9), key=lambda m: w[m] - weights[m])
+    uni = ", ".join(f"{m} uniform in {uf[m]:.0%} of groups" for m in donors[:2])
+    changed = sorted((m for m in w if abs(w[m] - weights[m]) > 1e-9), key=lambda m: -abs(w[m] - weights[m]))
+    moves = ", ".join(f"{m} {weights[m]:.2f} -> {w[m]:.2f}" for m in changed[:4])
+    reason = f"{evidence}{', ' + uni if uni else ''}: {moves}, predicted ratio {pred:.2f} (now {cur:.2f})"
+    return Move("weights", SET_WEIGHTS, {"weights": w, "reason": reason}, reason, {"weights": weights}, pred), ""
+
+
+def minority_rates(ro: pd.DataFrame) -> np.ndarray:
+    """Per group: the share of rollouts whose total differs from the group's most common total."""
+    tot = ro["total"].round(6)
+    keys = [ro["step"].to_numpy(), ro["group"].to_numpy()]
+    counts = tot.groupby(keys + [tot.to_numpy()]).size()
+    top = counts.groupby(level=[0, 1]).max()
+    size = counts.groupby(level=[0, 1]).sum()
+    return (1.0 - top / size).to_numpy(np.float64)
+
+
+def predicted_ratio_gain(ro: pd.DataFrame, g_old: int, g_new: int) -> tuple[float, float]:
+    """(gain, pooled minority rate): the binary planner (1 - p^G - (1-p)^G) per group, p the
+    group's minority rate shrunk toward the pooled one (2 pseudo-counts), so a group seen
+    uniform at G may still vary at a larger G when other groups show rare outcomes."""
+    m = minority_rates(ro)
+    if not len(m):
+        return 0.0, 0.0
+    pooled = float(m.mean())
+    p = (m * g_old + 2 * pooled) / (g_old + 2)
+    gain = float(np.mean(health.p_trainable_binary(p, g_new) - health.p_trainable_binary(p, g_old)))
+    return gain, pooled
+
+
+def try_group_size(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
+    g, p = int(s.get("group_size", 0)), int(s.get("prompts_per_step", 1))
+    cap = min(cfg.max_group_size, cfg.max_rollouts_per_step // max(p, 1))
+    new = min(max(g + 1, math.ceil(g * cfg.group_size_factor)), cap)
+    if new <= g:
+        return None, f"G {g} is at the cap {cap} (max_group_size {cfg.max_group_size}, " \
+                     f"{cfg.max_rollouts_per_step} rollouts per step over {p} prompts)"
+    if ro is None or ro.empty or "total" not in ro.columns:
+        return None, "no rollouts in the window"
+    gain, pooled = predicted_ratio_gain(ro, g, new)
+    if gain < cfg.min_gain:
+        return None, f"G {g} -> {new} predicts +{gain:.2f} (minority rate {pooled:.3f})"
+    pred = min(1.0, ratio + gain)
+    reason = (f"{evidence}, rare outcomes in groups (minority rate {pooled:.3f}): group size {g} -> {new} "
+              f"({new * p} rollouts per step, cap {cap}), predicted ratio {pred:.2f}")
+    return Move("group_size", SET_GROUP_SIZE, {"group_size": new, "reason": reason}, reason, {"group_size": g},
+                pred), ""
+
+
+def solved_share(ro: pd.DataFrame, s: dict, frac: float) -> tuple[float, float]:
+    """(share of groups solved, best reachable total). A group is solved when its total's std
+    <= min_group_std and its mean >= frac x the best reachable total: the sum of weight x each
+    metric's top score (metric_max in the settings, else the best seen in the window)."""
+    weights = s.get("weights") or {}
+    tops = s.get("metric_max") or {}
+    best = 0.0
+    for m, w in weights.items():
+        top = tops.get(m)
+        if top is None:
+            top = max(float(ro[m].max()), 0.0) if m in ro.columns else 0.0
+        best += float(w) * float(top)
+    if best <= 0:
+        return 0.0, best
+    g = ro.groupby(["step", "group"])["total"]
+    uniform = g.std(ddof=0) <= max(float(s.get("min_group_std", 0.01)), health.STD_EPS)
+    return float((uniform & (g.mean() >= frac * best)).mean()), best
+
+
+def try_difficulty(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
+    level, top = int(s.get("level", 1)), int(s.get("max_level", 1))
+    if level >= top:
+        return None, f"level {level} is the highest"
+    if ro is None or ro.empty:
+        return None, "no rollouts in the window"
+    share, best = solved_share(ro, s, cfg.solved_reward)
+    if share < cfg.solved_share:
+        return None, f"{share:.0%} of groups solved (< {cfg.solved_share:.0%})"
+    reward = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns else float("nan")
+    reason = (f"{evidence}, {share:.0%} of groups uniform at >= {cfg.solved_reward:.0%} of the best reward "
+              f"{best:.2f} (reward {reward:.2f}): tasks too easy, level {level} -> {level + 1}")
+    return Move("difficulty", SET_DIFFICULTY, {"level": level + 1, "reason": reason}, reason, {"level": level}), ""
+
+
+TRIES = {"weights": try_weights, "group_size": try_group_size, "difficulty": try_difficulty}
+
+
+# =============================================================================================
+# Bookkeeping (the trainer calls these; they change only the state)
+# =============================================================================================
+def note_applied(state: AutopilotState, req: dict, applied_step: int):
+    """A request was applied, taking effect at applied_step: evidence restarts there; an undo
+    of one of the autopilot's moves vetoes that kind of move for the rest of the run."""
+    if req["kind"] not in NO_EVIDENCE_RESET:
+        state.last_change_step = max(state.last_change_step, int(applied_step))
+    undo = (req.get("payload") or {}).get("undo_of")
+    if undo is not None:
+        for m in state.moves:
+            if m.get("request_id") == undo and m["move"] not in state.vetoed:
+                state.vetoed.append(m["move"])
+
+
+def record(state: AutopilotState, moves: list[Move], step: int, request_ids: list[int]):
+    for mv, rid in zip(moves, request_ids):
+        state.moves.append({"request_id": rid, "move": mv.move, "step": step})
+    if any(m.move != "stop" for m in moves):
+        state.move_steps.append(step)
+    if any(m.kind == STOP for m in moves):
+        state.stopped = True
+    state.last_change_step = max(state.last_change_step, step + 1)  # no new decision on the old evidence
+
+
+def metric_max(metric_kinds: dict[str, str]) -> dict[str, float | None]:
+    """Top score per metric kind: binary/continuous 1, penalty 0; custom: unknown (the window's best)."""
+    return {m: {"binary": 1.0, "continuous": 1.0, "penalty": 0.0}.get(k) for m, k in metric_kinds.items()}
+
+
+def step_hook(store, step: int, state: AutopilotState, cfg: AutopilotConfig, health_cfg: HealthConfig) -> list[int]:
+    """After step `step` was logged: read the window, decide, send each move as a request with
+    source "autopilot" and an "autopilot" event. Returns the request ids sent."""
+    need = max(cfg.window, health_cfg.near_zero_steps) + 1
+    since = max(state.last_change_step - 1, step - need)
+    wide = store.scalars_wide(since_step=since)
+    ro = store.rollouts(since_step=max(since, step - cfg.window), with_text=False)
+    moves = decide(wide, ro, state, cfg, health_cfg)
+    ids = []
+    for mv in moves:
+        rid = store.request(mv.kind, mv.payload, source=SOURCE)
+        ids.append(rid)
+        store.add_event(EV_AUTOPILOT, {"request_id": rid, "move": mv.move, "kind": mv.kind, "reason": mv.reason,
+                                       "before": mv.before, "request": mv.payload,
+                                       "predicted_ratio": mv.predicted_ratio}, step=step)
+    if moves:
+        record(state, moves, step, ids)
+    return ids
+
+
+# =============================================================================================
+# Undo (the live page's button): the inverse request of one move
+# =============================================================================================
+def undo_request(event_payload: dict) -> tuple[str, dict] | None:
+    """(kind, payload) that restores the setting before an autopilot move, or None (a stop or
+    checkpoint cannot be undone)."""
+    kind, before, rid = event_payload.get("kind"), event_payload.get("before") or {}, event_payload.get("request_id")
+    if kind not in (SET_WEIGHTS, SET_GROUP_SIZE, SET_DIFFICULTY) or not before:
+        return None
+    return kind, {**before, "undo_of": int(rid), "reason": f"undo of autopilot move #{rid}"}
