@@ -38,12 +38,19 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import ConfigError
-from grpo_core.store import (FAILED, FINISHED, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, STALE, STOPPED,
-                             RunStore, display_status)
+from grpo_core.store import (FAILED, FINISHED, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
+                             SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS, STALE, STOPPED, RunStore, display_status)
 
 DEFAULT_WINDOW = 20
 MOST_GROUPS = 0.5  # a metric uniform in more than this share of groups starved the signal
 LIFECYCLE_KINDS = ("pause", "resume", "stop", "checkpoint")  # applied, but not settings: never "reuse"
+# Run settings changed by requests (set_group_size etc.): (config section, key, ledger label).
+RUN_SETTINGS = {SET_GROUP_SIZE: ("grpo", "group_size", "group_size"),
+                SET_PROMPTS: ("grpo", "prompts_per_step", "prompts_per_step"),
+                SET_STEPS: ("grpo", "steps", "steps"), SET_TEMPERATURE: ("grpo", "temperature", "temperature"),
+                SET_AUTOPILOT: ("autopilot", "enabled", "autopilot")}
+NO_REUSE = LIFECYCLE_KINDS + (SET_STEPS, SET_AUTOPILOT)  # change no step's signal: never "reuse" either
+ANNOTATIONS = ("reason", "undo_of")  # request keys that explain a change, not part of the setting
 ROLLOUT_FIXED_COLS = ("step", "group", "idx", "total", "error", "completion")
 
 
@@ -381,10 +388,14 @@ def _initial_setting(data: RunData, kind: str):
     if kind == SET_DIFFICULTY:
         v = data.cfg("task", "level")
         return float(v) if v is not None else None
+    if kind in RUN_SETTINGS:
+        sec, key, _ = RUN_SETTINGS[kind]
+        return data.cfg(sec, key, False if kind == SET_AUTOPILOT else None)
     return None
 
 
 def _requested(kind: str, request: dict, old):
+    request = {k: v for k, v in (request or {}).items() if k not in ANNOTATIONS}
     if kind == SET_WEIGHTS:
         new = dict(old or {})
         new.update({k: float(v) for k, v in (request.get("weights") or {}).items()})
@@ -393,6 +404,8 @@ def _requested(kind: str, request: dict, old):
         return request.get("min_group_std")
     if kind == SET_DIFFICULTY:
         return request.get("level")
+    if kind in RUN_SETTINGS:
+        return request.get(RUN_SETTINGS[kind][1], old)
     return request or None
 
 
@@ -403,6 +416,10 @@ def _change_text(kind: str, old, new) -> str:
     if kind in (SET_THRESHOLD, SET_DIFFICULTY):
         label = "min_group_std" if kind == SET_THRESHOLD else "level"
         return f"{label} {fmt(old)}→{fmt(new)}"
+    if kind == SET_AUTOPILOT:
+        return f"autopilot {'on' if old else 'off'}→{'on' if new else 'off'}"
+    if kind in RUN_SETTINGS:
+        return f"{RUN_SETTINGS[kind][2]} {fmt(old)}→{fmt(new)}"
     if new:
         return f"{kind} {json.dumps(new, sort_keys=True)}"
     return kind
@@ -442,10 +459,10 @@ def _reward_under(data: RunData, weights: dict, lo: int, hi: int) -> float:
 LEDGER_COLS = ["step", "kind", "source", "change", "old", "new", "before", "after", "n_before", "n_after",
                "ratio_before", "ratio_after", "ratio_diff", "reward_before", "reward_after", "reward_diff",
                "reward_std_before", "reward_std_after", "reward_std_diff", "reward_diff_same_weights", "reuse",
-               "note"]
+               "note", "reason"]
 
 
-SETTING_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY)
+SETTING_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY) + tuple(RUN_SETTINGS)
 
 
 def _same(a, b) -> bool:
@@ -487,7 +504,8 @@ def _resolve_changes(data: RunData, steps: pd.DataFrame) -> list[dict]:
                     new = at_next
         if kind in SETTING_KINDS:
             state[kind] = new
-        out.append({"step": s, "kind": kind, "source": c.source or "", "old": old, "new": new, "notes": notes})
+        out.append({"step": s, "kind": kind, "source": c.source or "", "old": old, "new": new, "notes": notes,
+                    "reason": str((c.request or {}).get("reason") or "")})
     return out
 
 
@@ -524,7 +542,7 @@ def change_ledger(data: RunData, steps: pd.DataFrame | None = None, window: int 
         if not a["n"]:
             notes.append("no steps after the change yet")
         ratio_d, rew_d = a["ratio"] - b["ratio"], a["reward"] - b["reward"]
-        reuse = bool(kind not in LIFECYCLE_KINDS and b["n"] and a["n"] and np.isfinite(ratio_d) and ratio_d > 0
+        reuse = bool(kind not in NO_REUSE and b["n"] and a["n"] and np.isfinite(ratio_d) and ratio_d > 0
                      and np.isfinite(rew_d) and rew_d >= 0 and not (np.isfinite(same_w) and same_w < 0))
         rows.append({
             "step": s, "kind": kind, "source": c["source"], "change": _change_text(kind, old, new),
@@ -533,7 +551,7 @@ def change_ledger(data: RunData, steps: pd.DataFrame | None = None, window: int 
             "reward_before": b["reward"], "reward_after": a["reward"], "reward_diff": rew_d,
             "reward_std_before": b["reward_std"], "reward_std_after": a["reward_std"],
             "reward_std_diff": a["reward_std"] - b["reward_std"], "reward_diff_same_weights": same_w,
-            "reuse": reuse, "note": "; ".join(notes)})
+            "reuse": reuse, "note": "; ".join(notes), "reason": c["reason"]})
     return pd.DataFrame(rows, columns=LEDGER_COLS)
 
 
@@ -896,7 +914,7 @@ SUMMARY_ROWS = [("steps", "steps logged"), ("last_step", "last step"), ("submitt
 BOTTLENECK_COLS = ["metric", "weight", "mean_group_std", "contribution", "uniform_fraction", "bottleneck"]
 LEDGER_SHOW = ["step", "kind", "source", "change", "before", "after", "ratio_before", "ratio_after", "ratio_diff",
                "reward_before", "reward_after", "reward_diff", "reward_std_before", "reward_std_after",
-               "reward_std_diff", "reward_diff_same_weights", "reuse", "note"]
+               "reward_std_diff", "reward_diff_same_weights", "reuse", "note", "reason"]
 STEP_COLS = ["submitted", "trainable", "ratio", "cum_ratio", "ratio_rolling", "phantom", "reward", "reward_std"]
 
 
