@@ -1,0 +1,111 @@
+"""Weight presets: TOML files under <runs_dir>/presets, round trip, names, bad files, use."""
+from __future__ import annotations
+
+import re
+import tomllib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grpo_core import presets as P
+from grpo_core.config import from_dict, validate
+
+
+def test_save_load_round_trip_is_a_shareable_toml_file(runs_dir):
+    path = P.save_preset("cite-less", {"answer_f1": 0.55, "citation": 0.4, "exact": 0.05}, group_size=12,
+                         min_group_std=0.02, note="from run r1 step 40", source_run="r1")
+    assert path == runs_dir / "presets" / "cite-less.toml"
+    data = tomllib.loads(path.read_text())  # plain TOML a person can read and share
+    assert data["reward"]["weights"] == {"answer_f1": 0.55, "citation": 0.4, "exact": 0.05}
+    assert data["grpo"] == {"group_size": 12, "min_group_std": 0.02}
+    p = P.load_preset("cite-less")
+    assert (p.name, p.weights, p.group_size, p.min_group_std, p.note, p.source_run) == \
+        ("cite-less", {"answer_f1": 0.55, "citation": 0.4, "exact": 0.05}, 12, 0.02, "from run r1 step 40", "r1")
+    # weights only: no [grpo] table, and loading gives None for G and threshold
+    P.save_preset("plain", {"answer_f1": 1.0})
+    q = P.load_preset("plain")
+    assert q.group_size is None and q.min_group_std is None and "grpo" not in tomllib.loads(q.path.read_text())
+
+
+def test_list_and_delete(runs_dir):
+    assert P.list_presets() == []
+    P.save_preset("b", {"exact": 1.0})
+    P.save_preset("a", {"exact": 0.5, "format": 0.5})
+    assert [p.name for p in P.list_presets()] == ["a", "b"]
+    assert P.delete_preset("a") is True and P.delete_preset("a") is False
+    assert [p.name for p in P.list_presets()] == ["b"]
+    with pytest.raises(P.PresetError, match=r"no preset 'a' .*presets: b"):
+        P.load_preset("a")
+
+
+def test_overwrite_only_when_asked(runs_dir):
+    P.save_preset("x", {"exact": 1.0})
+    with pytest.raises(P.PresetError, match="already exists"):
+        P.save_preset("x", {"exact": 0.5}, overwrite=False)
+    P.save_preset("x", {"exact": 0.25})
+    assert P.load_preset("x").weights == {"exact": 0.25}
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", "", "x" * 65, "a b", "/etc/passwd", "a..b"])
+def test_names_with_path_tricks_are_refused(runs_dir, name):
+    with pytest.raises(P.PresetError, match="not allowed"):
+        P.save_preset(name, {"exact": 1.0})
+    with pytest.raises(P.PresetError, match="not allowed"):
+        P.load_preset(name)
+    assert not (runs_dir / "presets").exists() or list((runs_dir / "presets").iterdir()) == []
+    assert not (runs_dir.parent / "evil.toml").exists()
+
+
+@pytest.mark.parametrize("weights, match", [
+    ({}, "at least one metric"), ({"exact": -1.0}, "must be >= 0"), ({"exact": float("nan")}, "finite"),
+    ({"exact": 0.0}, "all zero")])
+def test_bad_values_are_refused_on_save(runs_dir, weights, match):
+    with pytest.raises(P.PresetError, match=match):
+        P.save_preset("bad", weights)
+    assert not (runs_dir / "presets" / "bad.toml").exists()
+
+
+def test_bad_files_give_one_line_naming_the_file(runs_dir):
+    d = runs_dir / "presets"
+    d.mkdir()
+    (d / "broken.toml").write_text("[reward.weights\nexact = 1\n")
+    (d / "neg.toml").write_text("[reward.weights]\nexact = -2\n")
+    (d / "extra.toml").write_text("[reward.weights]\nexact = 1\n[grpo]\nlr = 0.1\n")
+    (d / "noweights.toml").write_text("[grpo]\ngroup_size = 4\n")
+    (d / "g1.toml").write_text("[reward.weights]\nexact = 1\n[grpo]\ngroup_size = 1\n")
+    P.save_preset("good", {"exact": 1.0})
+    for name, match in [("broken", "not valid TOML"), ("neg", "must be >= 0"), ("extra", "unknown key.*grpo.lr"),
+                        ("noweights", r"\[reward.weights\] is missing"), ("g1", "group_size must be an integer")]:
+        with pytest.raises(P.PresetError) as e:
+            P.load_preset(name)
+        msg = str(e.value)
+        assert "\n" not in msg and str(d / f"{name}.toml") in msg and re.search(match, msg)
+    listed = P.list_presets()  # bad files are listed as their error, never skipped or raised
+    assert len(listed) == 6
+    assert [x.name for x in listed if isinstance(x, P.Preset)] == ["good"]
+    assert sum(isinstance(x, P.PresetError) for x in listed) == 5
+
+
+def test_apply_preset_gives_a_valid_config_with_its_values(runs_dir):
+    P.save_preset("p", {"answer_f1": 0.7, "exact": 0.3}, group_size=6, min_group_std=0.0)
+    cfg = P.apply_preset({"grpo": {"steps": 5, "group_size": 8}, "reward": {"weights": {"format": 1.0}}},
+                         P.load_preset("p"))
+    rc = validate(from_dict(cfg))
+    assert rc.reward.weights == {"answer_f1": 0.7, "exact": 0.3}  # replaced wholesale, not merged
+    assert (rc.grpo.group_size, rc.grpo.min_group_std, rc.grpo.steps) == (6, 0.0, 5)
+    assert P.form_defaults(P.load_preset("p")) == {"weights": {"answer_f1": 0.7, "exact": 0.3}, "from_preset": "p",
+                                                   "group_size": 6, "min_group_std": 0.0}
+
+
+def test_a_ledger_reuse_row_becomes_a_preset(runs_dir):
+    row = pd.Series({"step": 50, "kind": "set_weights", "new": {"answer_f1": 0.6, "citation": 0.4},
+                     "ratio_before": 0.2, "ratio_after": 0.5, "reuse": True})
+    kw = P.from_ledger_row(row, "run-1")
+    P.save_preset("from-ledger", **kw)
+    p = P.load_preset("from-ledger")
+    assert p.weights == {"answer_f1": 0.6, "citation": 0.4} and p.source_run == "run-1"
+    assert "step 50" in p.note and "0.20 -> 0.50" in p.note
+    with pytest.raises(P.PresetError, match="only weight changes"):
+        P.from_ledger_row(pd.Series({"step": 3, "kind": "set_threshold", "new": 0.1, "ratio_before": np.nan,
+                                     "ratio_after": np.nan}))
