@@ -145,9 +145,12 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
     cur = health.what_if(a, weights, thr, outcome, ustd)
     floors = {m: float(cfg.min_weights.get(m, 0.0)) for m in weights}
     cands = []
+    total = sum(weights.values())
+    if sum(floors.values()) > total:
+        return None, f"the weight floors ({sum(floors.values()):g}) exceed the total weight {total:g}"
     for sg in health.suggest_weights(a, weights, thr, floor=cfg.weight_floor, n=5, outcome_metric=outcome,
                                      uniform_std=ustd):
-        w = {m: round(max(v, floors[m]), 4) for m, v in sg["weights"].items()}
+        w = floor_weights(sg["weights"], floors, total)
         pred = health.what_if(a, w, thr, outcome, ustd)
         if pred >= cur + cfg.min_gain - 1e-12:
             cands.append((pred, sum(abs(w[m] - weights[m]) for m in w), w))
@@ -164,6 +167,23 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
     return Move("weights", SET_WEIGHTS, {"weights": w, "reason": reason}, reason, {"weights": weights}, pred), ""
 
 
+def floor_weights(w: dict[str, float], floors: dict[str, float], total: float) -> dict[str, float]:
+    """w with every metric at or above its floor and the same total: floored metrics are pinned,
+    the rest share what is left in proportion to w (a floor never adds weight overall, which
+    would raise every group's std and game the threshold)."""
+    w = {m: float(v) for m, v in w.items()}
+    pinned: dict[str, float] = {}
+    while True:
+        free = {m: v for m, v in w.items() if m not in pinned}
+        left = total - sum(pinned.values())
+        scale = left / sum(free.values()) if sum(free.values()) > 0 else 0.0
+        out = {**pinned, **{m: v * scale for m, v in free.items()}}
+        low = [m for m in free if out[m] < floors.get(m, 0.0) - 1e-12]
+        if not low:
+            return {m: round(out[m], 4) for m in w}
+        pinned.update({m: floors[m] for m in low})
+
+
 def minority_rates(ro: pd.DataFrame) -> np.ndarray:
     """Per group: the share of rollouts whose total differs from the group's most common total."""
     tot = ro["total"].round(6)
@@ -176,13 +196,14 @@ def minority_rates(ro: pd.DataFrame) -> np.ndarray:
 
 def predicted_ratio_gain(ro: pd.DataFrame, g_old: int, g_new: int) -> tuple[float, float]:
     """(gain, pooled minority rate): the binary planner (1 - p^G - (1-p)^G) per group, p the
-    group's minority rate shrunk toward the pooled one (2 pseudo-counts), so a group seen
-    uniform at G may still vary at a larger G when other groups show rare outcomes."""
+    group's minority rate shrunk halfway toward the pooled one (as many pseudo-counts as the
+    group has rollouts): a group seen uniform at G may still vary at a larger G when other
+    groups show rare outcomes, but less likely than one that already showed one."""
     m = minority_rates(ro)
     if not len(m):
         return 0.0, 0.0
     pooled = float(m.mean())
-    p = (m * g_old + 2 * pooled) / (g_old + 2)
+    p = (m + pooled) / 2
     gain = float(np.mean(health.p_trainable_binary(p, g_new) - health.p_trainable_binary(p, g_old)))
     return gain, pooled
 

@@ -1,0 +1,361 @@
+"""The autopilot: decide() on constructed store frames (each move, bounds, rate limit), the
+bookkeeping, the hook against a real store, and real trainer runs (slow)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grpo_core import autopilot as AP
+from grpo_core import health
+from grpo_core import names as N
+from grpo_core import report as R
+from grpo_core.config import AutopilotConfig, HealthConfig
+from grpo_core.store import APPLIED, EV_AUTOPILOT, RunStore, list_runs, status_label
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+# ---- metrics for the real-trainer tests (imported by the trainer process: reward.custom) ------------
+def constant_reward(completion: str, example: dict) -> float:
+    """Every completion scores the same: every group is uniform, nothing can be learned."""
+    return 0.0
+
+
+def rare_reward(completion: str, example: dict) -> float:
+    """1 for about one distinct completion in 12, by a hash: rare outcomes that a larger group finds."""
+    return float(zlib.crc32((example["prompt"] + completion).encode()) % 12 == 0)
+
+
+# ---- constructed frames: the trainer's own scalars over given raw scores -------------------------------
+def frames(scores: np.ndarray, weights: dict[str, float], first_step: int = 1, min_group_std: float = 0.01):
+    """scores [steps, P, G, K] -> (wide, rollouts) as RunStore.scalars_wide() / rollouts() give them."""
+    names = list(weights)
+    w = np.array([weights[m] for m in names])
+    rows, ro, cs, ct = {}, [], 0, 0
+    for i, sc in enumerate(scores):
+        step = first_step + i
+        totals = sc @ w
+        stats = health.group_stats(totals, sc, min_group_std=min_group_std)
+        sca = health.step_scalars(stats, sc, names, weights, cs, ct)
+        cs, ct = int(sca[N.CUM_GROUPS_SUBMITTED]), int(sca[N.CUM_GROUPS_TRAINABLE])
+        rows[step] = sca
+        P, G, _ = sc.shape
+        for g in range(P):
+            for j in range(G):
+                ro.append({"step": step, "group": g, "idx": j, "total": totals[g, j], "error": None,
+                           **dict(zip(names, sc[g, j]))})
+    wide = pd.DataFrame.from_dict(rows, orient="index").sort_index()
+    wide.index.name = "step"
+    return wide, pd.DataFrame(ro)
+
+
+def settings(weights, **kw):
+    base = {"weights": dict(weights), "min_group_std": 0.01, "level": 1, "max_level": 4, "group_size": 8,
+            "prompts_per_step": 8, "outcome_metric": None, "uniform_std": 1e-3,
+            "metric_max": {m: 1.0 for m in weights}}
+    return {**base, **kw}
+
+
+CFG = AutopilotConfig(enabled=True, window=10)
+HCFG = HealthConfig(near_zero_steps=20)
+def shaping_frames(steps=12, P=8, G=8):
+    """a: uniform in every group (weight 0.9); b: varies a little (0 / 0.05) but at weight 0.1 the
+    total's std (0.0025) is under min_group_std: no group trainable until b weighs more."""
+    rng = np.random.default_rng(1)
+    sc = np.zeros((steps, P, G, 2))
+    sc[..., 0] = rng.integers(0, 2, size=(steps, P, 1))  # a: per-group constant
+    sc[..., 1] = 0.05 * (np.arange(G) % 2)  # b: half 0, half 0.05 in every group
+    return frames(sc, {"a": 0.9, "b": 0.1})
+
+
+def rare_frames(steps=12, P=8, G=8, hits_per_step=2):
+    """One binary metric; in `hits_per_step` groups of each step exactly one rollout succeeds."""
+    rng = np.random.default_rng(2)
+    sc = np.zeros((steps, P, G, 1))
+    for s in range(steps):
+        for g in rng.choice(P, hits_per_step, replace=False):
+            sc[s, g, rng.integers(G), 0] = 1.0
+    return frames(sc, {"exact": 1.0})
+
+
+def solved_frames(steps=12, P=8, G=8):
+    sc = np.ones((steps, P, G, 1))  # every group all right: uniform at the top
+    return frames(sc, {"exact": 1.0})
+
+
+def constant_frames(steps=25, P=4, G=4):
+    return frames(np.zeros((steps, P, G, 1)), {"c": 1.0})
+
+
+# ---- each move fires when it should -----------------------------------------------------------------
+def test_healthy_run_gets_no_move():
+    sc = np.random.default_rng(3).random((12, 8, 8, 2))
+    wide, ro = frames(sc, {"a": 0.5, "b": 0.5})
+    st = AP.AutopilotState(settings(({"a": 0.5, "b": 0.5})))
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+
+
+def test_reweight_moves_weight_to_the_metric_that_varies():
+    wide, ro = shaping_frames()
+    assert wide[N.TRAINABLE_RATIO].max() == 0.0
+    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}))
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert (mv.move, mv.kind) == ("weights", "set_weights")
+    w = mv.payload["weights"]
+    assert w["b"] > 0.1 and w["a"] < 0.9 and abs(sum(w.values()) - 1.0) < 1e-3  # same total weight
+    # the prediction is the what-if of exactly these weights on the window, and it is a real gain
+    assert mv.predicted_ratio == pytest.approx(health.what_if(ro[ro["step"] > 2], w, 0.01))
+    assert mv.predicted_ratio >= CFG.min_gain
+    assert mv.before == {"weights": {"a": 0.9, "b": 0.1}}
+    r = mv.payload["reason"]
+    assert r == mv.reason and "ratio 0.00 <= 0.3 for 10 steps" in r and "a uniform in 100% of groups" in r
+    assert "a 0.90 -> " in r and "b 0.10 -> " in r and f"predicted ratio {mv.predicted_ratio:.2f}" in r
+
+
+def test_reweight_honours_per_metric_floors_and_the_share_floor():
+    wide, ro = shaping_frames()
+    cfg = dataclasses.replace(CFG, min_weights={"a": 0.55})
+    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}))
+    moves = AP.decide(wide, ro, st, cfg, HCFG)
+    assert moves and moves[0].move == "weights"
+    w = moves[0].payload["weights"]
+    assert w["a"] >= 0.55 and w["b"] > 0.1 and sum(w.values()) == pytest.approx(1.0, abs=1e-3)
+    # a floor that pins a at 0.9 leaves no room for a gain: no reweight (only that move allowed here)
+    cfg = dataclasses.replace(CFG, min_weights={"a": 0.9}, moves=["weights"])
+    assert AP.decide(wide, ro, st, cfg, HCFG) == []
+    # a share floor of 0.45: every metric keeps >= 45% of the total
+    cfg = dataclasses.replace(CFG, weight_floor=0.45)
+    [mv] = AP.decide(wide, ro, st, cfg, HCFG)
+    assert min(mv.payload["weights"].values()) >= 0.45 - 1e-3
+
+
+def test_floor_weights_keeps_the_total_and_every_floor():
+    assert AP.floor_weights({"a": 0.1, "b": 0.6, "c": 0.3}, {"a": 0.3}, 1.0) == {"a": 0.3, "b": 0.4667, "c": 0.2333}
+    # pinning one metric can push another under its floor: pinned too, the rest shares what is left
+    assert AP.floor_weights({"a": 0.0, "b": 0.9, "c": 0.1}, {"a": 0.4, "c": 0.1}, 1.0) == \
+        {"a": 0.4, "b": 0.5, "c": 0.1}
+    assert AP.floor_weights({"a": 0.5, "b": 0.5}, {}, 2.0) == {"a": 1.0, "b": 1.0}
+
+
+def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
+    wide, ro = rare_frames()
+    assert wide[N.TRAINABLE_RATIO].mean() < 0.3
+    st = AP.AutopilotState(settings({"exact": 1.0}))
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert (mv.move, mv.payload["group_size"], mv.before) == ("group_size", 12, {"group_size": 8})
+    assert "group size 8 -> 12" in mv.reason and "minority rate" in mv.reason and "predicted ratio" in mv.reason
+    # the compute budget caps it: 88 rollouts per step over 8 prompts -> G 11 at most
+    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
+    assert mv.payload["group_size"] == 11
+    # 80 -> G 10: predicted +0.04, under min_gain: not worth the compute
+    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=80), HCFG) == []
+    # at the cap nothing to raise (and one metric: no reweighting; rewards low: no difficulty)
+    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_group_size=8), HCFG) == []
+    # G never goes down: a user's G above the cap stays
+    assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=40)), CFG, HCFG) == []
+
+
+def test_difficulty_rises_when_groups_are_solved_then_stops_at_the_top_level():
+    wide, ro = solved_frames(steps=22)
+    st = AP.AutopilotState(settings({"exact": 1.0}, level=2))
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert (mv.move, mv.kind, mv.payload["level"], mv.before) == ("difficulty", "set_difficulty", 3, {"level": 2})
+    assert "100% of groups uniform" in mv.reason and "level 2 -> 3" in mv.reason
+    # at the highest level: no move is left, and after near_zero_steps at ratio 0: checkpoint + stop
+    st = AP.AutopilotState(settings({"exact": 1.0}, level=4))
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    assert [m.kind for m in moves] == ["checkpoint", "stop"]
+    assert "level 4 is the highest" in moves[1].reason
+
+
+def test_stop_needs_the_near_zero_window_since_the_last_change():
+    wide, ro = constant_frames(steps=25)
+    st = AP.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4, metric_max={"c": None}))
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    assert [m.kind for m in moves] == ["checkpoint", "stop"]
+    assert all(m.move == "stop" and m.payload["reason"] for m in moves)
+    assert "25 steps with trainable ratio at or below 0.05 since the last change" in moves[1].reason
+    assert "no move left" in moves[1].reason and "minority rate 0.000" in moves[1].reason
+    # only 15 steps since the last change: not yet (evidence before a change says nothing after it)
+    st.last_change_step = 11
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    # the user did not allow stopping
+    st.last_change_step = 0
+    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, moves=["weights", "group_size"]), HCFG) == []
+    # once stopped, nothing more
+    st.stopped = True
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+
+
+# ---- bounds: window, rate limit, vetoes -----------------------------------------------------------------
+def test_no_decision_before_a_full_window_since_the_last_change():
+    wide, ro = rare_frames(steps=12)
+    st = AP.AutopilotState(settings({"exact": 1.0}), last_change_step=4)  # steps 4..12: 9 < 10
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st.last_change_step = 3
+    assert len(AP.decide(wide, ro, st, CFG, HCFG)) == 1
+
+
+def test_rate_limit_blocks_setting_moves_but_not_the_stop():
+    wide, ro = rare_frames(steps=12)
+    st = AP.AutopilotState(settings({"exact": 1.0}), move_steps=[2, 5, 9])  # 3 moves in the last 100 steps
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st.move_steps = [2, 5, 9]
+    assert len(AP.decide(wide, ro, st, dataclasses.replace(CFG, max_moves=4), HCFG)) == 1
+    assert len(AP.decide(wide, ro, st, dataclasses.replace(CFG, per_steps=5), HCFG)) == 1  # 2, 5 are old
+    wide, ro = constant_frames(steps=25)
+    st = AP.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4), move_steps=[20, 21, 22])
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    assert [m.kind for m in moves] == ["checkpoint", "stop"] and "rate limit" in moves[1].reason
+
+
+def test_a_move_the_user_undid_is_not_made_again_and_the_next_one_is_tried():
+    wide, ro = shaping_frames()
+    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}), vetoed=["weights"])
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    assert all(m.move != "weights" for m in moves)
+
+
+# ---- bookkeeping ------------------------------------------------------------------------------------------
+def test_record_and_note_applied():
+    st = AP.AutopilotState()
+    mv = AP.Move("group_size", "set_group_size", {"group_size": 12, "reason": "r"}, "r", {"group_size": 8})
+    AP.record(st, [mv], step=30, request_ids=[7])
+    assert st.move_steps == [30] and st.last_change_step == 31 and st.moves == [
+        {"request_id": 7, "move": "group_size", "step": 30}]
+    AP.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 12}}, 31)
+    AP.note_applied(st, {"kind": "set_steps", "payload": {"steps": 500}}, 40)  # no new evidence window
+    AP.note_applied(st, {"kind": "set_autopilot", "payload": {"enabled": True}}, 41)
+    assert st.last_change_step == 31 and st.vetoed == []
+    AP.note_applied(st, {"kind": "set_weights", "payload": {"weights": {"a": 1.0}}}, 45)  # the user's change
+    assert st.last_change_step == 45
+    AP.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 8, "undo_of": 7}}, 50)
+    assert st.vetoed == ["group_size"] and st.last_change_step == 50
+    AP.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 8, "undo_of": 99}}, 51)  # not ours
+    assert st.vetoed == ["group_size"]
+    AP.record(st, [AP.Move("stop", "checkpoint", {}, ""), AP.Move("stop", "stop", {}, "")], 60, [8, 9])
+    assert st.stopped and st.move_steps == [30]  # a stop is not a setting move
+    assert AP.AutopilotState.from_dict(json.loads(json.dumps(st.to_dict()))) == st  # checkpointable
+
+
+def test_undo_request_is_the_inverse_move():
+    ev = {"request_id": 5, "kind": "set_weights", "before": {"weights": {"a": 0.9, "b": 0.1}}}
+    assert AP.undo_request(ev) == ("set_weights", {"weights": {"a": 0.9, "b": 0.1}, "undo_of": 5,
+                                                   "reason": "undo of autopilot move #5"})
+    assert AP.undo_request({"request_id": 6, "kind": "set_group_size", "before": {"group_size": 8}})[1][
+        "group_size"] == 8
+    assert AP.undo_request({"request_id": 7, "kind": "stop", "before": {}}) is None
+
+
+def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
+    wide, ro = shaping_frames()
+    store = RunStore.create("hook", {"reward": {"weights": {"a": 0.9, "b": 0.1}}})
+    for step in wide.index:  # what the trainer wrote
+        r = ro[ro["step"] == step]
+        store.log_step(int(step), wide.loc[step].to_dict(),
+                       rollouts=[(g, i, t, {"a": a, "b": b}, None, None)
+                                 for g, i, t, a, b in r[["group", "idx", "total", "a", "b"]].itertuples(index=False)])
+    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}))
+    ids = AP.step_hook(store, int(wide.index[-1]), st, CFG, HCFG)
+    assert len(ids) == 1
+    row = store.control().set_index("id").loc[ids[0]]
+    assert (row["kind"], row["source"], row["status"]) == ("set_weights", "autopilot", "pending")
+    assert row["payload"]["reason"].startswith("ratio 0.00 <= 0.3 for 10 steps")
+    ev = store.events(kinds=[EV_AUTOPILOT]).iloc[-1]
+    assert ev["step"] == 12 and ev["payload"]["request_id"] == ids[0]
+    assert ev["payload"]["before"] == {"weights": {"a": 0.9, "b": 0.1}}
+    assert st.last_change_step == 13 and st.move_steps == [12]
+    assert AP.step_hook(store, 12, st, CFG, HCFG) == []  # the same evidence never moves twice
+
+
+# ---- a real trainer process ----------------------------------------------------------------------------------
+def _train(runs_dir, run_id: str, toml: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cfg = runs_dir / f"{run_id}.toml"
+    cfg.write_text(toml)
+    return subprocess.run([sys.executable, "-m", "grpo_core", "train", "--config", str(cfg), "--run-id", run_id,
+                           "--runs-dir", str(runs_dir)], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+SMALL = """
+[model]
+warm_start_steps = 0
+[grpo]
+steps = {steps}
+prompts_per_step = {prompts}
+group_size = 4
+max_new_tokens = 6
+[log]
+progress = false
+checkpoint_every = 0
+"""
+
+
+@pytest.mark.slow
+def test_collapsed_run_is_stopped_by_the_autopilot_with_a_checkpoint_and_a_reason(runs_dir):
+    toml = SMALL.format(steps=60, prompts=2) + """
+[reward]
+weights = { const = 1.0 }
+custom = { const = "tests.test_autopilot:constant_reward" }
+[health]
+near_zero_steps = 6
+[autopilot]
+enabled = true
+window = 3
+"""
+    out = _train(runs_dir, "collapse", toml)
+    assert out.returncode == 0, out.stderr[-2000:]
+    with RunStore.open(runs_dir / "collapse", readonly=True) as s:
+        meta, last, ev, ctl = s.get_meta(), s.last_step(), s.events(), s.control()
+    assert meta["status"] == "stopped" and meta["stop_reason"] == "autopilot" and last == 6  # not 60
+    assert "6 steps with trainable ratio at or below 0.05" in meta["stop_message"]
+    assert list(ctl["kind"]) == ["checkpoint", "stop"] and set(ctl["source"]) == {"autopilot"}
+    assert set(ctl["status"]) == {APPLIED} and set(ctl["applied_step"]) == {6}
+    # the checkpoint is written before the run stops, and the lifecycle event says why
+    kinds = list(ev["kind"])
+    assert kinds.index("checkpoint") < len(kinds) - 1 and kinds[-1] == "lifecycle"
+    assert (runs_dir / "collapse" / "checkpoints" / "step-000006" / "state.pt").is_file()
+    stopped = ev.iloc[-1]["payload"]
+    assert stopped["event"] == "stopped" and "from autopilot" in stopped["reason"] and "no move left" in stopped["reason"]
+    runs = list_runs(runs_dir).set_index("run_id")
+    assert status_label(runs.loc["collapse", "status"], runs.loc["collapse", "stop_reason"]) == "stopped (autopilot)"
+
+
+@pytest.mark.slow
+def test_autopilot_moves_are_control_rows_in_the_ledger_with_their_effect(runs_dir):
+    """Rare outcomes at G=4: the autopilot raises G through a request; the ledger shows the row
+    (source autopilot, reason, ratio before/after) and the groups from that step are larger."""
+    toml = SMALL.format(steps=12, prompts=6) + """
+[reward]
+weights = { rare = 1.0 }
+custom = { rare = "tests.test_autopilot:rare_reward" }
+[autopilot]
+enabled = true
+window = 4
+moves = ["weights", "group_size", "stop"]
+max_group_size = 8
+"""
+    out = _train(runs_dir, "rare", toml)
+    assert out.returncode == 0, out.stderr[-2000:]
+    with RunStore.open(runs_dir / "rare", readonly=True) as s:
+        ctl, groups, aev = s.control(), s.groups(), s.events(kinds=[EV_AUTOPILOT])
+    moves = ctl[ctl["source"] == "autopilot"]
+    assert len(moves) >= 1 and set(moves["status"]) == {APPLIED}
+    first = moves.iloc[0]
+    assert first["kind"] == "set_group_size" and first["payload"]["group_size"] == 6
+    at = int(first["applied_step"])
+    assert set(groups.loc[groups["step"] < at, "size"]) == {4} and 6 in set(groups.loc[groups["step"] >= at, "size"])
+    assert list(aev["payload"].map(lambda p: p["request_id"])) == list(moves["id"])  # one event per move
+    led = R.change_ledger(R.load_run(runs_dir / "rare"), window=20)
+    row = led[(led["source"] == "autopilot")].iloc[0]
+    assert (row["step"], row["kind"], row["change"]) == (at, "set_group_size", "group_size 4→6")
+    assert row["reason"] == first["payload"]["reason"] and "minority rate" in row["reason"]
+    assert row["n_before"] > 0 and row["n_after"] > 0 and np.isfinite(row["ratio_before"])
+    assert np.isfinite(row["ratio_after"]) and np.isfinite(row["ratio_diff"])
+    assert len(led[led["source"] == "autopilot"]) == len(moves)  # every move is a ledger row
