@@ -35,10 +35,10 @@ VALUES = ["hot", "red", "big", "old", "wet", "dry", "new", "low", "tall", "cold"
           "fast", "slow", "soft", "loud", "tiny", "bold", "calm", "gray"]
 
 LEVELS = {
-    1: dict(sources=2, words=(1, 1), near=False),
-    2: dict(sources=3, words=(1, 1), near=False),
-    3: dict(sources=4, words=(1, 2), near=False),
-    4: dict(sources=5, words=(2, 2), near=True),
+    1: dict(sources=1, words=(1, 1), near=False),
+    2: dict(sources=2, words=(1, 1), near=False),
+    3: dict(sources=3, words=(1, 2), near=False),
+    4: dict(sources=4, words=(2, 2), near=True),
 }
 VERSION = 2  # bump when the prompt layout changes: invalidates cached warm-starts
 
@@ -89,7 +89,8 @@ class DemoTask(Task):
         return f"{example['answer']} [{example['source']}]"
 
     def cache_key(self) -> dict:
-        return {"name": self.name, "seed": self.seed, "level": self.level, "version": VERSION}
+        return {"name": self.name, "seed": self.seed, "level": self.level, "spec": LEVELS[self.level],
+                "version": VERSION}
 
     def state_dict(self) -> dict:
         return {"level": self.level, "rng": self.rng.getstate()}
