@@ -41,7 +41,8 @@ class ModelConfig:
     num_layers: int = knob(2, "Built-in model: transformer layers")
     num_heads: int = knob(4, "Built-in model: attention heads")
     intermediate_size: int = knob(256, "Built-in model: MLP width")
-    warm_start_steps: int = knob(40, "Built-in model: supervised warm-start steps on the task before GRPO (cached)")
+    warm_start_steps: int = knob(150, "Built-in model: cap on supervised warm-start steps before GRPO; stops once "
+                                      "30% of sampled answers are right (cached per model+task config)")
     device: str = knob("auto", "auto | cpu | cuda | cuda:N; auto = CUDA when present")
     dtype: str = knob("auto", "auto | float32 | bfloat16 | float16; auto = bf16 on CUDA, fp32 on CPU")
 
@@ -69,7 +70,7 @@ class GRPOConfig:
     max_new_tokens: int = knob(16, "Max tokens generated per completion")
     temperature: float = knob(1.0, "Sampling temperature (> 0)")
     top_p: float = knob(1.0, "Nucleus sampling mass, in (0, 1]")
-    lr: float = knob(3e-4, "AdamW learning rate")
+    lr: float = knob(1e-3, "AdamW learning rate (default tuned for the built-in tiny model; ~1e-6 for real LMs)")
     weight_decay: float = knob(0.0, "AdamW weight decay")
     max_grad_norm: float = knob(1.0, "Gradient clipping norm (0 = off)")
     beta: float = knob(0.0, "KL coefficient to the frozen reference model (0 = no reference kept)")
