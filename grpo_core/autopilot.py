@@ -10,14 +10,18 @@ boundary, in the ledger with their before/after effect), so the user sees, undoe
 overrides every move the same way as their own.
 
 When it acts: the health verdict over the last `autopilot.window` steps since the last
-change fails its trainable-ratio check (ratio <= health.min_trainable_ratio). It then tries,
+change fails its trainable-ratio check, drawn at `autopilot.target_ratio` (0.5 by default:
+above the verdict's alarm line health.min_trainable_ratio = 0.3, so it acts while the run
+still learns rather than after the signal is gone). It then tries,
 in the order practice recommends (cheapest and least intrusive first):
   1. weights     - move weight toward metrics that vary inside groups (health.suggest_weights
                    on the window, floors honoured), if the what-if ratio gains >= min_gain;
   2. group_size  - raise G (x group_size_factor, capped by max_group_size and the compute
                    budget max_rollouts_per_step), if the binary planner predicts a gain;
   3. difficulty  - raise the task level when most groups are uniform because they are solved
-                   (high and uniform rewards): there is nothing left to learn at this level;
+                   (high and uniform rewards): there is nothing left to learn at this level.
+                   It changes the task itself, so only once the ratio is below the verdict's
+                   own line (health.min_trainable_ratio), not just below the target;
   4. stop        - the verdict's near-zero alert (ratio <= health.near_zero_ratio for
                    health.near_zero_steps steps since the last change) and no move above
                    applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
@@ -94,13 +98,13 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
     if len(ev) < cfg.window:
         return []
     # The verdict the user sees, over the autopilot's window (ratio check) and since the change (alerts).
-    v = health.verdict(ev, dataclasses.replace(hcfg, trend_window=cfg.window))
+    v = health.verdict(ev, dataclasses.replace(hcfg, trend_window=cfg.window, min_trainable_ratio=cfg.target_ratio))
     ratio_check = next((c for c in v.checks if c.name == "trainable_ratio"), None)
     if ratio_check is None or ratio_check.ok is not False:
         return []
     win_steps = ev.index[-cfg.window:]
     ro = rollouts[rollouts["step"].isin(win_steps)] if len(rollouts) else rollouts
-    evidence = (f"ratio {ratio_check.value:.2f} <= {hcfg.min_trainable_ratio:g} for {cfg.window} steps")
+    evidence = f"ratio {ratio_check.value:.2f} <= {cfg.target_ratio:g} for {cfg.window} steps"
     skipped: list[str] = []
     rate_ok = sum(s > step - cfg.per_steps for s in state.move_steps) < cfg.max_moves
     if not rate_ok:
@@ -112,7 +116,13 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
             if name in state.vetoed:
                 skipped.append(f"{name}: undone by the user")
                 continue
-            move, why_not = TRIES[name](ro, ev, state.settings, cfg, ratio_check.value, evidence)
+            why = evidence
+            if name == "difficulty":  # it changes the task itself: only once the verdict's own check fails
+                if ratio_check.value > hcfg.min_trainable_ratio:
+                    skipped.append(f"difficulty: ratio above the verdict's line {hcfg.min_trainable_ratio:g}")
+                    continue
+                why = f"ratio {ratio_check.value:.2f} <= {hcfg.min_trainable_ratio:g} for {cfg.window} steps"
+            move, why_not = TRIES[name](ro, ev, state.settings, cfg, ratio_check.value, why)
             if move is not None:
                 return [move]
             skipped.append(f"{name}: {why_not}")

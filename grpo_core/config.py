@@ -114,8 +114,9 @@ AUTOPILOT_MOVES = ("weights", "group_size", "difficulty", "stop")  # in the orde
 class AutopilotConfig:
     enabled: bool = knob(False, "Autopilot: act on the health verdict by sending requests (off by default; "
                                 "switchable mid-run)")
-    window: int = knob(10, "Steps of evidence behind a move, counted from the last change; it acts when the "
-                           "verdict's ratio check fails over them (health.min_trainable_ratio)")
+    window: int = knob(10, "Steps of evidence behind a move, counted from the last change")
+    target_ratio: float = knob(0.5, "It acts when the window's trainable ratio is below this (the verdict's "
+                                    "ratio check with this line instead of health.min_trainable_ratio)")
     min_gain: float = knob(0.05, "A reweight or group-size move needs a predicted ratio gain of at least this")
     moves: list = knob(list(AUTOPILOT_MOVES), "Moves it may make, tried in this order: weights, group_size, "
                                                "difficulty; stop on the verdict's near-zero alert (health.near_zero_*)")
@@ -341,7 +342,7 @@ def validate_autopilot(cfg: RunConfig):
     for key in ("window", "max_moves", "per_steps"):
         if getattr(a, key) < 1:
             raise ConfigError(f"autopilot.{key} must be >= 1, got {getattr(a, key)}")
-    for key in ("solved_reward", "solved_share", "min_gain"):
+    for key in ("target_ratio", "solved_reward", "solved_share", "min_gain"):
         v = getattr(a, key)
         if not (math.isfinite(v) and 0 <= v <= 1):
             raise ConfigError(f"autopilot.{key} must be in [0, 1], got {v}")

@@ -51,7 +51,9 @@ def parse_cli_request(action: str, values: list[str]) -> dict:
             v = float(values[0])
         except ValueError:
             raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
-        return {"temperature": v} if kind == SET_TEMPERATURE else {INT_SETTINGS[kind][0]: v}
+        if kind == SET_TEMPERATURE:
+            return {"temperature": v}
+        return {INT_SETTINGS[kind][0]: int(v) if v.is_integer() else v}  # 2.5 stays, to be refused by name
     if kind == SET_AUTOPILOT:
         if len(values) != 1 or values[0].lower() not in ON_OFF:
             raise ConfigError(f"{action} takes on or off, got {' '.join(values)!r}")

@@ -25,8 +25,8 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import HealthConfig
-from grpo_core.store import (APPLIED, DB_NAME, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED, RunStore,
-                             StoreError, display_status, list_runs)
+from grpo_core.store import (APPLIED, DB_NAME, EV_AUTOPILOT, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED,
+                             RunStore, StoreError, display_status, list_runs)
 
 RECENT_STEPS = 500  # raw steps kept (>= every health window: trend, near-zero, zero-trainable)
 MAX_BINS = 1000  # bins of older history; with RECENT_STEPS: at most ~2,000 points per chart
@@ -79,6 +79,7 @@ class LiveState:
     changes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         columns=["step", "kind", "request", "source", "message"]))
     control: pd.DataFrame = field(default_factory=pd.DataFrame)
+    moves: list = field(default_factory=list)  # the autopilot's events (payload + step), oldest first
     rollouts: pd.DataFrame = field(default_factory=pd.DataFrame)  # the what-if window
     rollout_step: int = -1
     version: int = 0  # bumped whenever something new was read
@@ -214,10 +215,15 @@ def _fold(st: LiveState):
 
 
 def _read_events(store: RunStore, st: LiveState) -> bool:
-    ev = store.events(since_id=st.event_id, kinds=[EV_CHANGE])
+    ev = store.events(since_id=st.event_id, kinds=[EV_CHANGE, EV_AUTOPILOT])
     if ev.empty:
         return False
     st.event_id = int(ev["id"].max())
+    auto = ev["kind"] == EV_AUTOPILOT
+    st.moves += [{**p, "step": int(s)} for s, p in zip(ev.loc[auto, "step"], ev.loc[auto, "payload"])]
+    ev = ev[~auto]
+    if ev.empty:
+        return True
     rows = pd.DataFrame({"step": ev["step"], "kind": [p.get("kind") for p in ev["payload"]],
                          "request": [p.get("request") for p in ev["payload"]],
                          "source": [p.get("source") for p in ev["payload"]],
@@ -314,7 +320,21 @@ def current_settings(st: LiveState) -> dict:
             elif r["kind"] == "set_difficulty":
                 lvl = int(p.get("level", lvl))
     return {"weights": {m: float(weights.get(m, 0.0)) for m in st.metrics}, "min_group_std": thr, "level": lvl,
-            "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None}
+            "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None, **run_settings(st.meta)}
+
+
+RUN_SETTINGS = {"group_size": "set_group_size", "prompts_per_step": "set_prompts", "temperature": "set_temperature",
+                "steps": "set_steps"}
+
+
+def run_settings(meta: dict) -> dict:
+    """G, prompts per step, temperature, step budget and the autopilot switch in force: the
+    trainer records them in meta "settings" when it applies a request, else the config's."""
+    cfg, now = meta.get("config") or {}, meta.get("settings") or {}
+    g = cfg.get("grpo") or {}
+    out = {k: now.get(k, g.get(k)) for k in RUN_SETTINGS}
+    out["autopilot"] = bool(now.get("autopilot", (cfg.get("autopilot") or {}).get("enabled", False)))
+    return out
 
 
 @dataclass
@@ -435,10 +455,16 @@ def suggestions(st: LiveState, weights: dict | None = None, min_group_std: float
                                   n=n, outcome_metric=cur["outcome_metric"])
 
 
-def pending_changes(settings: dict, weights: dict, min_group_std: float, level: int) -> list[tuple[str, dict]]:
+def pending_changes(settings: dict, weights: dict, min_group_std: float, level: int,
+                    run: dict | None = None) -> list[tuple[str, dict]]:
     """The requests that move the run from `settings` to the slider values: one per kind
-    that differs (a weight change is one request carrying every weight)."""
+    that differs (a weight change is one request carrying every weight). run: the page's
+    group_size / prompts_per_step / temperature / steps inputs (any subset)."""
     out = []
+    for key, value in (run or {}).items():
+        if value is not None and key in RUN_SETTINGS and settings.get(key) is not None \
+                and abs(float(value) - float(settings[key])) > 1e-9:
+            out.append((RUN_SETTINGS[key], {key: float(value) if key == "temperature" else int(value)}))
     if any(abs(float(weights.get(m, 0.0)) - w) > 1e-9 for m, w in settings["weights"].items()):
         out.append(("set_weights", {"weights": {m: float(weights.get(m, 0.0)) for m in settings["weights"]}}))
     if abs(float(min_group_std) - settings["min_group_std"]) > 1e-12:
@@ -475,7 +501,34 @@ def request_summary(kind: str, payload: dict) -> str:
         return f"min_group_std={payload.get('min_group_std'):g}"
     if kind == "set_difficulty":
         return f"difficulty level {payload.get('level')}"
+    if kind == "set_autopilot":
+        return f"autopilot {'on' if payload.get('enabled') else 'off'}"
+    for key, k in RUN_SETTINGS.items():
+        if kind == k:
+            return f"{key}={payload.get(key):g}"
     return kind
+
+
+def autopilot_moves(st: LiveState) -> list[dict]:
+    """The autopilot's moves, newest first: step decided, what, why, the request's status,
+    and the inverse request the page's Undo sends (None for a stop, or once undone)."""
+    from grpo_core.autopilot import undo_request  # pure; kept local so live.py stays light
+    ctl = st.control.set_index("id") if not st.control.empty else pd.DataFrame()
+    undone = {}
+    if not st.control.empty:
+        for rid, p in zip(st.control["id"], st.control["payload"]):
+            if isinstance(p, dict) and p.get("undo_of") is not None:
+                undone[int(p["undo_of"])] = int(rid)
+    out = []
+    for m in reversed(st.moves):
+        rid = int(m.get("request_id", 0))
+        row = ctl.loc[rid] if rid in ctl.index else None
+        status = describe_request(row) if row is not None else "sent"
+        undo = undo_request(m) if rid not in undone and row is not None and row["status"] == APPLIED else None
+        out.append({"request_id": rid, "step": m.get("step"), "move": m.get("move"), "kind": m.get("kind"),
+                    "summary": request_summary(m.get("kind", ""), m.get("request") or {}),
+                    "reason": m.get("reason", ""), "status": status, "undo": undo, "undone_by": undone.get(rid)})
+    return out
 
 
 # ---- the runs page ----------------------------------------------------------------------------------

@@ -6,9 +6,12 @@ so the sliders below are not disturbed); a finished run is drawn once.
 """
 import streamlit as st
 
-from grpo_core import charts, control, live, runner
+from grpo_core import charts, control, live, presets, runner
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, runs_dir
+from grpo_core.safety import require_token
+
+require_token()  # here too: on a fresh server a URL naming this file runs it without app.py
 
 ss = st.session_state
 run_id = live.resolve_run(ss.get("run_id"), st.query_params.get("run"))
@@ -138,6 +141,9 @@ def steer():
         final = ", ".join(f"{m}={w:g}" for m, w in cur["weights"].items())
         st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "
                    f"min_group_std {cur['min_group_std']:g}; level {cur['level']}.")
+        if not caps["imported"]:
+            autopilot_moves(s, steer=False)
+            save_preset_box(s, cur)
         return
     keys = {m: f"w:{run_id}:{m}" for m in cur["weights"]}
     thr_key, lvl_key = f"thr:{run_id}", f"lvl:{run_id}"
@@ -160,6 +166,29 @@ def steer():
         load_values(cur["weights"], cur["min_group_std"], cur["level"])
     if any(k not in ss for k in keys.values()) or thr_key not in ss:
         load_values(cur["weights"], cur["min_group_std"], cur["level"])
+    run_keys = {k: f"{k}:{run_id}" for k in live.RUN_SETTINGS}
+
+    def load_run_values(settings: dict):
+        for k, key in run_keys.items():
+            if settings.get(k) is not None:
+                ss[key] = float(settings[k]) if k == "temperature" else int(settings[k])
+
+    if any(k not in ss for k in run_keys.values()):
+        load_run_values(cur)
+    # Settings changed elsewhere (an autopilot move, another tab, the CLI): an input the user has
+    # not touched follows them (else it would offer to revert the change); an edited one is kept.
+    seen_key = f"seen:{run_id}"
+    prev = ss.get(seen_key)
+    if prev is not None:
+        as_weight = lambda v: round(float(v), 2)  # noqa: E731  (the sliders' resolution)
+        inputs = {**{keys[m]: (prev["weights"].get(m), cur["weights"].get(m), as_weight) for m in keys},
+                  thr_key: (prev["min_group_std"], cur["min_group_std"], float),
+                  lvl_key: (prev["level"], cur["level"], int),
+                  **{run_keys[k]: (prev.get(k), cur.get(k), float if k == "temperature" else int) for k in run_keys}}
+        for key, (old, new, cast) in inputs.items():
+            if old is not None and new is not None and old != new and ss.get(key) == cast(old):
+                ss[key] = cast(new)
+    ss[seen_key] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cur.items()}
     top = ss[top_key]
     cols = st.columns(len(keys) + 2)
     weights = {m: cols[i].slider(m, 0.0, float(top), step=0.01, key=keys[m]) for i, m in enumerate(keys)}
@@ -168,13 +197,22 @@ def steer():
     is_demo = ((s.meta.get("config") or {}).get("task") or {}).get("name", "demo") == "demo"
     lvl = cols[-1].slider("difficulty", 1, 4, key=lvl_key, disabled=not is_demo,
                           help="demo task level (1 easy .. 4 hard); not predictable from past rollouts")
+    rc = st.columns(4)
+    run = {"group_size": rc[0].number_input("Group size G", 2, control.MAX_GROUP_SIZE, key=run_keys["group_size"],
+                                            help="completions per prompt; from the next step"),
+           "prompts_per_step": rc[1].number_input("Prompts per step", 1, control.MAX_PROMPTS,
+                                                  key=run_keys["prompts_per_step"]),
+           "temperature": rc[2].number_input("Temperature", 0.01, control.MAX_TEMPERATURE, step=0.05,
+                                             format="%.2f", key=run_keys["temperature"]),
+           "steps": rc[3].number_input("Steps (budget)", 1, control.MAX_STEPS, key=run_keys["steps"],
+                                       help=f"extend or shorten the run; not below the current step ({s.last_step})")}
 
     try:
         wi = live.what_if(s, weights, thr)
     except ConfigError as e:
         st.error(str(e))
         wi = None
-    todo = live.pending_changes(cur, weights, thr, lvl)
+    todo = live.pending_changes(cur, weights, thr, lvl, run)
     waiting = [r for r in live.request_lines(s, my_requests()) if r["status"] in ("pending", "applying")]
     m = st.columns([2, 2, 3])
     if wi and wi["available"]:
@@ -225,6 +263,48 @@ def steer():
             c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "
                           + ", ".join(f"{k}={v:.2f}" for k, v in sg["weights"].items()) + f"  \n{sg['why']}")
             c[1].button("Load", key=f"load_sugg_{i}", on_click=load_values, args=(sg["weights"],))
+
+    autopilot_moves(s, steer=True)
+    save_preset_box(s, cur)
+
+
+def autopilot_moves(s: live.LiveState, steer: bool):
+    """The autopilot switch and its moves, each with its reason and an Undo (the inverse request)."""
+    cur = live.current_settings(s)
+    st.subheader("Autopilot")
+    if steer:
+        ap_key, seen = f"ap:{run_id}", f"ap_seen:{run_id}"
+        if ss.get(seen) != cur["autopilot"]:  # applied (or changed elsewhere): the switch shows it
+            ss[ap_key] = ss[seen] = cur["autopilot"]
+        st.toggle("Autopilot on", key=ap_key, on_change=lambda: send("set_autopilot", {"enabled": bool(ss[ap_key])}),
+                  help="acts on the health verdict with requests (reweight, raise G, raise difficulty, stop "
+                       "early); every move is listed here with its reason and can be undone")
+    moves = live.autopilot_moves(s)
+    if not moves:
+        st.caption("No autopilot moves" + ("." if cur["autopilot"] else ": it is off."))
+    for m in moves[:10]:
+        c = st.columns([8, 1])
+        undone = f" · undone by #{m['undone_by']}" if m["undone_by"] else ""
+        c[0].markdown(f"`#{m['request_id']}` after step {m['step']} · **{m['summary']}** — {m['status']}{undone}"
+                      f"  \n{m['reason']}")
+        if steer and m["undo"] and c[1].button("Undo", key=f"undo_{m['request_id']}",
+                                               help="send the inverse request (source ui)"):
+            if send(*m["undo"]):
+                st.rerun()
+
+
+def save_preset_box(s: live.LiveState, cur: dict):
+    with st.expander("Save these settings as a preset"):
+        st.caption("Weights, group size and threshold in force, as a TOML file under the runs dir's presets/ "
+                   "(start a run from it on the Runs page).")
+        name = st.text_input("Preset name", key=f"preset_name:{run_id}", placeholder="e.g. cite-less")
+        if st.button("Save preset", key="save_preset", disabled=not name.strip()):
+            try:
+                path = presets.save_preset(name.strip(), cur["weights"], cur.get("group_size"), cur["min_group_std"],
+                                           note=f"from run {run_id} at step {s.last_step}", source_run=run_id)
+                st.success(f"saved preset {name.strip()} ({path})")
+            except ConfigError as e:
+                st.error(str(e))
 
 
 monitor()

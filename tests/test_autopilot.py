@@ -115,7 +115,7 @@ def test_reweight_moves_weight_to_the_metric_that_varies():
     assert mv.predicted_ratio >= CFG.min_gain
     assert mv.before == {"weights": {"a": 0.9, "b": 0.1}}
     r = mv.payload["reason"]
-    assert r == mv.reason and "ratio 0.00 <= 0.3 for 10 steps" in r and "a uniform in 100% of groups" in r
+    assert r == mv.reason and "ratio 0.00 <= 0.5 for 10 steps" in r and "a uniform in 100% of groups" in r
     assert "a 0.90 -> " in r and "b 0.10 -> " in r and f"predicted ratio {mv.predicted_ratio:.2f}" in r
 
 
@@ -158,6 +158,8 @@ def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
     assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=80), HCFG) == []
     # at the cap nothing to raise (and one metric: no reweighting; rewards low: no difficulty)
     assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_group_size=8), HCFG) == []
+    # a ratio of 0.25 is above a target of 0.2: nothing to do
+    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, target_ratio=0.2), HCFG) == []
     # G never goes down: a user's G above the cap stays
     assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=40)), CFG, HCFG) == []
 
@@ -267,7 +269,7 @@ def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
     assert len(ids) == 1
     row = store.control().set_index("id").loc[ids[0]]
     assert (row["kind"], row["source"], row["status"]) == ("set_weights", "autopilot", "pending")
-    assert row["payload"]["reason"].startswith("ratio 0.00 <= 0.3 for 10 steps")
+    assert row["payload"]["reason"].startswith("ratio 0.00 <= 0.5 for 10 steps")
     ev = store.events(kinds=[EV_AUTOPILOT]).iloc[-1]
     assert ev["step"] == 12 and ev["payload"]["request_id"] == ids[0]
     assert ev["payload"]["before"] == {"weights": {"a": 0.9, "b": 0.1}}

@@ -1,0 +1,210 @@
+"""Autopilot on vs off on the built-in demo: the same seeded run twice, side by side.
+
+    python bench/autopilot_demo.py                 # 400 steps each, seed 0; writes docs/demo.md
+    python bench/autopilot_demo.py --steps 100 --no-doc
+
+Both trainers run at the same time (one torch thread each, so they share the machine alike)
+with the same config and seed; only `autopilot.enabled` differs. Reported per run: the
+cumulative trainable ratio at the end; the reward over the last 20 training steps (also
+re-scored under the run's initial weights, so a reweighting move cannot make the number look
+better by changing its scale); the final policy's reward on the run's starting level and
+initial weights (a pilot of its last checkpoint on fresh prompts, identical for both runs:
+a run whose autopilot raised the difficulty trains on harder prompts, so its training reward
+is not comparable); the rollouts generated (a larger G costs compute) and every autopilot
+move with its reason and the ratio before/after it (the analysis ledger). The figures and
+the command go into the `## Autopilot` section of docs/demo.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grpo_core import names as N  # noqa: E402
+from grpo_core import report as R  # noqa: E402
+from grpo_core.store import RunStore  # noqa: E402
+
+LAST = 20  # steps in the "final" window
+TARGET_GAIN = 0.15
+EVAL_BATCHES = 16  # pilot batches (8 prompts x G 8 each) scoring each run's final policy
+
+
+def start(run_id: str, runs: Path, steps: int, seed: int, autopilot: bool, extra: list[str], log: Path):
+    sets = [f"grpo.steps={steps}", f"grpo.seed={seed}", f"task.seed={seed}", "log.progress=false",
+            "log.checkpoint_every=0", f"autopilot.enabled={'true' if autopilot else 'false'}", *extra]
+    cmd = [sys.executable, "-m", "grpo_core", "train", "--run-id", run_id, "--runs-dir", str(runs)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = {**os.environ, "GRPO_TORCH_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def last_step(runs: Path, run_id: str) -> int:
+    try:
+        with RunStore.open(runs / run_id, readonly=True) as s:
+            return s.last_step() or 0
+    except Exception:
+        return 0
+
+
+def evaluate(runs: Path, run_id: str, seed: int, batches: int, extra: list[str]) -> dict:
+    """The run's final checkpoint, sampled and scored by a pilot (no update) on the run's
+    starting level and initial weights, on a prompt stream neither run trained on."""
+    from grpo_core.trainer import latest_checkpoint
+    ckpt = latest_checkpoint(runs / run_id)
+    eval_id = f"eval-{run_id}"
+    cmd = [sys.executable, "-m", "grpo_core", "pilot", "--run-id", eval_id, "--runs-dir", str(runs),
+           "--set", f"model.path={ckpt}", "--set", f"task.seed={seed + 1000}", "--set", f"grpo.seed={seed}",
+           "--set", f"grpo.steps={batches}", "--set", "log.progress=false"]
+    for x in extra:
+        cmd += ["--set", x]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "GRPO_TORCH_THREADS": "1"})
+    with RunStore.open(runs / eval_id, readonly=True) as st:
+        w = st.scalars_wide()
+    return {"reward": float(w[N.REWARD].mean()), "answer_f1": float(w[N.metric_mean("answer_f1")].mean())
+            if N.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name}
+
+
+def summarise(runs: Path, run_id: str) -> dict:
+    data = R.load_run(runs / run_id)
+    w = data.wide
+    tail = w.tail(LAST)
+    init = {m: float(v) for m, v in ((data.config.get("reward") or {}).get("weights") or {}).items()}
+    ro = data.rollouts
+    lo = int(tail.index[0])
+    r = ro[ro["step"] >= lo]
+    tot = r[list(init)].to_numpy(np.float64) @ np.array(list(init.values()))
+    per_group = np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy(), weights=tot) / \
+        np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy())
+    led = R.change_ledger(data, window=20)
+    moves = led[led["source"] == "autopilot"]
+    meta = data.meta
+    return {
+        "run_id": run_id, "status": data.status, "steps": int(w.index[-1]),
+        "cum_ratio": float(w[N.CUM_TRAINABLE_RATIO].iloc[-1]),
+        "final_ratio": float(tail[N.TRAINABLE_RATIO].mean()),
+        "final_reward": float(tail[N.REWARD].mean()),
+        "final_reward_initial_weights": float(per_group.mean()),
+        "final_metrics": {m: float(tail[N.metric_mean(m)].mean()) for m in init if N.metric_mean(m) in tail},
+        "rollouts": int(len(ro)), "wall_s": float(w[N.TIME_STEP].sum()),
+        "settings": meta.get("settings") or {}, "stop_reason": meta.get("stop_reason"),
+        "moves": [{"step": int(m["step"]), "kind": m["kind"], "change": m["change"],
+                   "ratio_before": m["ratio_before"], "ratio_after": m["ratio_after"], "reason": m["reason"]}
+                  for _, m in moves.iterrows()],
+    }
+
+
+def fmt(v, d=3):
+    return "–" if v is None or v != v else f"{v:.{d}f}"
+
+
+def section(off: dict, on: dict, cmd: str, steps: int, seed: int) -> str:
+    gain = on["cum_ratio"] - off["cum_ratio"]
+    rew = on["eval"]["reward"] - off["eval"]["reward"]
+    ok = gain >= TARGET_GAIN and rew >= 0
+    lines = [
+        "## Autopilot", "",
+        f"The same seeded demo run (seed {seed}, {steps} steps, everything else default) with the autopilot off "
+        "and on, run side by side on this machine's CPU:", "", "```bash", cmd, "```", "",
+        "| | autopilot off | autopilot on |", "|---|---|---|",
+        f"| cumulative trainable ratio | {fmt(off['cum_ratio'])} | {fmt(on['cum_ratio'])} |",
+        f"| trainable ratio, last {LAST} steps | {fmt(off['final_ratio'])} | {fmt(on['final_ratio'])} |",
+        f"| reward, last {LAST} steps (initial weights) | {fmt(off['final_reward_initial_weights'])} | "
+        f"{fmt(on['final_reward_initial_weights'])} |",
+        f"| reward, last {LAST} steps (weights in force) | {fmt(off['final_reward'])} | {fmt(on['final_reward'])} |",
+        f"| **final policy, starting level and weights** (eval: {EVAL_BATCHES} batches of fresh prompts) | "
+        f"{fmt(off['eval']['reward'])} | {fmt(on['eval']['reward'])} |",
+        f"| answer_f1 of the final policy (eval) | {fmt(off['eval']['answer_f1'])} | {fmt(on['eval']['answer_f1'])} |",
+    ]
+    for m in off["final_metrics"]:
+        lines.append(f"| {m} mean, last {LAST} steps | {fmt(off['final_metrics'][m])} | "
+                     f"{fmt(on['final_metrics'].get(m))} |")
+    lines += [
+        f"| rollouts generated | {off['rollouts']:,} | {on['rollouts']:,} |",
+        f"| group size at the end | {off['settings'].get('group_size', '–')} | {on['settings'].get('group_size', '–')} |",
+        f"| steps run / status | {off['steps']} / {off['status']} | {on['steps']} / {on['status']}"
+        + (f" ({on['stop_reason']})" if on.get("stop_reason") else "") + " |",
+        f"| training time (sum of step times) | {off['wall_s']:.0f} s | {on['wall_s']:.0f} s |", "",
+        f"Cumulative trainable ratio **{gain:+.3f}** with the autopilot (target ≥ +{TARGET_GAIN}), final policy's "
+        f"reward on the starting level and weights **{rew:+.3f}** (target ≥ 0): **{'met' if ok else 'NOT met'}**.", "",
+        "The autopilot's moves (each one a control request with source `autopilot`; ratio over up to 20 steps "
+        "before / after it, from the analysis ledger):", ""]
+    if on["moves"]:
+        lines += ["| step | change | ratio before → after | reason |", "|---|---|---|---|"]
+        for m in on["moves"]:
+            lines.append(f"| {m['step']} | {m['kind']}: {m['change']} | {fmt(m['ratio_before'], 2)} → "
+                         f"{fmt(m['ratio_after'], 2)} | {m['reason']} |")
+    else:
+        lines.append("(none)")
+    lines += ["", "A larger group costs compute: the rollouts row above is the price of the extra trainable "
+              "groups (the autopilot's budget is `autopilot.max_group_size` and `autopilot.max_rollouts_per_step`).",
+              ""]
+    return "\n".join(lines)
+
+
+def write_section(doc: Path, text: str):
+    """Replace (or append) the `## Autopilot` section; the rest of the file is left alone."""
+    old = doc.read_text() if doc.exists() else ""
+    head = "## Autopilot"
+    if head in old:
+        a = old.index(head)
+        b = old.find("\n## ", a + len(head))
+        new = old[:a] + text.rstrip("\n") + "\n" + (old[b:] if b >= 0 else "")
+    else:
+        new = (old.rstrip("\n") + "\n\n" if old.strip() else "") + text
+    doc.write_text(new)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs-dir", help="where the two runs go (default: a new temp dir)")
+    ap.add_argument("--doc", default=str(ROOT / "docs" / "demo.md"))
+    ap.add_argument("--no-doc", action="store_true", help="print the section instead of writing it")
+    ap.add_argument("--set", dest="extra", action="append", default=[], help="extra knob for both runs")
+    args = ap.parse_args()
+    runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="autopilot-bench-")).resolve()
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%H%M%S")
+    ids = {False: f"ap-off-{stamp}", True: f"ap-on-{stamp}"}
+    t0 = time.time()
+    procs = {False: start(ids[False], runs, args.steps, args.seed, False, args.extra, runs / "off.log")}
+    # The second run starts once the first has a step: the built-in model's warm-start is then cached.
+    while last_step(runs, ids[False]) < 1 and procs[False].poll() is None:
+        time.sleep(2)
+    procs[True] = start(ids[True], runs, args.steps, args.seed, True, args.extra, runs / "on.log")
+    while any(p.poll() is None for p in procs.values()):
+        time.sleep(30)
+        print(f"[{time.time() - t0:5.0f}s] off step {last_step(runs, ids[False])}, on step "
+              f"{last_step(runs, ids[True])} of {args.steps}", flush=True)
+    for k, p in procs.items():
+        if p.returncode != 0:
+            print(f"run {ids[k]} failed (exit {p.returncode}); see {runs / ('on.log' if k else 'off.log')}")
+            return 1
+    off, on = summarise(runs, ids[False]), summarise(runs, ids[True])
+    for r in (off, on):
+        r["eval"] = evaluate(runs, r["run_id"], args.seed, EVAL_BATCHES, args.extra)
+    cmd = "python bench/autopilot_demo.py" + ("" if args.steps == 400 else f" --steps {args.steps}") + \
+        ("" if args.seed == 0 else f" --seed {args.seed}") + "".join(f" --set {s}" for s in args.extra)
+    text = section(off, on, cmd, args.steps, args.seed)
+    print(text)
+    print(f"runs in {runs}; {time.time() - t0:.0f}s wall")
+    if not args.no_doc:
+        write_section(Path(args.doc), text)
+        print(f"wrote the Autopilot section of {args.doc}")
+    gain = on["cum_ratio"] - off["cum_ratio"]
+    return 0 if gain >= TARGET_GAIN and on["eval"]["reward"] >= off["eval"]["reward"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
