@@ -5,9 +5,9 @@ starts and stops trainer processes (detached: they outlive this page and Streaml
 """
 import streamlit as st
 
-from grpo_core import live, runner
+from grpo_core import live, presets, runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError, apply_overrides
-from grpo_core.store import LIVE_STATUSES, StoreError
+from grpo_core.store import LIVE_STATUSES, StoreError, status_label
 
 ss = st.session_state
 st.header("Runs")
@@ -49,7 +49,8 @@ def run_list():
         with st.container(border=True):
             c = st.columns([3, 3, 2, 3], vertical_alignment="center")
             kind = "" if r.get("kind") in (None, "train") else f" · {r['kind']}"
-            c[0].markdown(f"**{rid}**{kind}  \n:{BADGE.get(status, 'gray')}[{status}]"
+            label = status_label(status, r.get("stop_reason"))  # "stopped (autopilot)"
+            c[0].markdown(f"**{rid}**{kind}  \n:{BADGE.get(status, 'gray')}[{label}]"
                           + ("  \n*stale: no heartbeat, the trainer is gone or hung*" if status == "stale" else ""))
             if status == "unreadable":
                 c[1].error(f"unreadable: {r['error']}")
@@ -89,10 +90,51 @@ if not runs.empty:
     run_list()
 
 # ---- start a run ------------------------------------------------------------------------------------
+NO_PRESET = "(none)"
+
+
+def use_preset():
+    """Fill the start form from the chosen preset (weights, G, threshold)."""
+    name = ss.get("start_preset")
+    for k in [k for k in ss if str(k).startswith("start_w_")]:
+        del ss[k]  # the weight inputs re-seed from the preset
+    if not name or name == NO_PRESET:
+        ss.pop("start_form_defaults", None)
+        return
+    try:
+        ss["start_form_defaults"] = presets.form_defaults(presets.load_preset(name))
+    except ConfigError as e:
+        ss["preset_error"] = str(e)
+
+
+def delete_preset(name: str):
+    presets.delete_preset(name)
+    ss["start_preset"] = NO_PRESET
+    use_preset()
+
+
 pre = ss.get("start_form_defaults") or {}
 with st.expander("Start a run", expanded=runs.empty or bool(pre)):
     if pre.get("from_pilot"):
         st.caption(f"Settings carried over from pilot {pre['from_pilot']}.")
+    found = presets.list_presets()
+    for bad in (p for p in found if isinstance(p, presets.PresetError)):
+        st.warning(str(bad))
+    good = [p for p in found if isinstance(p, presets.Preset)]
+    if good:
+        pc = st.columns([3, 1], vertical_alignment="bottom")
+        pick = pc[0].selectbox("Start from a preset", [NO_PRESET] + [p.name for p in good], key="start_preset",
+                               on_change=use_preset, help="weights (and G, threshold) saved from a run's live "
+                               "page or analysis ledger; files under the runs dir's presets/")
+        if pick != NO_PRESET:
+            chosen = next(p for p in good if p.name == pick)
+            st.caption(f"Preset **{pick}**: " + ", ".join(f"{m}={w:g}" for m, w in chosen.weights.items())
+                       + (f" · G={chosen.group_size}" if chosen.group_size else "")
+                       + (f" · min_group_std={chosen.min_group_std:g}" if chosen.min_group_std is not None else "")
+                       + (f" · {chosen.note}" if chosen.note else ""))
+            pc[1].button("Delete preset", key="delete_preset", on_click=delete_preset, args=(pick,))
+    if ss.get("preset_error"):
+        st.error(ss.pop("preset_error"))
     with st.form("start_run"):
         c = st.columns(4)
         level = c[0].number_input("Demo level", 1, 4, int(pre.get("level", 1)), help="task.level: 1 easy .. 4 hard")
@@ -104,7 +146,8 @@ with st.expander("Start a run", expanded=runs.empty or bool(pre)):
         group = c[0].number_input("Group size G", 2, 1024, int(pre.get("group_size", 8)))
         prompts = c[1].number_input("Prompts per step", 1, 4096, int(pre.get("prompts_per_step", 8)))
         lr = c[2].number_input("Learning rate", 0.0, 1.0, 3e-4, format="%.1e", step=1e-4)
-        thr = c[3].number_input("min_group_std", 0.0, 0.99, 0.01, format="%.3f", step=0.005,
+        thr = c[3].number_input("min_group_std", 0.0, 0.99, float(pre.get("min_group_std", 0.01)), format="%.3f",
+                                step=0.005,
                                 help="a group is trainable when its total-reward std is above this")
         st.caption("Initial reward weights")
         wanted = pre.get("weights") or DEMO_WEIGHTS

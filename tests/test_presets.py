@@ -109,3 +109,46 @@ def test_a_ledger_reuse_row_becomes_a_preset(runs_dir):
     with pytest.raises(P.PresetError, match="only weight changes"):
         P.from_ledger_row(pd.Series({"step": 3, "kind": "set_threshold", "new": 0.1, "ratio_before": np.nan,
                                      "ratio_after": np.nan}))
+
+
+# ---- the runs page: start a run from a preset (AppTest, real stores, no browser) ------------------------------
+def _runs_page():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers_dashboard import REPO
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("pages/runs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_runs_page_fills_the_start_form_from_a_preset_and_lists_a_bad_file(runs_dir):
+    P.save_preset("mix", {"answer_f1": 0.7, "citation": 0.3}, group_size=6, min_group_std=0.02, note="from r1")
+    (runs_dir / "presets" / "broken.toml").write_text("[reward.weights\n")
+    at = _runs_page()
+    assert any("broken.toml: not valid TOML" in w.value for w in at.warning)  # one line naming the file
+    at.selectbox(key="start_preset").set_value("mix").run()
+    assert not at.exception
+    inputs = {n.label: n.value for n in at.number_input}
+    assert inputs["Group size G"] == 6 and inputs["min_group_std"] == pytest.approx(0.02)
+    assert inputs["answer_f1"] == pytest.approx(0.7) and inputs["citation"] == pytest.approx(0.3)
+    assert "exact" not in inputs  # the preset's weights replace the demo's
+    assert any("Preset **mix**" in c.value for c in at.caption)
+    next(t for t in at.text_input if t.label == "Run id (optional)").set_value("../x")  # starts nothing
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert any("not allowed" in e.value for e in at.error)
+    at.button(key="delete_preset").click().run()  # delete: the form goes back to the defaults
+    assert not at.exception and [p.name for p in P.list_presets() if isinstance(p, P.Preset)] == []
+    assert "exact" in {n.label for n in at.number_input}
+
+
+def test_runs_page_says_stopped_by_the_autopilot(runs_dir):
+    from grpo_core.store import RunStore
+    with RunStore.create("ap", {"grpo": {"steps": 10}}) as s:
+        s.set_status("stopped", stop_reason="autopilot", stop_message="stop request 2 from autopilot: ...")
+    with RunStore.create("user", {"grpo": {"steps": 10}}) as s:
+        s.set_status("stopped", stop_reason="ui")
+    at = _runs_page()
+    md = " ".join(m.value for m in at.markdown)
+    assert "**ap**  \n:gray[stopped (autopilot)]" in md and "**user**  \n:gray[stopped]" in md
