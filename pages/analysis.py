@@ -12,6 +12,7 @@ import os
 import streamlit as st
 
 from grpo_core import charts as C
+from grpo_core import presets
 from grpo_core import report as R
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, list_runs
@@ -107,6 +108,20 @@ with tab_led:
         st.dataframe(rep.ledger[R.LEDGER_SHOW], hide_index=True, key="an_ledger")
     else:
         st.info("No applied changes in this run.")
+    reuse = rep.ledger[rep.ledger["reuse"].astype(bool) & (rep.ledger["kind"] == "set_weights")] \
+        if len(rep.ledger) else rep.ledger
+    if len(reuse):
+        with st.expander("Save a weight change that helped (reuse) as a preset"):
+            pick = st.selectbox("Change", list(reuse.index), key="an_preset_row",
+                                format_func=lambda i: f"step {reuse.loc[i, 'step']}: {reuse.loc[i, 'change']} (ratio "
+                                f"{R.fmt(reuse.loc[i, 'ratio_before'], 2)} → {R.fmt(reuse.loc[i, 'ratio_after'], 2)})")
+            name = st.text_input("Preset name", key="an_preset_name", placeholder="e.g. cite-less")
+            if st.button("Save preset", key="an_save_preset", disabled=not name.strip()):
+                try:
+                    path = presets.save_preset(name.strip(), **presets.from_ledger_row(reuse.loc[pick], run_id))
+                    st.success(f"saved preset {name.strip()} ({path}): start a run from it on the Runs page")
+                except ConfigError as e:
+                    st.error(str(e))
     fig = C.weights_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
     if fig is not None:
         st.plotly_chart(fig, key="an_weights")

@@ -152,3 +152,25 @@ def test_runs_page_says_stopped_by_the_autopilot(runs_dir):
     at = _runs_page()
     md = " ".join(m.value for m in at.markdown)
     assert "**ap**  \n:gray[stopped (autopilot)]" in md and "**user**  \n:gray[stopped]" in md
+
+
+def test_analysis_page_saves_a_reuse_row_as_a_preset(runs_dir, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers_dashboard import REPO
+    from tests.test_report import CHANGE_AT_50, change_scores, make_run
+    monkeypatch.chdir(REPO)
+    make_run("chg", steps=60, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=CHANGE_AT_50)
+    at = AppTest.from_file(str(REPO / "pages" / "analysis.py"), default_timeout=60)
+    at.session_state["run_id"] = "chg"
+    at.run()
+    assert not at.exception
+    at.text_input(key="an_preset_name").set_value("from-ledger").run()
+    at.button(key="an_save_preset").click().run()
+    assert not at.exception and any("saved preset from-ledger" in s.value for s in at.success)
+    p = P.load_preset("from-ledger")
+    assert p.weights == CHANGE_AT_50[0][2]["weights"]  # the weights in force after the change
+    assert p.source_run == "chg" and "step 50" in p.note
+    at.text_input(key="an_preset_name").set_value("../bad").run()
+    at.button(key="an_save_preset").click().run()
+    assert any("not allowed" in e.value for e in at.error)
