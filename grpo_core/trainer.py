@@ -77,22 +77,71 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (before == 0).long()
 
 
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter with generate's arithmetic (TopPLogitsWarper): sort ascending, drop the
+    tail whose cumulative mass is <= 1 - top_p, always keep the most likely token."""
+    sorted_logits, order = torch.sort(scores, descending=False)
+    remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
+    remove[..., -1:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
 @torch.no_grad()
+def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
+                  max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                  suppress_ids: list[int] | None = None) -> torch.Tensor:
+    """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
+    for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos,
+    stopping once every row has ended. Same logits processing (suppress, temperature, top-p)
+    and the same multinomial draws in the same order, so a seed gives generate's tokens
+    (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
+    through the model once, not G times (its KV cache is copied to its G rows; measured on
+    the demo: the prefill of 64 rows was ~40% of generate's time), and none of generate's
+    per-token bookkeeping runs."""
+    pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(group_size)
+    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)
+    mask = prompt_mask.repeat_interleave(group_size, 0)
+    nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1  # generate's positions: count of attended tokens - 1
+    done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    one = torch.ones((logits.shape[0], 1), dtype=mask.dtype, device=mask.device)
+    toks = []
+    for t in range(max_new_tokens):
+        if suppress_ids:
+            logits[:, suppress_ids] = float("-inf")
+        if temperature != 1.0:
+            logits = logits / temperature
+        if top_p < 1.0:
+            logits = _top_p(logits, top_p)
+        tok = torch.multinomial(logits.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
+        toks.append(tok)
+        done = done | (tok == eos_id)
+        if t == max_new_tokens - 1 or bool(done.all()):
+            break
+        mask = torch.cat([mask, one], 1)
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=nxt, past_key_values=cache,
+                    use_cache=True)
+        nxt = nxt + 1
+        logits = out.logits[:, -1].float()
+    return torch.stack(toks, 1)
+
+
 def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
             temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None) -> Rollouts:
-    """P prompts -> P*G sampled completions, one batched `generate` call (KV cache on).
+    """P prompts -> P*G sampled completions in one batch (KV cache, each prompt prefilled once).
     Rows are grouped: rows g*G .. g*G+G-1 are prompt g's group."""
     device = next(model.parameters()).device
     enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
-    out = model.generate(
-        **enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
-        num_return_sequences=group_size, use_cache=True, suppress_tokens=suppress_ids or None,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=max_new_tokens,
+                         eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=temperature,
+                         top_p=top_p, suppress_ids=suppress_ids)
     lp = enc["input_ids"].shape[1]
-    comp = out[:, lp:]
     cmask = completion_mask(comp, tokenizer.eos_token_id)
     attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
-    out = out.masked_fill(attn == 0, tokenizer.pad_token_id)
+    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), comp], 1).masked_fill(attn == 0,
+                                                                                               tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
     rep = [e for e in examples for _ in range(group_size)]
     return Rollouts(out, attn, lp, texts, rep, len(examples), group_size)
@@ -174,15 +223,39 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     return loss, {"policy": policy.item(), "kl": kl.item(), "clip_ratio": clip.item()}
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
-                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False):
-    """Log-probs of the completion tokens [B, Lc] (one forward, logits only for the completion
-    positions), and their entropy [B, Lc] (no grad) when asked. Positions follow the
-    attention mask, as in `generate` with left padding."""
+def _completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                       group_size: int) -> torch.Tensor:
+    """Logits predicting each completion token [B, Lc, V]. Rows in groups of G with the same
+    prompt (group_size = G > 1): the prompt goes through the model once per group, with grad,
+    its KV cache is copied to the group's rows and the completions attend to it. The same
+    function and gradient as one forward over all rows (tests/test_trainer.py), on a fraction
+    of the tokens (the demo: ~2x faster forward + backward)."""
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     lc = input_ids.shape[1] - prompt_len
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
-                   logits_to_keep=lc + 1).logits[:, :-1].float()
+    if group_size > 1 and prompt_len > 0:
+        pm = attention_mask[::group_size, :prompt_len]
+        out = model(input_ids=input_ids[::group_size, :prompt_len], attention_mask=pm,
+                    position_ids=pos[::group_size, :prompt_len], use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        if hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(group_size)
+            first = out.logits[:, -1:].repeat_interleave(group_size, 0)
+            cpos = pos[:, prompt_len - 1:prompt_len] + 1 + torch.arange(lc, device=pos.device)  # as in sample_tokens
+            rest = model(input_ids=input_ids[:, prompt_len:], attention_mask=attention_mask, position_ids=cpos,
+                         past_key_values=cache, use_cache=True).logits[:, :-1]
+            return torch.cat([first, rest], 1).float()
+    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
+                 logits_to_keep=lc + 1).logits[:, :-1].float()
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
+                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False,
+                   group_size: int = 1):
+    """Log-probs of the completion tokens [B, Lc] (logits only for the completion positions),
+    and their entropy [B, Lc] (no grad) when asked. Positions follow the attention mask, as in
+    `generate` with left padding. group_size = G: rows come in groups of G sharing a prompt
+    (rows g*G .. g*G+G-1), whose forward is then shared."""
+    logits = _completion_logits(model, input_ids, attention_mask, prompt_len, group_size)
     if temperature != 1.0:
         logits = logits / temperature
     if suppress_ids:  # the sampler never saw these tokens: the policy it sampled from excludes them
@@ -226,11 +299,12 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     a = torch.as_tensor(adv.reshape(-1), dtype=torch.float32, device=device)[idx.to(device)]
     prow = row_trainable.to(device)[idx.to(device)]
     logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                               with_entropy=True)
+                               with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
     ref = None
     if gcfg.beta > 0 and ref_model is not None:
         with torch.no_grad():
-            ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids)
+            ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                    group_size=G)
     loss, stats = grpo_loss(logp, logp.detach(), a, cmask, policy_rows=prow, eps_low=gcfg.epsilon_low,
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta)
     optimizer.zero_grad(set_to_none=True)
@@ -306,9 +380,14 @@ class Heartbeat(threading.Thread):
 # =============================================================================================
 # The trainer
 # =============================================================================================
-def set_threads():
-    """Tiny models on few shared cores: more threads than cores only adds contention."""
-    n = int(os.environ.get("GRPO_TORCH_THREADS", "0")) or max(1, min(4, os.cpu_count() or 1))
+def set_threads(cfg: RunConfig | None = None):
+    """CPU threads for torch: $GRPO_TORCH_THREADS, else 1 for the built-in model (and when no
+    config is given), else min(4, cores). The built-in model's ops are far too small to split:
+    a second thread only waits at barriers, and on a shared box it waits for a core
+    (measured, 2 cores at load ~14: 1.63 s/step with 2 threads, 0.18 s with 1; docs/benchmarks.md)."""
+    n = int(os.environ.get("GRPO_TORCH_THREADS", "0"))
+    if not n:
+        n = max(1, min(4, os.cpu_count() or 1)) if cfg is not None and cfg.model.path else 1
     torch.set_num_threads(n)
 
 
@@ -736,7 +815,7 @@ def open_run(args) -> tuple[RunConfig, S.RunStore]:
 
 def cli_train(args) -> int:
     cfg, store = open_run(args)
-    set_threads()
+    set_threads(cfg)
     print(f"run {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
     try:
         trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)))
