@@ -1,15 +1,352 @@
-"""The trainer's fast paths against the reference they replace: the sampling loop against
-`model.generate` (same tokens under the same seed), the shared-prompt forward against one
-forward over every row (same log-probs, entropies and gradients), and the thread rule."""
-from __future__ import annotations
+"""The GRPO step, function by function, against hand-computed values; the Trainer in-process
+on a real run store (tiny model, no warm-start: fast); and the trainer's fast paths against
+the reference they replace: the sampling loop against `model.generate` (same tokens under
+the same seed), the shared-prompt forward against one forward over every row (same
+log-probs, entropies and gradients), and the thread rule."""
+import math
+import os
+import shutil
 
+import numpy as np
 import pytest
 import torch
 
 from grpo_core import models
+from grpo_core import names as N
+from grpo_core import store as S
 from grpo_core import trainer as T
-from grpo_core.config import ModelConfig, RunConfig
+from grpo_core.config import GRPOConfig, ModelConfig, RunConfig, load_config
+from grpo_core.trainer import (ADV_EPS, Rollouts, Trainer, advantages, completion_mask, grpo_loss,
+                               latest_checkpoint, rollout, train_on, trim)
 
+torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
+
+TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+        "model.warm_start_steps=0", "grpo.prompts_per_step=3", "grpo.group_size=4", "grpo.max_new_tokens=10",
+        "log.progress=false", "log.checkpoint_every=0"]
+
+
+# ---- advantages ------------------------------------------------------------------------------------
+TOTALS = np.array([[1.0, 0.0, 1.0, 0.0],
+                   [0.5, 0.5, 0.5, 0.5],  # std 0: not trainable
+                   [0.0, 0.0, 0.0, 1.0]])
+TRAINABLE = np.array([True, False, True])
+
+
+def test_advantages_group_scale_by_hand():
+    adv = advantages(TOTALS, TRAINABLE, "group")
+    g0 = 0.5 / (0.5 + ADV_EPS)  # mean 0.5, std 0.5
+    s2 = math.sqrt(0.25 * 0.75)  # mean 0.25, std sqrt(p(1-p)) with p = 1/4
+    expected = np.array([[g0, -g0, g0, -g0],
+                         [0, 0, 0, 0],  # masked group: 0, not its noise blown up
+                         [-0.25 / (s2 + ADV_EPS)] * 3 + [0.75 / (s2 + ADV_EPS)]])
+    np.testing.assert_allclose(adv, expected, rtol=1e-12)
+
+
+def test_advantages_batch_and_none_scale_by_hand():
+    batch_std = math.sqrt(4 / 12 - (5 / 12) ** 2)  # all 12 rewards: E[x^2] = 4/12, mean 5/12
+    adv = advantages(TOTALS, TRAINABLE, "batch")
+    np.testing.assert_allclose(adv[0], np.array([0.5, -0.5, 0.5, -0.5]) / (batch_std + ADV_EPS))
+    np.testing.assert_allclose(adv[1], 0)
+    adv = advantages(TOTALS, TRAINABLE, "none")
+    np.testing.assert_allclose(adv, [[0.5, -0.5, 0.5, -0.5], [0, 0, 0, 0], [-0.25, -0.25, -0.25, 0.75]])
+
+
+def test_advantages_of_a_trainable_group_sum_to_zero():
+    rng = np.random.default_rng(0)
+    t = rng.random((5, 8))
+    adv = advantages(t, np.ones(5, bool))
+    np.testing.assert_allclose(adv.sum(1), 0, atol=1e-9)
+
+
+# ---- loss -----------------------------------------------------------------------------------------
+LOGP = torch.tensor([[-1.0, -2.0], [-0.5, -1.5], [-1.0, -1.0]])
+OLD = torch.tensor([[-1.2, -2.0], [-0.5, -1.0], [-1.0, -1.0]])
+MASK = torch.tensor([[1, 1], [1, 0], [1, 1]])
+ADV = torch.tensor([1.0, -1.0, 0.5])
+ROWS = torch.tensor([True, True, False])  # row 2 belongs to a masked (non-trainable) group
+
+
+def test_clipped_surrogate_token_level_by_hand():
+    loss, st = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, eps_low=0.2, eps_high=0.2)
+    # row 0 (A=+1): ratio e^0.2 = 1.2214 is clipped to 1.2 -> -1.2; ratio 1 -> -1
+    # row 1 (A=-1): ratio 1 -> +1; its 2nd token is masked. row 2: not a policy row.
+    assert loss.item() == pytest.approx((-1.2 - 1.0 + 1.0) / 3)
+    assert st["policy"] == pytest.approx(-0.4)
+    assert st["clip_ratio"] == pytest.approx(1 / 3)
+    assert st["kl"] == 0.0
+
+
+def test_clipped_surrogate_sequence_level_and_clip_high():
+    loss, _ = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, loss_type="sequence")
+    assert loss.item() == pytest.approx(((-1.2 - 1.0) / 2 + 1.0) / 2)  # mean of per-row means
+    loss, st = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, eps_low=0.2, eps_high=0.3)
+    assert loss.item() == pytest.approx((-math.exp(0.2) - 1.0 + 1.0) / 3)  # 1.2214 < 1.3: not clipped
+    assert st["clip_ratio"] == 0.0
+
+
+def test_kl_k3_term_by_hand():
+    ref = torch.tensor([[-1.0, -2.5], [-0.5, -1.5], [-2.0, -1.0]])
+    loss, st = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, ref_logp=ref, beta=0.1)
+    k3 = lambda d: math.exp(d) - d - 1  # noqa: E731
+    kl = (k3(0) + k3(-0.5) + k3(0) + k3(-1.0) + k3(0)) / 5  # every row's unmasked tokens, masked group too
+    assert st["kl"] == pytest.approx(kl)
+    assert loss.item() == pytest.approx(-0.4 + 0.1 * kl)
+
+
+def test_masked_positions_never_make_the_loss_nan():
+    logp = LOGP.clone()
+    logp[1, 1] = float("-inf")  # padding after eos may be a suppressed token
+    loss, _ = grpo_loss(logp.masked_fill(MASK == 0, 0.0), OLD.masked_fill(MASK == 0, 0.0), ADV, MASK, policy_rows=ROWS)
+    assert math.isfinite(loss.item())
+
+
+# ---- rollout helpers -------------------------------------------------------------------------------
+def test_completion_mask_keeps_the_first_eos():
+    ids = torch.tensor([[5, 2, 0, 0], [5, 6, 7, 8], [2, 0, 0, 0], [5, 2, 2, 2]])
+    assert completion_mask(ids, eos_id=2).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]]
+
+
+def test_trim_drops_all_padding_columns():
+    ids = torch.arange(12).reshape(2, 6)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0]])  # prompt_len 4
+    t_ids, t_mask, lp = trim(ids, mask, 4)
+    assert lp == 3 and t_mask.tolist() == [[0, 1, 1, 1], [1, 1, 1, 0]]
+    assert t_ids.tolist() == [[1, 2, 3, 4], [7, 8, 9, 10]]
+
+
+# ---- the update on a real tiny model ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def policy():
+    cfg = load_config(None, TINY).model
+    tok = models.build_tokenizer()
+    return models.build_tiny_model(cfg, tok, seed=0), tok
+
+
+def _roll(policy, P=2, G=4):
+    model, tok = policy
+    from grpo_core.tasks.demo import DemoTask
+    torch.manual_seed(0)
+    return rollout(model, tok, DemoTask(2, 0).batch(P), G, max_new_tokens=8)
+
+
+def _params(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_zero_trainable_batch_changes_no_parameter(policy):
+    model, _ = policy
+    roll = _roll(policy)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = _params(model)
+    st = train_on(model, opt, roll, np.zeros((2, 4)), np.array([False, False]), GRPOConfig())
+    assert st["rows"] == 0 and st["grad_norm"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not opt.state  # the optimizer never stepped (AdamW's moments would move weights later)
+
+
+def test_dropping_untrainable_groups_gives_the_masked_gradient(policy):
+    """beta = 0: a zero-advantage row has zero gradient, so dropping it is exact."""
+    model, _ = policy
+    roll = _roll(policy, P=3)
+    totals = np.array([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.2, 0.2], [0.0, 1.0, 1.0, 0.0]])
+    trainable = np.array([True, False, True])
+    adv = advantages(totals, trainable)
+    grads = []
+    for drop in (True, False):
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: grads computed, weights kept
+        st = train_on(model, opt, roll, adv, trainable, GRPOConfig(drop_untrainable=drop))
+        assert st["rows"] == (8 if drop else 12)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_an_update_moves_toward_higher_advantage(policy):
+    from grpo_core.trainer import token_logprobs
+    model, tok = policy
+    m = type(model)(model.config)
+    m.load_state_dict(model.state_dict())
+    roll = _roll((m, tok), P=1)
+    adv = np.array([[1.0, -1.0, 1.0, -1.0]])
+    before, _ = token_logprobs(m, roll.input_ids, roll.attention_mask, roll.prompt_len)
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    train_on(m, opt, roll, adv, np.array([True]), GRPOConfig(max_grad_norm=0))
+    after, _ = token_logprobs(m, roll.input_ids, roll.attention_mask, roll.prompt_len)
+    seq = lambda lp: (lp * roll.completion_mask).sum(1)  # noqa: E731
+    gain = (seq(after) - seq(before)).detach()
+    assert gain[0] > 0 and gain[2] > 0 and gain[1] < 0 and gain[3] < 0
+
+
+# ---- the Trainer on a real store ---------------------------------------------------------------------
+def _trainer(tmp_path, extra=(), run_id="r", resume=False):
+    cfg = load_config(None, TINY + list(extra))
+    store = S.RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
+    return Trainer(cfg, store, resume=resume, log=lambda m: None), store
+
+
+def _one_step(tr):
+    scalars, groups, rollouts = tr.train_step()
+    tr.step += 1
+    tr.store.log_step(tr.step, scalars, groups, rollouts, tr.new_alerts(tr.step, scalars))
+    return scalars, groups, rollouts
+
+
+def test_step_logs_every_name_and_per_metric_scores(tmp_path):
+    tr, store = _trainer(tmp_path)
+    scalars, groups, rollouts = _one_step(tr)
+    for name in N.STEP_SCALARS + (N.MIN_GROUP_STD, N.DIFFICULTY, N.SCORING_ERRORS, N.TIME_LOG, N.SAMPLING_BATCHES):
+        assert name in scalars, name
+    for m in tr.reward.names:
+        for key in (N.metric_mean(m), N.metric_group_std(m), N.metric_weight(m)):
+            assert key in scalars
+    assert scalars[N.GROUPS_SUBMITTED] == 3 and len(groups) == 3 and len(rollouts) == 12
+    ro = store.rollouts(step=1)
+    assert set(tr.reward.names) <= set(ro.columns) and ro["completion"].notna().all()
+    # the stored total is the weighted sum of the stored per-metric scores
+    w = np.array([tr.reward.weights[m] for m in tr.reward.names])
+    np.testing.assert_allclose(ro["total"], ro[tr.reward.names].to_numpy() @ w)
+
+
+def test_weights_request_changes_the_next_steps_totals_and_logged_weights(tmp_path):
+    tr, store = _trainer(tmp_path)
+    s1, _, _ = _one_step(tr)
+    assert s1[N.metric_weight("exact")] == 0.3
+    new = {"answer_f1": 0.0, "exact": 1.0, "citation": 0.0, "format": 0.0, "length": 0.0}
+    rid = store.request("set_weights", {"weights": new})
+    tr.poll_control()
+    s2, _, rollouts = _one_step(tr)
+    for m, w in new.items():
+        assert s2[N.metric_weight(m)] == w
+    for _, _, total, scores, _, _ in rollouts:
+        assert total == scores["exact"]  # the total is now exact alone
+    assert s2[N.REWARD] == pytest.approx(s2[N.metric_mean("exact")])
+    row = store.control().set_index("id").loc[rid]
+    assert row["status"] == "applied" and row["applied_step"] == 2
+    # a partial request changes only the metrics it names
+    store.request("set_weights", {"weights": {"citation": 0.5}})
+    tr.poll_control()
+    assert tr.reward.weights == {**new, "citation": 0.5}
+
+
+def test_invalid_requests_are_rejected_with_the_reason(tmp_path):
+    tr, store = _trainer(tmp_path)
+    bad = [store.request("set_weights", {"weights": {"exact": -1}}),
+           store.request("set_weights", {"weights": {"nope": 1}}),
+           store.request("set_difficulty", {"level": 9}),
+           store.request("resume", {})]
+    tr.poll_control()
+    c = store.control().set_index("id")
+    assert (c.loc[bad, "status"] == "rejected").all()
+    assert "must be >= 0" in c.loc[bad[0], "message"]
+    assert "unknown metric" in c.loc[bad[1], "message"]
+    assert "level must be an integer from 1 to 4" in c.loc[bad[2], "message"]
+    assert c.loc[bad[3], "message"] == "not paused"
+    assert tr.reward.weights["exact"] == 0.3 and tr.task.level == 1
+
+
+def test_zero_trainable_step_does_no_update_and_alerts(tmp_path):
+    tr, store = _trainer(tmp_path, ["health.zero_trainable_steps=1"])
+    store.request("set_threshold", {"min_group_std": 0.99})  # nothing can vary that much
+    tr.poll_control()
+    before = _params(tr.model)
+    scalars, _, _ = _one_step(tr)
+    assert scalars[N.GROUPS_TRAINABLE] == 0 and scalars[N.TRAINABLE_RATIO] == 0
+    assert scalars[N.MIN_GROUP_STD] == 0.99 and scalars[N.GRAD_NORM] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
+    alerts = store.events(kinds=[S.EV_ALERT])
+    assert "zero_trainable" in [p["kind"] for p in alerts["payload"]]
+    assert alerts["step"].tolist()[0] == 1
+    _one_step(tr)  # an ongoing alert is not repeated
+    assert [p["kind"] for p in store.events(kinds=[S.EV_ALERT])["payload"]].count("zero_trainable") == 1
+
+
+def test_difficulty_request_and_auto_curriculum(tmp_path):
+    tr, store = _trainer(tmp_path, ["curriculum.mode=auto", "curriculum.window=2", "curriculum.raise_reward=-1",
+                                    "curriculum.raise_ratio=1.01"])  # always 'easy': raises every 2 steps
+    store.request("set_difficulty", {"level": 2})
+    tr.poll_control()
+    s, _, _ = _one_step(tr)
+    assert s[N.DIFFICULTY] == 2 and tr.curriculum(s) == []
+    events = tr.curriculum(s)
+    assert tr.task.level == 3 and events[0][1]["source"] == "curriculum"
+
+
+def test_run_checkpoints_and_resumes_from_the_last_complete_one(tmp_path):
+    part, st = _trainer(tmp_path, ["grpo.steps=4", "log.checkpoint_every=2"])
+    part.store.request("set_weights", {"weights": {"exact": 1.0}})
+    assert part.run() == S.FINISHED
+    ckpts = st.run_dir / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-000002", "step-000004"]
+    # never loaded: a half-written temp dir, and a folder without its state file
+    shutil.copytree(ckpts / "step-000004", ckpts / ".tmp-step-000006-999999")
+    shutil.copytree(ckpts / "step-000004", ckpts / "step-000008")
+    os.remove(ckpts / "step-000008" / "state.pt")
+    assert latest_checkpoint(st.run_dir).name == "step-000004"
+    st.set_status(S.RUNNING)
+    resumed, _ = _trainer(tmp_path, ["grpo.steps=6"], resume=True)
+    assert resumed.step == 4 and resumed.reward.weights["exact"] == 1.0  # the weights in force, not the config's
+    assert resumed.run() == S.FINISHED
+    assert st.scalars_wide().index.tolist() == [1, 2, 3, 4, 5, 6]
+    assert st.scalars_wide()[N.metric_weight("exact")].tolist() == [1.0] * 6
+    events = [p["event"] for p in st.events(kinds=[S.EV_LIFECYCLE])["payload"]]
+    assert events == ["started", "finished", "resumed", "finished"]
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    """Model, optimizer, rng and task stream all restored: the same samples and losses."""
+    straight, st_a = _trainer(tmp_path / "a", ["grpo.steps=5"])
+    straight.run()
+    part, st_b = _trainer(tmp_path / "b", ["grpo.steps=3", "log.checkpoint_every=3"])
+    part.run()
+    st_b.set_status(S.RUNNING)
+    resumed, _ = _trainer(tmp_path / "b", ["grpo.steps=5"], resume=True)
+    resumed.run()
+    ra, rb = st_a.rollouts(), st_b.rollouts()
+    assert ra["completion"].tolist() == rb["completion"].tolist()  # the same samples, step for step
+    np.testing.assert_allclose(st_a.scalars_wide()[N.LOSS_POLICY], st_b.scalars_wide()[N.LOSS_POLICY], atol=1e-6)
+
+
+def test_a_crash_is_recorded_as_failed_with_the_traceback(tmp_path):
+    tr, store = _trainer(tmp_path, ["grpo.steps=3"])
+    pending = store.request("set_threshold", {"min_group_std": 0.5})
+
+    def boom(*a, **k):
+        raise RuntimeError("boom in a step")
+    tr.train_step = boom
+    tr.poll_control = lambda: None  # leave the request pending: the crash must reject it
+    with pytest.raises(RuntimeError):
+        tr.run_safely()
+    meta = store.get_meta()
+    assert meta["status"] == S.FAILED
+    assert "Traceback" in meta["error"] and "boom in a step" in meta["error"]
+    assert store.control().set_index("id").loc[pending, "status"] == "rejected"
+    assert S.RunStore.open(store.path, readonly=True).last_step() is None  # readable, nothing half-written
+
+
+def test_pause_serves_requests_until_resume(tmp_path):
+    tr, store = _trainer(tmp_path, ["grpo.steps=2"])
+    store.request("pause", {})
+    tr.poll_control()
+    assert tr.paused and store.get_meta()["status"] == S.PAUSED
+    store.request("set_difficulty", {"level": 3})
+    store.request("resume", {})
+    tr.wait_while_paused()  # applies both while paused, returns on resume
+    assert not tr.paused and tr.task.level == 3 and store.get_meta()["status"] == S.RUNNING
+
+
+def test_stop_request_checkpoints_and_ends_stopped(tmp_path):
+    tr, store = _trainer(tmp_path, ["grpo.steps=50"])
+    store.request("stop", {})
+    assert tr.run() == S.STOPPED
+    assert store.get_meta()["status"] == S.STOPPED
+    assert latest_checkpoint(store.run_dir).name == "step-000000"
+    assert store.last_step() is None
+
+
+# =============================================================================================
+# Fast paths: sampler vs generate, shared-prompt forward vs one forward over all rows
+# =============================================================================================
 SMALL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 PROMPTS = ["Q: ice? sun=hot [S1] ice=red [S2] A: ", "Q: a? a=b [S1] A: ", "Q: cat? cat=tall dark [S1] A: "]
 
