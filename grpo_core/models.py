@@ -219,7 +219,7 @@ def load_policy(cfg: ModelConfig, task, runs_root: str | os.PathLike, seed: int 
     tokenizer = build_tokenizer()
     model = build_tiny_model(cfg, tokenizer, seed).to(device)
     info = {"source": "builtin", "warm_start": None}
-    if cfg.warm_start_steps > 0:
+    if cfg.warm_start_steps > 0 and getattr(task, "has_targets", lambda: True)():
         t0 = time.time()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
