@@ -20,8 +20,8 @@ in the order practice recommends (cheapest and least intrusive first):
                    budget max_rollouts_per_step), if the binary planner predicts a gain;
   3. difficulty  - raise the task level when most groups are uniform because they are solved
                    (high and uniform rewards): there is nothing left to learn at this level.
-                   It changes the task itself, so only once the ratio is below the verdict's
-                   own line (health.min_trainable_ratio), not just below the target;
+                   Then it comes before group_size: a larger G finds rare successes in a task
+                   the model fails, but few failures in one it has learned;
   4. stop        - the verdict's near-zero alert (ratio <= health.near_zero_ratio for
                    health.near_zero_steps steps since the last change) and no move above
                    applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
@@ -71,6 +71,7 @@ class AutopilotState:
     move_steps: list = field(default_factory=list)  # steps at which it made setting moves (rate limit)
     moves: list = field(default_factory=list)  # {"request_id", "move", "step"} of every move it sent
     vetoed: list = field(default_factory=list)  # move kinds the user undid: never again in this run
+    user_weights: dict | None = None  # the user's weights (config, or their last change): the bands' centre
     stopped: bool = False
 
     def to_dict(self) -> dict:
@@ -110,19 +111,14 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
     if not rate_ok:
         skipped.append(f"rate limit ({cfg.max_moves} moves per {cfg.per_steps} steps)")
     else:
-        for name in cfg.moves:
+        for name in _order(cfg.moves, ro, state.settings, cfg):
             if name == "stop":
                 continue
             if name in state.vetoed:
                 skipped.append(f"{name}: undone by the user")
                 continue
-            why = evidence
-            if name == "difficulty":  # it changes the task itself: only once the verdict's own check fails
-                if ratio_check.value > hcfg.min_trainable_ratio:
-                    skipped.append(f"difficulty: ratio above the verdict's line {hcfg.min_trainable_ratio:g}")
-                    continue
-                why = f"ratio {ratio_check.value:.2f} <= {hcfg.min_trainable_ratio:g} for {cfg.window} steps"
-            move, why_not = TRIES[name](ro, ev, state.settings, cfg, ratio_check.value, why)
+            settings = {**state.settings, "user_weights": state.user_weights or state.settings.get("weights")}
+            move, why_not = TRIES[name](ro, ev, settings, cfg, ratio_check.value, evidence)
             if move is not None:
                 return [move]
             skipped.append(f"{name}: {why_not}")
@@ -135,6 +131,18 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
             Move("stop", STOP, {"reason": why}, f"{why}: checkpoint and stop")]
 
 
+def _order(moves: list[str], ro: pd.DataFrame, s: dict, cfg: AutopilotConfig) -> list[str]:
+    """The configured order, except that when most groups are uniform because they are solved,
+    harder tasks come before a larger group: a larger G finds rare successes in a task the model
+    fails, but few failures in one it has learned."""
+    moves = list(moves)
+    if "difficulty" in moves and "group_size" in moves and ro is not None and len(ro) \
+            and solved_share(ro, s, cfg.solved_reward)[0] >= cfg.solved_share:
+        moves.remove("difficulty")
+        moves.insert(moves.index("group_size"), "difficulty")
+    return moves
+
+
 def _arrays(ro: pd.DataFrame, metrics: list[str]):
     if ro is None or ro.empty or any(m not in ro.columns for m in metrics):
         return None
@@ -144,7 +152,10 @@ def _arrays(ro: pd.DataFrame, metrics: list[str]):
 
 def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
     """Reweight toward the metrics that vary: the smallest suggested change that reaches 2/3 of
-    the best predicted gain, each metric at or above its floor (share and absolute)."""
+    the best predicted gain, the total weight unchanged, each metric inside its band: at least
+    its floors (min_weights, weight_floor x total) and within weight_band x the user's weight
+    (the config's, or the user's last change) either way, so the autopilot can shift emphasis
+    but never trade the user's objective for a shaping term that happens to vary."""
     weights = {m: float(w) for m, w in (s.get("weights") or {}).items()}
     if len(weights) < 2:
         return None, "one metric only"
@@ -153,19 +164,23 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
         return None, "no rollout scores in the window"
     thr, outcome, ustd = s.get("min_group_std", 0.01), s.get("outcome_metric") or None, s.get("uniform_std", 1e-3)
     cur = health.what_if(a, weights, thr, outcome, ustd)
-    floors = {m: float(cfg.min_weights.get(m, 0.0)) for m in weights}
-    cands = []
+    user = {m: float(v) for m, v in (s.get("user_weights") or weights).items()}
     total = sum(weights.values())
-    if sum(floors.values()) > total:
-        return None, f"the weight floors ({sum(floors.values()):g}) exceed the total weight {total:g}"
-    for sg in health.suggest_weights(a, weights, thr, floor=cfg.weight_floor, n=5, outcome_metric=outcome,
+    lo = {m: max(float(cfg.min_weights.get(m, 0.0)), user.get(m, 0.0) / cfg.weight_band) for m in weights}
+    hi = {m: max(user.get(m, 0.0) * cfg.weight_band, lo[m]) for m in weights}
+    if sum(lo.values()) > total + 1e-9 or sum(hi.values()) < total - 1e-9:
+        return None, f"no room inside the weight bands (total {total:g})"
+    cands = []
+    for sg in health.suggest_weights(a, weights, thr, floor=cfg.weight_floor, n=8, outcome_metric=outcome,
                                      uniform_std=ustd):
-        w = floor_weights(sg["weights"], floors, total)
+        w = bound_weights(sg["weights"], lo, hi, total)
+        if w is None or all(abs(w[m] - weights[m]) < 1e-4 for m in w):
+            continue
         pred = health.what_if(a, w, thr, outcome, ustd)
         if pred >= cur + cfg.min_gain - 1e-12:
             cands.append((pred, sum(abs(w[m] - weights[m]) for m in w), w))
     if not cands:
-        return None, f"no reweighting gains {cfg.min_gain:g} (what-if on {a.n_groups} groups)"
+        return None, f"no reweighting inside the bands gains {cfg.min_gain:g} (what-if on {a.n_groups} groups)"
     best = max(c[0] for c in cands)
     pred, _, w = min((c for c in cands if c[0] - cur >= (best - cur) * 2 / 3 - 1e-12), key=lambda c: c[1])
     uf = dict(zip(a.metric_names, health.uniform_fraction(a, ustd)))
@@ -177,21 +192,27 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
     return Move("weights", SET_WEIGHTS, {"weights": w, "reason": reason}, reason, {"weights": weights}, pred), ""
 
 
-def floor_weights(w: dict[str, float], floors: dict[str, float], total: float) -> dict[str, float]:
-    """w with every metric at or above its floor and the same total: floored metrics are pinned,
-    the rest share what is left in proportion to w (a floor never adds weight overall, which
-    would raise every group's std and game the threshold)."""
-    w = {m: float(v) for m, v in w.items()}
+def bound_weights(w: dict[str, float], lo: dict[str, float], hi: dict[str, float],
+                  total: float) -> dict[str, float] | None:
+    """w moved inside [lo, hi] per metric with the same total: metrics outside are pinned to
+    the bound they crossed, the rest share what is left in proportion to w; None when the
+    bounds cannot hold the total. (A bound never adds weight overall: that would raise every
+    group's std and game the threshold.)"""
+    if sum(lo.values()) > total + 1e-9 or sum(hi.values()) < total - 1e-9:
+        return None
+    w = {m: max(float(v), 0.0) for m, v in w.items()}
     pinned: dict[str, float] = {}
-    while True:
-        free = {m: v for m, v in w.items() if m not in pinned}
+    for _ in range(2 * len(w) + 1):
+        free = [m for m in w if m not in pinned]
         left = total - sum(pinned.values())
-        scale = left / sum(free.values()) if sum(free.values()) > 0 else 0.0
-        out = {**pinned, **{m: v * scale for m, v in free.items()}}
-        low = [m for m in free if out[m] < floors.get(m, 0.0) - 1e-12]
-        if not low:
+        mass = sum(w[m] for m in free)
+        out = {**pinned, **{m: (w[m] * left / mass if mass > 0 else left / max(len(free), 1)) for m in free}}
+        low = [m for m in free if out[m] < lo[m] - 1e-12]
+        high = [m for m in free if out[m] > hi[m] + 1e-12]
+        if not low and not high:
             return {m: round(out[m], 4) for m in w}
-        pinned.update({m: floors[m] for m in low})
+        pinned.update({m: lo[m] for m in low} if low else {m: hi[m] for m in high})
+    return None
 
 
 def minority_rates(ro: pd.DataFrame) -> np.ndarray:
@@ -282,6 +303,8 @@ def note_applied(state: AutopilotState, req: dict, applied_step: int):
     of one of the autopilot's moves vetoes that kind of move for the rest of the run."""
     if req["kind"] not in NO_EVIDENCE_RESET:
         state.last_change_step = max(state.last_change_step, int(applied_step))
+    if req["kind"] == SET_WEIGHTS and req.get("source") != SOURCE:
+        state.user_weights = None  # the user chose weights: the next step reads them as the new centre
     undo = (req.get("payload") or {}).get("undo_of")
     if undo is not None:
         for m in state.moves:
@@ -311,6 +334,8 @@ def step_hook(store, step: int, state: AutopilotState, cfg: AutopilotConfig, hea
     since = max(state.last_change_step - 1, step - need)
     wide = store.scalars_wide(since_step=since)
     ro = store.rollouts(since_step=max(since, step - cfg.window), with_text=False)
+    if state.user_weights is None:
+        state.user_weights = dict(state.settings.get("weights") or {})
     moves = decide(wide, ro, state, cfg, health_cfg)
     ids = []
     for mv in moves:

@@ -122,9 +122,11 @@ class AutopilotConfig:
                                                "difficulty; stop on the verdict's near-zero alert (health.near_zero_*)")
     weight_floor: float = knob(0.05, "Each metric keeps at least this share of the total weight")
     min_weights: dict = knob({}, "Per-metric weight floors (metric -> lowest weight the autopilot may set)")
+    weight_band: float = knob(2.0, "Each weight stays within the user's weight / this .. x this (a metric the "
+                                   "user set to 0 stays 0)")
     max_group_size: int = knob(32, "Cap on the group size G it may set")
     max_rollouts_per_step: int = knob(512, "Compute budget: G x prompts per step it may not exceed")
-    group_size_factor: float = knob(1.5, "Each group-size move multiplies G by this (at least +1)")
+    group_size_factor: float = knob(2.0, "Each group-size move multiplies G by this (at least +1)")
     solved_reward: float = knob(0.9, "A uniform group is solved when its reward is >= this share of the best "
                                      "reachable total")
     solved_share: float = knob(0.5, "Raise the difficulty when at least this share of groups is solved")
@@ -352,6 +354,8 @@ def validate_autopilot(cfg: RunConfig):
         raise ConfigError(f"autopilot.max_group_size must be >= 2, got {a.max_group_size}")
     if a.max_rollouts_per_step < 2:
         raise ConfigError(f"autopilot.max_rollouts_per_step must be >= 2, got {a.max_rollouts_per_step}")
+    if not (math.isfinite(a.weight_band) and a.weight_band >= 1):
+        raise ConfigError(f"autopilot.weight_band must be >= 1, got {a.weight_band}")
     if not (math.isfinite(a.group_size_factor) and a.group_size_factor > 1):
         raise ConfigError(f"autopilot.group_size_factor must be > 1, got {a.group_size_factor}")
     for name, w in a.min_weights.items():
