@@ -186,3 +186,78 @@ def test_a_real_trainer_applies_each_new_request_exactly_once_at_a_step_boundary
     assert changes["set_temperature"] == "temperature 1→0.700" and changes["set_autopilot"] == "autopilot off→on"
     assert changes["set_steps"] == f"steps 400→{k + 3}"
     assert not led.loc[led["kind"].isin(["set_steps", "set_autopilot"]), "reuse"].any()
+
+
+# ---- the live page (AppTest, real store, no trainer: requests stay pending) ------------------------------------
+def _live_page(run_id: str):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers_dashboard import REPO
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _autopilot_move(store, step: int, g_before: int, g_after: int) -> int:
+    """What the trainer and the autopilot write for one G move, applied from step + 1."""
+    reason = f"ratio 0.20 <= 0.5 for 10 steps, rare outcomes in groups: group size {g_before} -> {g_after}"
+    rid = store.request("set_group_size", {"group_size": g_after, "reason": reason}, source="autopilot")
+    store.add_event(EV_AUTOPILOT, {"request_id": rid, "move": "group_size", "kind": "set_group_size",
+                                   "reason": reason, "before": {"group_size": g_before},
+                                   "request": {"group_size": g_after, "reason": reason}}, step=step)
+    store.claim_pending()
+    store.resolve_request(rid, True, step + 1, f"group_size {g_before} -> {g_after} from step {step + 1}")
+    settings = {**(store.get_meta().get("settings") or {}), "group_size": g_after}
+    store.set_meta(settings=settings)
+    return rid
+
+
+def test_live_page_lists_autopilot_moves_and_undo_sends_the_inverse(runs_dir):
+    from tests.helpers_dashboard import synth_run
+    store = synth_run(runs_dir, "r", 12)
+    store.set_meta(settings={"group_size": 8, "prompts_per_step": 8, "temperature": 1.0, "steps": 12,
+                             "autopilot": True})
+    rid = _autopilot_move(store, 12, 8, 16)
+    at = _live_page("r")
+    assert at.toggle(key="ap:r").value is True  # the switch shows the autopilot in force
+    md = " ".join(m.value for m in at.markdown)
+    assert f"`#{rid}` after step 12 · **group_size=16** — applied at step 13" in md
+    assert "rare outcomes in groups: group size 8 -> 16" in md
+    # the G input follows the move (the user had not touched it): no pending change offered
+    assert at.number_input(key="group_size:r").value == 16
+    assert not any("group_size=" in c.value for c in at.caption if c.value.startswith("Pending change"))
+    at.button(key=f"undo_{rid}").click().run()
+    assert not at.exception
+    rows = store.control()
+    undo = rows.iloc[-1]
+    assert (undo["kind"], undo["source"], undo["status"]) == ("set_group_size", "ui", "pending")
+    assert undo["payload"] == {"group_size": 8, "undo_of": rid, "reason": f"undo of autopilot move #{rid}"}
+    assert f"undone by #{int(undo['id'])}" in " ".join(m.value for m in at.markdown)
+    assert not any(b.key == f"undo_{rid}" for b in at.button)  # one undo per move
+    # switching the autopilot off is a request too
+    at.toggle(key="ap:r").set_value(False).run()
+    last = store.control().iloc[-1]
+    assert (last["kind"], last["payload"], last["source"]) == ("set_autopilot", {"enabled": False}, "ui")
+    store.close()
+
+
+def test_live_page_run_settings_are_requests_and_presets_are_saved(runs_dir):
+    from grpo_core import presets
+    from tests.helpers_dashboard import synth_run
+    store = synth_run(runs_dir, "r", 12, steps_total=100)
+    at = _live_page("r")
+    at.number_input(key="group_size:r").set_value(12).run()
+    at.number_input(key="steps:r").set_value(300).run()
+    assert any(c.value == "Pending change: group_size=12; steps=300" for c in at.caption)
+    at.button(key="apply").click().run()
+    rows = store.control()
+    assert list(zip(rows["kind"], rows["payload"])) == [("set_group_size", {"group_size": 12}),
+                                                        ("set_steps", {"steps": 300})]
+    at.text_input(key="preset_name:r").set_value("mine").run()
+    at.button(key="save_preset").click().run()
+    p = presets.load_preset("mine")
+    assert p.weights == live.current_settings(live.load(runs_dir / "r"))["weights"] and p.source_run == "r"
+    assert p.group_size == 8  # the settings in force (the G request is still pending)
+    store.close()
