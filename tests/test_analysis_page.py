@@ -97,13 +97,14 @@ def test_inspector_selects_step_and_group():
 def test_compare_two_runs():
     make_run("a", steps=4, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores)
     make_run("b", steps=4, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores,
-             config={"grpo.lr": 1e-3})
+             config={"grpo.lr": 5e-3})
     at = page("a")
     assert "Choose at least two runs to compare." in texts(at)
     at.multiselect(key="an_compare").set_value(["a", "b"]).run()
     assert not at.exception
     diff = table(at, "key")
-    assert list(diff.index) == ["grpo.lr"] and list(diff.loc["grpo.lr"]) == ["0.0003", "0.001"]
+    default_lr = str(RunConfig().grpo.lr)  # run a keeps the default; the test must not pin it
+    assert list(diff.index) == ["grpo.lr"] and list(diff.loc["grpo.lr"]) == [default_lr, "0.005"]
     assert list(table(at, "reward_final").index) == ["a", "b"]
 
 
