@@ -180,7 +180,9 @@ def reward_trend(values: np.ndarray | pd.Series, min_points: int = 5, alpha: flo
 def _col(wide: pd.DataFrame, name: str) -> pd.Series | None:
     if name not in wide.columns:
         return None
-    s = pd.to_numeric(wide[name], errors="coerce")
+    s = wide[name]
+    if not pd.api.types.is_float_dtype(s.dtype):  # float columns (the store's, the trainer's) need no parsing
+        s = pd.to_numeric(s, errors="coerce")
     return s if s.notna().any() else None
 
 
@@ -211,11 +213,13 @@ def window_ratio(wide: pd.DataFrame, window: int) -> tuple[float | None, int | N
     Pooled (sum of trainable / sum of submitted), so 5 of 28 groups reads 5/28 whatever
     the step sizes; counts are None when the run logged only ratios."""
     sub, tr = _col(wide, N.GROUPS_SUBMITTED), _col(wide, N.GROUPS_TRAINABLE)
-    if sub is not None and tr is not None:
-        d = pd.DataFrame({"s": sub, "t": tr}).dropna().tail(window)
-        if len(d) and d["s"].sum() > 0:
-            s, t = int(d["s"].sum()), int(d["t"].sum())
-            return t / s, t, s, len(d)
+    if sub is not None and tr is not None:  # numpy, not a frame: the trainer calls this every step
+        a, b = sub.to_numpy(np.float64, na_value=np.nan), tr.to_numpy(np.float64, na_value=np.nan)
+        ok = ~(np.isnan(a) | np.isnan(b))
+        a, b = (a[ok][-window:], b[ok][-window:]) if window > 0 else (a[:0], b[:0])  # dropna().tail(window)
+        if len(a) and a.sum() > 0:
+            s, t = int(a.sum()), int(b.sum())
+            return t / s, t, s, len(a)
     csub, ctr = _col(wide, N.CUM_GROUPS_SUBMITTED), _col(wide, N.CUM_GROUPS_TRAINABLE)
     if csub is not None and ctr is not None:
         d = pd.DataFrame({"s": csub, "t": ctr}).dropna()

@@ -96,35 +96,43 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
     and the same multinomial draws in the same order, so a seed gives generate's tokens
     (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
     through the model once, not G times (its KV cache is copied to its G rows; measured on
-    the demo: the prefill of 64 rows was ~40% of generate's time), and none of generate's
-    per-token bookkeeping runs."""
+    the demo: the prefill of 64 rows was ~40% of generate's time), rows that have ended leave
+    the model's batch (once a quarter of it has ended), and none of generate's per-token
+    bookkeeping runs."""
     pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     cache.batch_repeat_interleave(group_size)
-    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)
+    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # [B, V], B = P*G
     mask = prompt_mask.repeat_interleave(group_size, 0)
     nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1  # generate's positions: count of attended tokens - 1
     done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
-    one = torch.ones((logits.shape[0], 1), dtype=mask.dtype, device=mask.device)
+    rows = torch.arange(logits.shape[0], device=logits.device)  # the rows still in the model's batch
     toks = []
     for t in range(max_new_tokens):
+        scores = logits
         if suppress_ids:
-            logits[:, suppress_ids] = float("-inf")
+            scores[:, suppress_ids] = float("-inf")
         if temperature != 1.0:
-            logits = logits / temperature
+            scores = scores / temperature
         if top_p < 1.0:
-            logits = _top_p(logits, top_p)
-        tok = torch.multinomial(logits.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
+            scores = _top_p(scores, top_p)
+        # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
+        tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
         toks.append(tok)
         done = done | (tok == eos_id)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
-        mask = torch.cat([mask, one], 1)
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=nxt, past_key_values=cache,
+        live = ~done[rows]
+        if int(live.sum()) <= 3 * len(rows) // 4:
+            keep = live.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, mask, nxt = rows[keep], mask[keep], nxt[keep]
+        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], 1)
+        out = model(input_ids=tok[rows, None], attention_mask=mask, position_ids=nxt, past_key_values=cache,
                     use_cache=True)
         nxt = nxt + 1
-        logits = out.logits[:, -1].float()
+        logits[rows] = out.logits[:, -1].float()  # an ended row keeps its last logits: only drawn from
     return torch.stack(toks, 1)
 
 
