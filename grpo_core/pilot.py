@@ -26,6 +26,7 @@ import pandas as pd
 
 from grpo_core import health as H
 from grpo_core.config import RunConfig
+from grpo_core.report import MOST_GROUPS
 from grpo_core.rewards import KINDS
 from grpo_core.store import RunStore, check_run_id, new_run_id, runs_dir
 
@@ -185,11 +186,12 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
         "kind": [KINDS.get(m, "binary" if b else "continuous") for m, b in zip(metrics, binary)],
         "weight": [weights.get(m, 0.0) for m in metrics],
         "mean": vals.mean(axis=0), "min": vals.min(axis=0), "max": vals.max(axis=0),
-        "within_group_std": wstd, "uniform_fraction": ufrac, "uniform": wstd <= uniform_std,
+        "within_group_std": wstd, "uniform_fraction": ufrac,
+        "uniform": (ufrac > MOST_GROUPS) | (wstd <= uniform_std),  # report.bottlenecks' rule
         "success_rate": np.where(binary, vals.mean(axis=0), np.nan),
     }, index=pd.Index(metrics, name="metric"))
     out.metric_table = table
-    out.uniform_metrics = [m for m in metrics if table.at[m, "uniform"]]
+    out.uniform_metrics = [m for m in metrics if table.at[m, "uniform"] and table.at[m, "weight"] > 0]
     out.diversity = _diversity(rollouts)
 
     for k, m in enumerate(metrics):
@@ -224,27 +226,53 @@ def _fmt_weights(w: dict) -> str:
 
 def pilot_verdict(s: PilotSummary) -> PilotVerdict:
     """Ready when the measured ratio reaches the target and the mean group reward std the
-    health threshold; otherwise the actions in the order to try them: weights (free) when a
-    suggestion reaches the target, then group size (the binary planner), task difficulty
-    (most groups all-solved or all-failed), temperature (completions repeat in a group)."""
+    health threshold (the two checks training's health verdict makes). Otherwise the changes
+    in the order to try them, first the one to make first."""
     if s.ratio is None:
         return PilotVerdict(False, "no pilot data yet", [], [])
-    health, grpo, task = (s.config.get(k) or {} for k in ("health", "grpo", "task"))
-    min_std = float(health.get("min_reward_std", 0.1))
+    min_std = float((s.config.get("health") or {}).get("min_reward_std", 0.1))
+    ratio_ok, std_ok = s.ratio >= s.target, s.reward_std > min_std
     reasons = [f"trainable ratio {s.ratio:.2f} ({s.trainable} of {s.submitted} groups) "
-               f"{'>=' if s.ratio >= s.target else '<'} target {s.target:.2f}",
-               f"mean group reward std {s.reward_std:.3f} {'>' if s.reward_std > min_std else '<='} {min_std:g}"]
+               f"{'>=' if ratio_ok else '<'} target {s.target:.2f}",
+               f"mean group reward std {s.reward_std:.3f} {'>' if std_ok else '<='} {min_std:g}"]
     if s.uniform_metrics:
-        reasons.append(f"uniform inside groups (variance bottleneck): {', '.join(s.uniform_metrics)}")
+        reasons.append(f"uniform inside most groups (variance bottleneck): {', '.join(s.uniform_metrics)}")
     if s.phantom_groups:
         reasons.append(f"{s.phantom_groups} phantom groups: their variance is shaping terms only "
                        f"(the outcome metric is uniform in them)")
-    ready = s.ratio >= s.target and s.reward_std > min_std
-    if ready:
+    if ratio_ok and std_ok:
         return PilotVerdict(True, "ready to train", reasons, [])
+    actions = _ratio_actions(s) if not ratio_ok else _std_actions(s, min_std)
+    if not actions:
+        return PilotVerdict(False, "no single change reaches the target: raise the group size and the "
+                            "weights of continuous metrics, or change the task", reasons, [])
+    return PilotVerdict(False, f"change {KIND_LABEL[actions[0].kind]} first", reasons, actions)
 
+
+def _difficulty(s: PilotSummary, easy: bool, what: str, metric: str) -> Action:
+    task = s.config.get("task") or {}
+    level, new_level = int(task.get("level", 1)), int(task.get("level", 1)) + (1 if easy else -1)
+    if task.get("name", "demo") == "demo" and 1 <= new_level <= 4:
+        return Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: {what}",
+                      {"level": new_level}, metric=metric)
+    return Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}", {}, metric=metric)
+
+
+def _temperature(s: PilotSummary) -> Action | None:
+    """Completions repeat inside a group, so no metric can vary."""
+    temp = float((s.config.get("grpo") or {}).get("temperature", 1.0))
+    if s.diversity is None or s.diversity >= MIN_DIVERSITY or temp >= 2.0:
+        return None
+    new_t = round(min(2.0, temp + 0.5), 2)
+    return Action("temperature", f"raise grpo.temperature from {temp:g} to {new_t:g}: only {s.diversity:.0%} of "
+                  f"the completions in a group are distinct, so rewards cannot differ", {"temperature": new_t})
+
+
+def _ratio_actions(s: PilotSummary) -> list[Action]:
+    """Too few trainable groups: weights (free) when a suggestion reaches the target, then the
+    group size (binary planner), the difficulty (success rate extreme, or decided by the
+    prompt rather than by luck), the temperature (completions repeat)."""
     first, later = [], []
-    # 1. Weights: free, no extra compute. First only when it reaches the target.
     best = max(s.suggestions, key=lambda d: d["predicted_ratio"], default=None)
     if best is not None and best["predicted_ratio"] > s.ratio + 0.02:
         a = Action("weights", f"set the weights to {_fmt_weights(best['weights'])}: predicted ratio "
@@ -252,7 +280,6 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
                    {"weights": dict(best["weights"])}, float(best["predicted_ratio"]))
         (first if best["predicted_ratio"] >= s.target else later).append(a)
 
-    # 2. Group size, from the binary planner (weighted binary metrics that sometimes succeed).
     G = s.group_size
     cands = [pl for pl in s.plans if pl.weight > 0 and 0 < pl.p < 1 and pl.g_needed
              and G < pl.g_needed <= PLANNER_G_MAX]
@@ -271,8 +298,8 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
                      f"helps less than the formula says")
         (later if hetero else first).append(Action("group_size", text, {"group_size": pl.g_needed}, new, pl.metric))
 
-    # 3. Difficulty, about the key binary metric: its success rate is so extreme that no G up
-    # to PLANNER_G_MAX reaches the target, or far more groups are all-solved/all-failed than a
+    # Difficulty, about the key binary metric: a success rate so extreme that no G up to
+    # PLANNER_G_MAX reaches the target, or far more groups all-solved/all-failed than a
     # common success rate would give (it depends on the prompt: a larger G does not help).
     key = next((pl for pl in s.plans if pl.metric == s.key_metric), None)
     if key is not None:
@@ -280,6 +307,7 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
         easy = key.p >= 0.5 if extreme else s.solved_share >= s.failed_share
         share, expected = (s.solved_share, key.p ** G) if easy else (s.failed_share, (1 - key.p) ** G)
         word = "solve" if easy else "fail"
+        what = None
         if extreme:
             need = "no G up to 256" if key.g_needed is None else f"G = {key.g_needed}"
             what = (f"{key.metric} succeeds {key.p:.0%} of the time ({share:.0%} of groups {word} it in every "
@@ -288,31 +316,36 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
             what = (f"{share:.0%} of groups {word} {key.metric} in every completion, where a common success rate "
                     f"of {key.p:.0%} would give {expected:.0%}: it depends on the prompt, and no group size "
                     f"changes that")
-        else:
-            what = None
         if what:
-            level, name, new_level = int(task.get("level", 1)), task.get("name", "demo"), None
-            if name == "demo" and 1 <= (level + 1 if easy else level - 1) <= 4:
-                new_level = level + 1 if easy else level - 1
-                a = Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: "
-                           f"{what}", {"level": new_level}, metric=key.metric)
-            else:
-                a = Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}", {}, metric=key.metric)
-            (first if not cands or hetero else later).append(a)
+            (first if not cands or hetero else later).append(_difficulty(s, easy, what, key.metric))
 
-    # 4. Temperature: completions repeat inside a group, so no metric can vary.
-    temp = float(grpo.get("temperature", 1.0))
-    if s.diversity is not None and s.diversity < MIN_DIVERSITY and temp < 2.0:
-        new_t = round(min(2.0, temp + 0.5), 2)
-        a = Action("temperature", f"raise grpo.temperature from {temp:g} to {new_t:g}: only {s.diversity:.0%} "
-                   f"of the completions in a group are distinct, so rewards cannot differ", {"temperature": new_t})
-        (later if first else first).append(a)
+    t = _temperature(s)
+    if t is not None:
+        (later if first else first).append(t)
+    return first + later
 
-    actions = first + later
-    if not actions:
-        return PilotVerdict(False, "no single change reaches the target: raise the group size and the "
-                            "weights of continuous metrics, or change the task", reasons, [])
-    return PilotVerdict(False, f"change {KIND_LABEL[actions[0].kind]} first", reasons, actions)
+
+def _std_actions(s: PilotSummary, min_std: float) -> list[Action]:
+    """Enough groups vary, but by little: the key metric's level, the temperature, then
+    more weight on the metrics that do vary (the threshold is on the weighted total)."""
+    out = []
+    key = next((pl for pl in s.plans if pl.metric == s.key_metric), None)
+    if key is not None and not 0.1 < key.p < 0.9:
+        easy = key.p >= 0.9
+        out.append(_difficulty(s, easy, f"{key.metric} succeeds {key.p:.0%} of the time, so it rarely separates "
+                               f"the completions of a prompt and the group reward std stays at {s.reward_std:.3f}",
+                               key.metric))
+    t = _temperature(s)
+    if t is not None:
+        out.append(t)
+    t = s.metric_table
+    varying = (t["within_group_std"] * t["weight"].where(t["weight"] > 0, 0)).sort_values(ascending=False)
+    top = [m for m in varying.index[:2] if varying[m] > 0] or list(t["within_group_std"].nlargest(2).index)
+    out.append(Action("weights", f"give more weight to the metrics that vary inside groups ("
+                      + ", ".join(f"{m}: within-group std {t.at[m, 'within_group_std']:.3f}" for m in top)
+                      + f"): the mean group reward std {s.reward_std:.3f} is at or below {min_std:g}, and it is "
+                      f"measured on the weighted total", {}))
+    return out
 
 
 def planner_focus(s: PilotSummary) -> str | None:
@@ -378,7 +411,8 @@ def pilot_command(run_dir: Path, run_id: str, root: Path, batches: int) -> list[
             "--run-id", run_id, "--runs-dir", str(root), "--set", f"grpo.steps={int(batches)}"]
 
 
-def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, root=None) -> str:
+def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, root=None,
+                untrusted: bool = False) -> str:
     """Validate, create the pilot store (status created) and config.toml, spawn
     `python -m grpo_core pilot` detached exactly as runner.start_run spawns a trainer (own
     session, output to trainer.log, pid recorded, child reaped, a start-up crash recorded);
@@ -386,6 +420,9 @@ def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, 
     from grpo_core.runner import CONFIG_NAME, LOG_NAME, _as_config, _watch
     cfg = _as_config(cfg)  # bad input stops here: no store, no process
     root = runs_dir(root)
+    if untrusted:  # from the pilot page's form: no custom code, typed paths inside the allowed folders
+        from grpo_core.safety import check_ui_config
+        cfg = check_ui_config(cfg, root)
     run_id = check_run_id(run_id or new_run_id("pilot"))
     run_dir = root / run_id
     with RunStore.create(run_id, cfg.to_dict(), root=root, kind="pilot") as store:
