@@ -260,10 +260,10 @@ def test_inspector_small_std_and_phantom():
 def test_comparison_shows_only_differing_config_keys():
     a = make_run("cmp-a", steps=8, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores)
     b = make_run("cmp-b", steps=12, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores,
-                 config={"grpo.lr": 1e-3, "task.level": 3})
+                 config={"grpo.lr": 5e-3, "task.level": 3})
     summary, diff = R.compare_runs([a, b])
     assert set(diff.index) == {"grpo.lr", "grpo.steps", "task.level"}
-    assert diff.loc["grpo.lr"].tolist() == [3e-4, 1e-3]
+    assert diff.loc["grpo.lr"].tolist() == [RunConfig().grpo.lr, 5e-3]  # a keeps the default
     assert diff.loc["task.level"].tolist() == [1, 3]
     assert summary.loc["cmp-a", "steps"] == 8 and summary.loc["cmp-b", "steps"] == 12
     assert summary.loc["cmp-a", "ratio"] == 1.0
