@@ -8,9 +8,11 @@ trainer process that writes the run store this dashboard reads.
 import streamlit as st
 
 from grpo_core import live
+from grpo_core.safety import require_token
 from grpo_core.store import list_runs
 
 st.set_page_config(page_title="GRPO Health", page_icon=":material/monitoring:", layout="wide")
+require_token()  # with serve --token / $GRPO_HEALTH_TOKEN: nothing below shows until it matches
 
 # url paths differ from the file names on purpose: Streamlit still knows the old pages/
 # directory convention, and a URL that names a file there (e.g. /live) would run that page

@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="the dashboard on 127.0.0.1 (starts the built-in demo run unless one is live)")
     p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine "
+                   "only); 0.0.0.0 listens on every interface: prints a warning, use with --token")
+    p.add_argument("--token", help="ask every browser for this token before showing anything (better: set "
+                   "$GRPO_HEALTH_TOKEN, which `ps` does not show)")
     p.add_argument("--no-demo", action="store_true", help="do not start the demo run")
     p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",

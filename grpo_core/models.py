@@ -101,9 +101,9 @@ def save_pretrained(model, tokenizer, path: str | os.PathLike):
 
 
 # ---- any HF causal LM --------------------------------------------------------------------------
-def load_pretrained(path: str, device: torch.device | None = None, dtype: torch.dtype | None = None):
-    """A local folder (or a hub id where there is network) -> (model, tokenizer), left padding,
-    a pad token (eos when the tokenizer has none)."""
+def check_model_path(path: str) -> bool:
+    """Check a local model folder (exists, config.json, tokenizer files) without loading it;
+    ConfigError names what is missing. Returns True when `path` is a hub id instead."""
     local = Path(path).expanduser()
     hub_id = not local.exists() and not path.startswith((".", "/", "~")) and path.count("/") <= 1
     if not hub_id:
@@ -116,6 +116,14 @@ def load_pretrained(path: str, device: torch.device | None = None, dtype: torch.
                                                    "tokenizer.model", "vocab.json")):
             raise ConfigError(f"model.path {path!r} has no tokenizer files (tokenizer.json / "
                               "tokenizer_config.json): save the tokenizer next to the model")
+    return hub_id
+
+
+def load_pretrained(path: str, device: torch.device | None = None, dtype: torch.dtype | None = None):
+    """A local folder (or a hub id where there is network) -> (model, tokenizer), left padding,
+    a pad token (eos when the tokenizer has none)."""
+    local = Path(path).expanduser()
+    hub_id = check_model_path(path)
     src = str(local) if not hub_id else path
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from grpo_core import control
-from grpo_core.config import ConfigError, RunConfig, from_dict, validate
+from grpo_core.config import ConfigError, RunConfig, _suggest, from_dict, validate
+from grpo_core.rewards import BUILTIN
 from grpo_core.store import (CREATED, FAILED, LIVE_STATUSES, PAUSE, RESUME, STOP, STOPPED, RunStore,
                              StoreError, check_run_id, display_status, list_runs, new_run_id, pid_alive,
                              runs_dir)
@@ -36,7 +37,12 @@ def _as_config(cfg: RunConfig | dict | None) -> RunConfig:
         cfg = from_dict(cfg)
     elif not isinstance(cfg, RunConfig):
         raise ConfigError(f"a run config must be a RunConfig or a dict, got {type(cfg).__name__}")
-    return validate(cfg)
+    cfg = validate(cfg)
+    for name in cfg.reward.weights:  # by name only: a custom metric's code is imported by the trainer, not here
+        if name not in BUILTIN and name not in cfg.reward.custom:
+            raise ConfigError(f"reward.weights.{name}: no such metric{_suggest(name, BUILTIN)}; built-in metrics "
+                              f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
+    return cfg
 
 
 def run_path(run_id: str, root=None) -> Path:
@@ -50,10 +56,12 @@ def train_command(run_dir: Path, run_id: str, root: Path, resume: bool = False) 
 
 
 def start_run(cfg: RunConfig | dict | None = None, run_id: str | None = None, root=None,
-              resume: bool = False, prefix: str = "run") -> str:
+              resume: bool = False, prefix: str = "run", untrusted: bool = False) -> str:
     """Validate, create the store and config.toml, spawn the trainer detached; return the run id.
 
-    resume=True restarts the trainer of an existing run (its store and config.toml stay)."""
+    resume=True restarts the trainer of an existing run (its store and config.toml stay).
+    untrusted=True (a config from a browser form): safety.check_ui_config first (no custom
+    code, typed paths only inside the allowed folders)."""
     root = runs_dir(root)
     if resume:
         if not run_id:
@@ -65,6 +73,9 @@ def start_run(cfg: RunConfig | dict | None = None, run_id: str | None = None, ro
             raise StoreError(f"run {run_id} is {status}: its trainer is still live, nothing to resume")
     else:
         cfg = _as_config(cfg)  # bad input stops here: no store, no process
+        if untrusted:
+            from grpo_core.safety import check_ui_config
+            cfg = check_ui_config(cfg, root)
         run_id = check_run_id(run_id or new_run_id(prefix))
         run_dir = run_path(run_id, root)
         with RunStore.create(run_id, cfg.to_dict(), root=root) as store:

@@ -77,6 +77,31 @@ class StoreError(RuntimeError):
     """A store that cannot be opened or used; the message says why."""
 
 
+# errno values and library messages that mean "this disk/folder takes no more writes".
+_NO_WRITE_ERRNOS = {28: "no space left on device", 27: "file size limit reached", 30: "read-only file system",
+                    122: "disk quota exceeded"}
+_NO_WRITE_TEXT = {"no space left": "no space left on device", "file too large": "file size limit reached",
+                  "database or disk is full": "disk full", "disk i/o error": "disk I/O error (disk full?)",
+                  "read-only file system": "read-only file system", "readonly database": "read-only database"}
+
+
+def storage_problem(exc: BaseException | None) -> str | None:
+    """Why a write failed when it is the disk's fault (full, size limit, read-only,
+    permissions), in a few words; None for any other error. Follows the cause chain
+    (torch, safetensors and sqlite wrap the OSError in their own types)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_WRITE_ERRNOS:
+            return _NO_WRITE_ERRNOS[exc.errno]
+        text = str(exc).lower()
+        for needle, why in _NO_WRITE_TEXT.items():
+            if needle in text:
+                return why
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
     """The runs directory: explicit path, else $GRPO_RUNS_DIR, else ./runs."""
     return Path(path or os.environ.get("GRPO_RUNS_DIR") or "runs").resolve()
@@ -177,11 +202,16 @@ class RunStore:
         run_dir = runs_dir(root) / check_run_id(run_id)
         if (run_dir / DB_NAME).exists() and not exist_ok:
             raise StoreError(f"run {run_id!r} already exists in {run_dir.parent}")
-        run_dir.mkdir(parents=True, exist_ok=True)
         meta = dict(schema_version=SCHEMA_VERSION, config=config, status=CREATED,
                     kind=kind, created=time.time(), run_id=run_id)
-        if not (run_dir / DB_NAME).exists():
-            _build_store(run_dir / DB_NAME, meta, exist_ok)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if not (run_dir / DB_NAME).exists():
+                _build_store(run_dir / DB_NAME, meta, exist_ok)
+        except (OSError, sqlite3.Error) as e:  # runs dir read-only, full, or a file: one line, not a traceback
+            raise StoreError(f"cannot create run {run_id!r} in {run_dir.parent}: "
+                             f"{storage_problem(e) or getattr(e, 'strerror', None) or e}; the runs dir must be "
+                             "a writable folder (--runs-dir or $GRPO_RUNS_DIR)") from None
         store = cls(run_dir / DB_NAME, create=True)
         if store.get_meta().get("schema_version") is None:
             store.set_meta(**meta)
@@ -215,7 +245,12 @@ class RunStore:
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException:  # e.g. disk full at COMMIT: never leave the connection mid-transaction
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
 
     # ---- meta --------------------------------------------------------------------
     def set_meta(self, **values):

@@ -651,15 +651,23 @@ class Trainer:
         if self.last_ckpt_step == self.step and final.is_dir():
             return final
         tmp = root / f".tmp-{final.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        models.save_pretrained(self.model, self.tokenizer, tmp)
-        torch.save({"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": _rng_state(),
-                    "task": self.task.state_dict(), "weights": dict(self.reward.weights),
-                    "min_group_std": self.min_group_std, "cum": [self.cum_submitted, self.cum_trainable],
-                    "curriculum_streak": self.curriculum_streak, "active_alerts": sorted(self.active_alerts),
-                    "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
-                    "grpo_settings": {k: getattr(self.cfg.grpo, k) for k in ("group_size", "prompts_per_step",
-                                                                             "temperature")}}, tmp / "state.pt")
+        for old in root.glob(".tmp-*") if root.is_dir() else []:  # left by a killed trainer (never loaded)
+            pid = old.name.rsplit("-", 1)[-1]
+            if old == tmp or not (pid.isdigit() and S.pid_alive(int(pid))):
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            models.save_pretrained(self.model, self.tokenizer, tmp)
+            torch.save({"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": _rng_state(),
+                        "task": self.task.state_dict(), "weights": dict(self.reward.weights),
+                        "min_group_std": self.min_group_std, "cum": [self.cum_submitted, self.cum_trainable],
+                        "curriculum_streak": self.curriculum_streak, "active_alerts": sorted(self.active_alerts),
+                        "history": self.history, "autopilot": self.autopilot.to_dict(),
+                        "autopilot_on": self.autopilot_on,
+                        "grpo_settings": {k: getattr(self.cfg.grpo, k) for k in ("group_size", "prompts_per_step",
+                                                                                 "temperature")}}, tmp / "state.pt")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed write (disk full) leaves no half checkpoint
+            raise
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)  # atomic: the folder is complete or absent
@@ -768,14 +776,36 @@ class Trainer:
             return self.run()
         except BaseException as e:
             text = traceback.format_exc()
-            try:
-                self.store.add_event(S.EV_LIFECYCLE, {"event": "failed", "error": f"{type(e).__name__}: {e}"},
-                                     step=self.step)
-                self.store.reject_open_requests(f"run failed at step {self.step}")
-                self.store.set_status(S.FAILED, error=text)
-            except Exception:
-                pass
+            why = S.storage_problem(e)
+            if why:  # the disk's fault: the last line (what the runs page shows) says so and what to do
+                text += "\n" + self.storage_message(why)
+            for attempt in range(2):
+                try:
+                    self.store.add_event(S.EV_LIFECYCLE, {"event": "failed", "error": f"{type(e).__name__}: {e}"},
+                                         step=self.step)
+                    self.store.reject_open_requests(f"run failed at step {self.step}")
+                    self.store.set_status(S.FAILED, error=text)
+                    break
+                except Exception:
+                    if attempt or not why:
+                        break
+                    try:  # a full disk: fold the WAL into the db so the status write can reuse its space
+                        self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    except Exception:
+                        break
             raise
+
+    def storage_message(self, why: str) -> str:
+        try:  # the last step written, not self.step (its write may be the one that failed)
+            last = self.store.last_step() or 0
+        except Exception:
+            last = "?"
+        if latest_checkpoint(self.store.run_dir) is None:
+            return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}, before any "
+                    "complete checkpoint; free space, then start the run again")
+        return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}; every finished "
+                f"step is kept. Free space, then continue: python -m grpo_core train --resume "
+                f"--run-id {self.store.run_id} --runs-dir {self.runs_root}")
 
 
 # =============================================================================================
@@ -793,6 +823,16 @@ def _install_stop_signals(trainer: Trainer):
         signal.signal(sig, handler)
 
 
+def preflight(cfg: RunConfig):
+    """What can be checked before a store exists and a model loads: every dataset row, the
+    custom metrics import, a local model folder. ConfigError names the field/line."""
+    make_task(cfg)
+    names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
+    build_metrics(names, cfg.reward.custom)
+    if cfg.model.path:
+        models.check_model_path(cfg.model.path)
+
+
 def open_run(args) -> tuple[RunConfig, S.RunStore]:
     """Config + store from CLI args (new run, a run the dashboard created, or --resume)."""
     overrides = list(getattr(args, "overrides", None) or [])
@@ -806,6 +846,7 @@ def open_run(args) -> tuple[RunConfig, S.RunStore]:
         cfg = validate(from_dict(apply_overrides(store.config, overrides)))
         return cfg, store
     cfg = load_config(args.config, overrides)
+    preflight(cfg)  # bad dataset rows, metrics or model folder: one line, and no run is created
     root = args.runs_dir or cfg.log.runs_dir or None
     run_id = args.run_id or S.new_run_id(cfg.task.name)
     store = S.RunStore.create(run_id, cfg.to_dict(), root=root, exist_ok=True)
@@ -823,6 +864,8 @@ def open_run(args) -> tuple[RunConfig, S.RunStore]:
 
 def cli_train(args) -> int:
     cfg, store = open_run(args)
+    # Our pid before the (maybe long) model load: a trainer killed while starting shows stale, not created.
+    store.set_meta(pid=os.getpid(), host=os.uname().nodename)
     set_threads(cfg)
     print(f"run {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
     try:
@@ -837,8 +880,12 @@ def cli_train(args) -> int:
         status = trainer.run_safely()
     except KeyboardInterrupt:
         return 130
-    except Exception:
-        traceback.print_exc()
+    except Exception as e:
+        why = S.storage_problem(e)
+        if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
+            print(f"error: {trainer.storage_message(why)}", file=sys.stderr)
+        else:
+            traceback.print_exc()
         return 1
     last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
     if last is not None and not last.empty:

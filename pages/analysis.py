@@ -16,6 +16,9 @@ from grpo_core import presets
 from grpo_core import report as R
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, list_runs
+from grpo_core.safety import require_token
+
+require_token()  # here too: on a fresh server a URL naming this file runs it without app.py
 
 st.header("Analysis")
 

@@ -14,6 +14,9 @@ from grpo_core import pilot as P
 from grpo_core import runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError
 from grpo_core.store import LIVE_STATUSES, StoreError, list_runs
+from grpo_core.safety import require_token
+
+require_token()  # here too: on a fresh server a URL naming this file runs it without app.py
 
 st.header("Pilot: check reward variance before training")
 st.caption("A pilot samples G completions for a few prompts with the current model and scores them, "
@@ -42,7 +45,7 @@ with st.expander("Start a pilot", expanded=pilots.empty):
     if start:
         try:
             cfg = P.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
-            new = P.start_pilot(cfg)
+            new = P.start_pilot(cfg, untrusted=True)
             st.session_state["pilot_pick"] = new  # show the new pilot
             st.success(f"pilot {new} started")
             runs = list_runs()

@@ -8,6 +8,9 @@ import streamlit as st
 from grpo_core import live, presets, runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError, apply_overrides
 from grpo_core.store import LIVE_STATUSES, StoreError, status_label
+from grpo_core.safety import require_token
+
+require_token()  # here too: on a fresh server a URL naming this file runs it without app.py
 
 ss = st.session_state
 st.header("Runs")
@@ -166,7 +169,7 @@ with st.expander("Start a run", expanded=runs.empty or bool(pre)):
                "reward": {"weights": weights}, "log": {"progress": False}}
         try:
             cfg = apply_overrides(cfg, [ln.strip() for ln in extra.splitlines() if ln.strip()])
-            rid = runner.start_run(cfg, run_id=run_id.strip() or None)
+            rid = runner.start_run(cfg, run_id=run_id.strip() or None, untrusted=True)
             ss.pop("start_form_defaults", None)
             st.success(f"started {rid}")
             open_run(rid)

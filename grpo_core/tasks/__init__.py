@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from grpo_core.config import ConfigError, RunConfig
+from grpo_core.config import ConfigError, RunConfig, _suggest
 from grpo_core.rewards import BUILTIN, KINDS, MetricFn, load_metric
 
 
@@ -63,8 +63,8 @@ def build_metrics(names: list[str], custom: dict[str, str]) -> tuple[dict[str, M
         elif name in BUILTIN:
             fns[name], kinds[name] = BUILTIN[name], KINDS.get(name, "custom")
         else:
-            raise ConfigError(f"reward.weights.{name}: no such metric; built-in metrics are "
-                              f"{', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
+            raise ConfigError(f"reward.weights.{name}: no such metric{_suggest(name, BUILTIN)}; built-in metrics "
+                              f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
     for name in custom:
         if name not in fns:
             fns[name], kinds[name] = load_metric(custom[name]), "custom"
