@@ -25,6 +25,9 @@ in the order practice recommends (cheapest and least intrusive first):
   4. stop        - the verdict's near-zero alert (ratio <= health.near_zero_ratio for
                    health.near_zero_steps steps since the last change) and no move above
                    applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
+Every setting move is on trial: after its first `window` steps, if the ratio did not rise by
+at least min_gain / 2 over the ratio that made it act, the autopilot takes it back (an undo:
+that kind of move is not made again in this run).
 Bounds: one move per decision, none until `window` steps have passed since the last change
 (its own or the user's), at most max_moves setting moves per per_steps steps, G and the level
 only ever go up (never below what the user set), every weight keeps its floor, and a move
@@ -59,6 +62,7 @@ class Move:
     reason: str
     before: dict = field(default_factory=dict)  # the setting before the move (what Undo restores)
     predicted_ratio: float | None = None
+    ratio: float | None = None  # the window's ratio that made it act (a move is judged against it)
 
 
 @dataclass
@@ -72,6 +76,7 @@ class AutopilotState:
     moves: list = field(default_factory=list)  # {"request_id", "move", "step"} of every move it sent
     vetoed: list = field(default_factory=list)  # move kinds the user undid: never again in this run
     user_weights: dict | None = None  # the user's weights (config, or their last change): the bands' centre
+    trial: dict | None = None  # the last setting move, until its first window is judged (see review)
     stopped: bool = False
 
     def to_dict(self) -> dict:
@@ -98,6 +103,10 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
     ev = wide[wide.index >= state.last_change_step]  # only steps under the settings in force
     if len(ev) < cfg.window:
         return []
+    if state.trial is not None:  # first judge the last move on the window after it
+        revert = review(ev, state.trial, cfg)
+        if revert is not None:
+            return [revert]
     # The verdict the user sees, over the autopilot's window (ratio check) and since the change (alerts).
     v = health.verdict(ev, dataclasses.replace(hcfg, trend_window=cfg.window, min_trainable_ratio=cfg.target_ratio))
     ratio_check = next((c for c in v.checks if c.name == "trainable_ratio"), None)
@@ -129,6 +138,37 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
            if skipped else near.message.split(":")[0] + " since the last change")
     return [Move("stop", CHECKPOINT, {"reason": f"before stopping: {why}"}, f"checkpoint before stopping: {why}"),
             Move("stop", STOP, {"reason": why}, f"{why}: checkpoint and stop")]
+
+
+def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
+    """The inverse of the last move when, over the first window under it, the ratio did not rise
+    by at least min_gain / 2 over the ratio that made it act; None when it helped. A move that
+    does not deliver is taken back (and, as an undo, never made again in this run): a harder
+    level the model cannot learn, or weights that only looked better on past rollouts."""
+    if trial.get("ratio") is None:
+        return None
+    after, _, _, k = health.window_ratio(ev, cfg.window)
+    need = trial["ratio"] + cfg.min_gain / 2
+    if after is None or after >= need:
+        return None
+    inv = undo_request(trial)
+    if inv is None:
+        return None
+    kind, payload = inv
+    back = request_summary(kind, payload)
+    reason = (f"autopilot move #{trial['request_id']} did not help: ratio {trial['ratio']:.2f} -> {after:.2f} over "
+              f"{k} steps (needed >= {need:.2f}): back to {back}")
+    return Move("revert", kind, {**payload, "reason": reason}, reason, dict(trial.get("after") or {}), None, after)
+
+
+def request_summary(kind: str, payload: dict) -> str:
+    if kind == SET_WEIGHTS:
+        return "weights " + ", ".join(f"{m}={w:.2f}" for m, w in (payload.get("weights") or {}).items())
+    if kind == SET_GROUP_SIZE:
+        return f"group size {payload.get('group_size')}"
+    if kind == SET_DIFFICULTY:
+        return f"level {payload.get('level')}"
+    return kind
 
 
 def _order(moves: list[str], ro: pd.DataFrame, s: dict, cfg: AutopilotConfig) -> list[str]:
@@ -189,7 +229,8 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
     changed = sorted((m for m in w if abs(w[m] - weights[m]) > 1e-9), key=lambda m: -abs(w[m] - weights[m]))
     moves = ", ".join(f"{m} {weights[m]:.2f} -> {w[m]:.2f}" for m in changed[:4])
     reason = f"{evidence}{', ' + uni if uni else ''}: {moves}, predicted ratio {pred:.2f} (now {cur:.2f})"
-    return Move("weights", SET_WEIGHTS, {"weights": w, "reason": reason}, reason, {"weights": weights}, pred), ""
+    return Move("weights", SET_WEIGHTS, {"weights": w, "reason": reason}, reason, {"weights": weights}, pred,
+                ratio), ""
 
 
 def bound_weights(w: dict[str, float], lo: dict[str, float], hi: dict[str, float],
@@ -255,7 +296,7 @@ def try_group_size(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
     reason = (f"{evidence}, rare outcomes in groups (minority rate {pooled:.3f}): group size {g} -> {new} "
               f"({new * p} rollouts per step, cap {cap}), predicted ratio {pred:.2f}")
     return Move("group_size", SET_GROUP_SIZE, {"group_size": new, "reason": reason}, reason, {"group_size": g},
-                pred), ""
+                pred, ratio), ""
 
 
 def solved_share(ro: pd.DataFrame, s: dict, frac: float) -> tuple[float, float]:
@@ -289,7 +330,8 @@ def try_difficulty(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
     reward = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns else float("nan")
     reason = (f"{evidence}, {share:.0%} of groups uniform at >= {cfg.solved_reward:.0%} of the best reward "
               f"{best:.2f} (reward {reward:.2f}): tasks too easy, level {level} -> {level + 1}")
-    return Move("difficulty", SET_DIFFICULTY, {"level": level + 1, "reason": reason}, reason, {"level": level}), ""
+    return Move("difficulty", SET_DIFFICULTY, {"level": level + 1, "reason": reason}, reason, {"level": level},
+                None, ratio), ""
 
 
 TRIES = {"weights": try_weights, "group_size": try_group_size, "difficulty": try_difficulty}
@@ -303,8 +345,10 @@ def note_applied(state: AutopilotState, req: dict, applied_step: int):
     of one of the autopilot's moves vetoes that kind of move for the rest of the run."""
     if req["kind"] not in NO_EVIDENCE_RESET:
         state.last_change_step = max(state.last_change_step, int(applied_step))
-    if req["kind"] == SET_WEIGHTS and req.get("source") != SOURCE:
-        state.user_weights = None  # the user chose weights: the next step reads them as the new centre
+    if req.get("source") != SOURCE and req["kind"] not in NO_EVIDENCE_RESET:
+        state.trial = None  # the user changed something since: the move can no longer be judged alone
+        if req["kind"] == SET_WEIGHTS:
+            state.user_weights = None  # the user chose weights: the next step reads them as the new centre
     undo = (req.get("payload") or {}).get("undo_of")
     if undo is not None:
         for m in state.moves:
@@ -315,7 +359,12 @@ def note_applied(state: AutopilotState, req: dict, applied_step: int):
 def record(state: AutopilotState, moves: list[Move], step: int, request_ids: list[int]):
     for mv, rid in zip(moves, request_ids):
         state.moves.append({"request_id": rid, "move": mv.move, "step": step})
-    if any(m.move != "stop" for m in moves):
+        if mv.move in MOVE_KINDS:  # a setting move: on trial until its first window is judged
+            state.trial = {"request_id": rid, "move": mv.move, "kind": mv.kind, "before": mv.before,
+                           "after": {k: v for k, v in mv.payload.items() if k != "reason"}, "ratio": mv.ratio}
+        elif mv.move == "revert":
+            state.trial = None
+    if any(m.move in MOVE_KINDS for m in moves):  # reverts and stops are not rate-limited
         state.move_steps.append(step)
     if any(m.kind == STOP for m in moves):
         state.stopped = True
@@ -336,7 +385,10 @@ def step_hook(store, step: int, state: AutopilotState, cfg: AutopilotConfig, hea
     ro = store.rollouts(since_step=max(since, step - cfg.window), with_text=False)
     if state.user_weights is None:
         state.user_weights = dict(state.settings.get("weights") or {})
+    judged = state.trial is not None and int((wide.index >= state.last_change_step).sum()) >= cfg.window
     moves = decide(wide, ro, state, cfg, health_cfg)
+    if judged and not any(m.move == "revert" for m in moves):
+        state.trial = None  # the move helped: it stays
     ids = []
     for mv in moves:
         rid = store.request(mv.kind, mv.payload, source=SOURCE)

@@ -244,6 +244,41 @@ def test_a_move_the_user_undid_is_not_made_again_and_the_next_one_is_tried():
     assert all(m.move != "weights" for m in moves)
 
 
+def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
+    wide, ro = rare_frames()  # ratio 0.25 in the window after the move
+    trial = {"request_id": 7, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 8},
+             "after": {"group_size": 16}, "ratio": 0.24}
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), trial=dict(trial), move_steps=[1, 2, 3])
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)  # not rate-limited: it corrects, it does not add
+    assert (mv.move, mv.kind) == ("revert", "set_group_size")
+    assert mv.payload["group_size"] == 8 and mv.payload["undo_of"] == 7 and mv.before == {"group_size": 16}
+    assert mv.reason == ("autopilot move #7 did not help: ratio 0.24 -> 0.25 over 10 steps (needed >= 0.27): "
+                         "back to group size 8")
+    # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: a larger G again)
+    st.trial, st.move_steps = {**trial, "ratio": 0.20}, []
+    assert [m.move for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
+    # the revert is an undo of the move: that kind is vetoed from then on
+    AP.record(st, [mv], 12, [8])
+    assert st.trial is None and st.move_steps == []
+    st.moves.append({"request_id": 7, "move": "group_size", "step": 2})
+    AP.note_applied(st, {"kind": "set_group_size", "payload": mv.payload, "source": "autopilot"}, 13)
+    assert st.vetoed == ["group_size"]
+
+
+def test_hook_keeps_a_move_that_helped_and_forgets_the_trial(runs_dir):
+    wide, ro = rare_frames(steps=12)
+    store = RunStore.create("k", {"reward": {"weights": {"exact": 1.0}}})
+    for step in wide.index:
+        r = ro[ro["step"] == step]
+        store.log_step(int(step), wide.loc[step].to_dict(),
+                       rollouts=[(g, i, t, {"exact": e}, None, None)
+                                 for g, i, t, e in r[["group", "idx", "total", "exact"]].itertuples(index=False)])
+    trial = {"request_id": 1, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 4},
+             "after": {"group_size": 8}, "ratio": 0.1}
+    st = AP.AutopilotState(settings({"exact": 1.0}), trial=trial, last_change_step=3, move_steps=[2, 2, 2])
+    assert AP.step_hook(store, 12, st, CFG, HCFG) == [] and st.trial is None  # 0.25 >= 0.125: kept
+
+
 # ---- bookkeeping ------------------------------------------------------------------------------------------
 def test_record_and_note_applied():
     st = AP.AutopilotState()
