@@ -313,8 +313,10 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
         with torch.no_grad():
             ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
                                     group_size=G)
+    denom = _reduce_count(roll.completion_mask, gcfg.loss_type)  # every row, the dropped ones too
     loss, stats = grpo_loss(logp, logp.detach(), a, cmask, policy_rows=prow, eps_low=gcfg.epsilon_low,
-                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta)
+                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
+                            policy_denom=denom)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for g in optimizer.param_groups for p in g["params"]]
