@@ -96,6 +96,7 @@ def listening(port: int) -> set[str]:
 
 @pytest.mark.slow
 def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_command_line(runs_dir, tmp_path):
+    synth_run(runs_dir, "secret-run", 3, status="finished").close()
     ports = {"default": free_port(), "wide": free_port()}
     env = {**os.environ, "GRPO_RUNS_DIR": str(runs_dir)}
     logs = {k: open(tmp_path / f"{k}.log", "w") for k in ports}
@@ -123,6 +124,8 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             assert TOKEN not in cmdline and "enableXsrfProtection" not in cmdline
         assert "WARNING: listening on 0.0.0.0" in (tmp_path / "wide.log").read_text()
+        if Path(CHROMIUM).exists():  # the first page a fresh server runs for /runs is pages/runs.py, not app.py
+            assert first_view(ports["wide"], "runs") == (True, False)
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -130,6 +133,24 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
                 p.wait(timeout=30)
         for f in logs.values():
             f.close()
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def first_view(port: int, path: str) -> tuple[bool, bool]:
+    """(token box shown, secret run shown) for a browser's first visit to /<path>."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
+                                                                      "--disable-background-networking"])
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{port}/{path}", wait_until="domcontentloaded")
+        page.get_by_text("Access token").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1000)  # anything else the script would draw
+        body = page.inner_text("body")
+        browser.close()
+    return "Access token" in body, "secret-run" in body
 
 
 def test_xsrf_protection_stays_on():
