@@ -75,7 +75,8 @@ def change_text(kind: str, request: dict) -> str:
         return f"min_group_std {request.get('min_group_std')}"
     if kind == "set_difficulty":
         return f"difficulty level {request.get('level')}"
-    return f"{kind.removeprefix('set_').replace('_', ' ')} " + ", ".join(f"{k}={v}" for k, v in request.items())
+    shown = {k: v for k, v in request.items() if k not in ("reason", "undo_of")}  # the why is in the ledger
+    return f"{kind.removeprefix('set_').replace('_', ' ')} " + ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
 # Changes that alter what a step trains on; pause/resume/stop/checkpoint/steps are not drawn.
