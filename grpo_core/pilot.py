@@ -210,9 +210,9 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
         out.solved_share, out.failed_share = _group_shares(rollouts, key.metric)
 
     if any(w > 0 for w in weights.values()):
-        out.suggestions = list(H.suggest_weights(
-            arrays, {m: w for m, w in weights.items() if m in metrics}, min_group_std=float(grpo.get("min_group_std", 0.01)),
-            outcome_metric=outcome or None))
+        scored = {m: w for m, w in weights.items() if m in metrics}
+        out.suggestions = list(H.suggest_weights(arrays, scored, min_group_std=float(grpo.get("min_group_std", 0.01)),
+                                                 outcome_metric=outcome or None, uniform_std=uniform_std))
     out.verdict = pilot_verdict(out)
     return out
 

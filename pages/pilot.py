@@ -166,8 +166,8 @@ def show(run_id: str, target: float, polling: bool = False):
                "thing at a time, then pilot again or watch the first training steps.")
     by_kind = {a.kind: a.settings for a in v.actions[:1]}
     c = st.columns(3)
-    pick = c[0].radio("Weights", list(options), index=1 if "weights" in by_kind and len(options) > 1 else 0,
-                      key="pilot_weights_choice")
+    suggested = "weights" in by_kind.get("weights", {}) and len(options) > 1  # the verdict's weights: suggestion 1
+    pick = c[0].radio("Weights", list(options), index=1 if suggested else 0, key="pilot_weights_choice")
     g_new = c[1].number_input("Group size G", 2, 256, int(by_kind.get("group_size", {}).get("group_size",
                               s.group_size)), key="pilot_train_g")
     lvl = c[2].number_input("Demo level", 1, 4, int(by_kind.get("difficulty", {}).get(
