@@ -734,6 +734,7 @@ class Trainer:
                                              "steps": cfg.grpo.steps}, step=0)
         beat = Heartbeat(store.path)
         beat.start()
+        mirror = self.open_mirror()
         bar = None
         if cfg.log.progress:
             from tqdm import tqdm
@@ -750,6 +751,8 @@ class Trainer:
                 events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
                 t0 = time.perf_counter()
                 store.log_step(self.step, scalars, groups, rollouts, events)
+                if mirror is not None:
+                    self.mirror_step(mirror, scalars, groups, rollouts)
                 self.last_log_s = time.perf_counter() - t0
                 if self.autopilot_on and not self.stop_reason and self.step < cfg.grpo.steps:
                     self.run_autopilot()
@@ -764,6 +767,8 @@ class Trainer:
             if bar is not None:
                 bar.close()
             beat.stop()
+            if mirror is not None:
+                mirror.finish()
         self.save_checkpoint("stop" if self.stop_reason else "end")
         status = S.STOPPED if self.stop_reason else S.FINISHED
         store.add_event(S.EV_LIFECYCLE, {"event": status, "reason": self.stop_reason}, step=self.step)
@@ -771,6 +776,26 @@ class Trainer:
         store.set_status(status, **({"stop_reason": self.stop_source or "signal", "stop_message": self.stop_reason}
                                     if self.stop_reason else {}))
         return status
+
+    def open_mirror(self):
+        """The W&B mirror when log.wandb is offline/online (imported lazily: wandb is optional)."""
+        if self.cfg.log.wandb == "off":
+            return None
+        from grpo_core.integrations.wandb import WandbMirror
+        self._mirrored_event = 0
+        return WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
+                           self.store.run_dir, self.cfg.to_dict())
+
+    def mirror_step(self, mirror, scalars: dict, groups: pd.DataFrame, rollouts: list[tuple]):
+        """Mirror the step just stored, and every event since the last one (applied and
+        rejected requests come from the store, so the mirror sees exactly what readers see)."""
+        mirror.log_step(self.step, scalars, groups, rollouts)
+        ev = self.store.events(since_id=self._mirrored_event,
+                               kinds=[S.EV_CHANGE, S.EV_REJECTED, S.EV_ALERT, S.EV_CHECKPOINT])
+        for kind, payload, step in zip(ev["kind"], ev["payload"], ev["step"]):
+            mirror.event(kind, payload, None if step != step else int(step))
+        if len(ev):
+            self._mirrored_event = int(ev["id"].iloc[-1])
 
     def run_safely(self) -> str:
         """run(), recording a crash as status failed with the traceback in meta.error."""
