@@ -70,19 +70,27 @@ ROWS = torch.tensor([True, True, False])  # row 2 belongs to a masked (non-train
 def test_clipped_surrogate_token_level_by_hand():
     loss, st = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, eps_low=0.2, eps_high=0.2)
     # row 0 (A=+1): ratio e^0.2 = 1.2214 is clipped to 1.2 -> -1.2; ratio 1 -> -1
-    # row 1 (A=-1): ratio 1 -> +1; its 2nd token is masked. row 2: not a policy row.
-    assert loss.item() == pytest.approx((-1.2 - 1.0 + 1.0) / 3)
-    assert st["policy"] == pytest.approx(-0.4)
-    assert st["clip_ratio"] == pytest.approx(1 / 3)
+    # row 1 (A=-1): ratio 1 -> +1; its 2nd token is masked. row 2: not a policy row, but its
+    # 2 tokens count in the denominator (5 tokens), as zero-advantage rows do in TRL
+    assert loss.item() == pytest.approx((-1.2 - 1.0 + 1.0) / 5)
+    assert st["policy"] == pytest.approx(-0.24)
+    assert st["clip_ratio"] == pytest.approx(1 / 3)  # of the policy tokens
     assert st["kl"] == 0.0
 
 
 def test_clipped_surrogate_sequence_level_and_clip_high():
     loss, _ = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, loss_type="sequence")
-    assert loss.item() == pytest.approx(((-1.2 - 1.0) / 2 + 1.0) / 2)  # mean of per-row means
+    assert loss.item() == pytest.approx(((-1.2 - 1.0) / 2 + 1.0) / 3)  # per-row means, over all 3 rows
     loss, st = grpo_loss(LOGP, OLD, ADV, MASK, policy_rows=ROWS, eps_low=0.2, eps_high=0.3)
-    assert loss.item() == pytest.approx((-math.exp(0.2) - 1.0 + 1.0) / 3)  # 1.2214 < 1.3: not clipped
+    assert loss.item() == pytest.approx((-math.exp(0.2) - 1.0 + 1.0) / 5)  # 1.2214 < 1.3: not clipped
     assert st["clip_ratio"] == 0.0
+
+
+def test_dropped_rows_still_count_in_the_denominator():
+    """train_on drops row 2 before the call and passes the full count: same loss as masking."""
+    keep = torch.tensor([0, 1])
+    loss, _ = grpo_loss(LOGP[keep], OLD[keep], ADV[keep], MASK[keep], policy_denom=5.0)
+    assert loss.item() == pytest.approx(-0.24)
 
 
 def test_kl_k3_term_by_hand():
@@ -91,7 +99,7 @@ def test_kl_k3_term_by_hand():
     k3 = lambda d: math.exp(d) - d - 1  # noqa: E731
     kl = (k3(0) + k3(-0.5) + k3(0) + k3(-1.0) + k3(0)) / 5  # every row's unmasked tokens, masked group too
     assert st["kl"] == pytest.approx(kl)
-    assert loss.item() == pytest.approx(-0.4 + 0.1 * kl)
+    assert loss.item() == pytest.approx(-0.24 + 0.1 * kl)
 
 
 def test_masked_positions_never_make_the_loss_nan():
