@@ -192,32 +192,42 @@ def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", 
     return np.where(np.asarray(trainable, dtype=bool)[:, None], adv, 0.0)
 
 
-def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """token: sum over all masked tokens / their count (long completions weigh more, as in
-    DAPO); sequence: mean per sequence, then mean over sequences that have tokens."""
+def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str, denom: float | None = None) -> torch.Tensor:
+    """token: sum over the masked tokens / denom (default: their count; long completions weigh
+    more, as in DAPO); sequence: sum of per-sequence means / denom (default: sequences with tokens)."""
     mask = mask.to(x.dtype)
     if loss_type == "token":
-        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+        return (x * mask).sum() / (denom if denom else mask.sum().clamp(min=1.0))
     per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     has = (mask.sum(-1) > 0).to(x.dtype)
-    return (per_seq * has).sum() / has.sum().clamp(min=1.0)
+    return (per_seq * has).sum() / (denom if denom else has.sum().clamp(min=1.0))
+
+
+def _reduce_count(mask: torch.Tensor, loss_type: str) -> float:
+    return float(mask.sum()) if loss_type == "token" else float((mask.sum(-1) > 0).sum())
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
               policy_rows: torch.Tensor | None = None, eps_low: float = 0.2, eps_high: float = 0.2,
-              loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0):
+              loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0,
+              policy_denom: float | None = None):
     """Clipped surrogate (+ beta * k3 KL to the reference). Shapes: logp/old_logp/ref_logp/mask
     [B, L], adv [B], policy_rows [B] bool (rows whose group is trainable; default all).
 
-    The policy term averages over the tokens of policy rows only, the KL term over every row
-    in the batch, so masking a non-trainable row and dropping it give the same gradient when
-    beta = 0. Returns (loss, stats) with stats as floats."""
+    The policy term sums over the tokens of policy rows and divides by every row's tokens
+    (token) or the number of rows (sequence), as TRL does with zero-advantage rows in the
+    batch; `policy_denom` gives that count when rows were dropped before the call (train_on),
+    so masking a non-trainable row and dropping it give the same gradient when beta = 0. A
+    step with few trainable groups therefore takes a small step, not a full one built from
+    a couple of prompts (measured: the full step collapses the demo's policy within ~30
+    steps of a level change). The KL term averages over the rows in the batch. Returns
+    (loss, stats) with stats as floats."""
     mask = mask.to(logp.dtype)
     pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - old_logp)
     a = adv.to(logp.dtype)[:, None]
     pg = -torch.minimum(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
-    policy = _reduce(pg, pmask, loss_type)
+    policy = _reduce(pg, pmask, loss_type, policy_denom or _reduce_count(mask, loss_type))
     if ref_logp is not None and beta > 0:
         d = ref_logp - logp
         kl = _reduce(torch.exp(d) - d - 1, mask, loss_type)  # k3: unbiased, always >= 0
