@@ -315,6 +315,23 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     np.testing.assert_allclose(st_a.scalars_wide()[N.LOSS_POLICY], st_b.scalars_wide()[N.LOSS_POLICY], atol=1e-6)
 
 
+def test_jsonl_task_trains_with_its_own_metrics(tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text("\n".join('{"prompt": "Q: %s? A: ", "answer": "%s"}' % (k, v)
+                              for k, v in [("sun", "hot"), ("ice", "cold"), ("sky", "blue")]) + "\n")
+    toml = tmp_path / "run.toml"
+    toml.write_text(f"[task]\nname = 'jsonl'\ndataset = '{data}'\n[reward.weights]\nexact = 1.0\nanswer_f1 = 0.5\n")
+    cfg = load_config(toml, TINY + ["model.warm_start_steps=3", "grpo.steps=2"])
+    store = S.RunStore.create("j", cfg.to_dict(), root=tmp_path)
+    tr = Trainer(cfg, store, log=lambda m: None)
+    assert tr.run() == S.FINISHED
+    assert tr.reward.names == ["exact", "answer_f1"] and tr.model_info["warm_steps"] == 3
+    w = store.scalars_wide()
+    assert w.index.tolist() == [1, 2] and N.metric_weight("citation") not in w.columns
+    assert set(store.groups()["prompt_id"]) <= {r["prompt_id"] for r in tr.task.rows}
+    assert store.get_meta()["metric_kinds"] == {"exact": "binary", "answer_f1": "continuous"}
+
+
 def test_a_crash_is_recorded_as_failed_with_the_traceback(tmp_path):
     tr, store = _trainer(tmp_path, ["grpo.steps=3"])
     pending = store.request("set_threshold", {"min_group_std": 0.5})

@@ -58,7 +58,7 @@ def last_step(db: Path):
         return None
 
 
-def test_weight_request_mid_run_is_applied_exactly_once(runs_dir):
+def test_weight_request_mid_run_is_applied_exactly_once_and_sigterm_stops_cleanly(runs_dir):
     db = runs_dir / "w" / "run.db"
     proc = start(runs_dir, "w", "grpo.steps=300", "log.checkpoint_every=0")
     try:
@@ -72,7 +72,7 @@ def test_weight_request_mid_run_is_applied_exactly_once(runs_dir):
             return int(row["applied_step"]) if row["status"] == "applied" else None
         applied = wait_for(applied_step, proc, what="the request applied")
         wait_for(lambda: (last_step(db) or 0) >= applied + 1, proc, what="a step after the change")
-        control.send(db, "stop", {}, source="test")
+        proc.send_signal(signal.SIGTERM)  # what the dashboard's Stop / Ctrl-C does: finish the step, checkpoint
         assert proc.wait(60) == 0
     finally:
         if proc.poll() is None:
@@ -90,6 +90,7 @@ def test_weight_request_mid_run_is_applied_exactly_once(runs_dir):
     np.testing.assert_allclose(ro["total"], ro["exact"])  # the step it took effect is scored by the new weights
     assert store.control().set_index("id").loc[rid, "applied_step"] == applied
     assert (runs_dir / "w" / "checkpoints" / f"step-{int(w.index[-1]):06d}").is_dir()  # stop checkpoints
+    assert [p["event"] for p in store.events(kinds=[S.EV_LIFECYCLE])["payload"]][-1] == S.STOPPED
 
 
 def test_kill_9_leaves_a_readable_store_and_resume_continues_from_the_checkpoint(runs_dir):
