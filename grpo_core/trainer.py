@@ -46,6 +46,7 @@ from grpo_core.tasks import build_metrics, make_task
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 CKPT_PREFIX = "step-"
 CKPT_KEEP = 2  # complete checkpoints kept on disk
+ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
 
 
 # =============================================================================================
@@ -428,7 +429,7 @@ class Trainer:
         self.cum_submitted = self.cum_trainable = 0
         self.paused = False
         self.stop_reason: str | None = None
-        self.active_alerts: set[str] = set()
+        self.active_alerts: dict[str, int] = {}  # alert kind -> last step it held
         self.history: list[dict] = []  # recent steps' scalars, for alerts and the curriculum
         self.curriculum_streak = 0
         self.last_log_s = 0.0
@@ -626,7 +627,9 @@ class Trainer:
 
     # ---- alerts and curriculum ------------------------------------------------------------------
     def new_alerts(self, step: int, scalars: dict) -> list[tuple[str, dict]]:
-        """Alert events for alerts that start at this step (an ongoing alert is not repeated)."""
+        """Alert events for alerts that start at this step. An ongoing alert is not repeated, and
+        one that went quiet for fewer than ALERT_REARM steps is the same episode (measured on
+        the demo: a trend alert near its significance line flaps on and off every few steps)."""
         h = self.cfg.health
         keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
         self.history.append({"step": step, **scalars})
@@ -634,8 +637,8 @@ class Trainer:
         wide = pd.DataFrame(self.history).set_index("step")
         now = health.alerts(wide, h)
         events = [(S.EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
-                  for a in now if a.kind not in self.active_alerts]
-        self.active_alerts = {a.kind for a in now}
+                  for a in now if step - self.active_alerts.get(a.kind, -ALERT_REARM - 1) > ALERT_REARM]
+        self.active_alerts.update({a.kind: step for a in now})
         return events
 
     def curriculum(self, scalars: dict) -> list[tuple[str, dict]]:
@@ -672,7 +675,7 @@ class Trainer:
             torch.save({"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": _rng_state(),
                         "task": self.task.state_dict(), "weights": dict(self.reward.weights),
                         "min_group_std": self.min_group_std, "cum": [self.cum_submitted, self.cum_trainable],
-                        "curriculum_streak": self.curriculum_streak, "active_alerts": sorted(self.active_alerts),
+                        "curriculum_streak": self.curriculum_streak, "active_alerts": self.active_alerts,
                         "history": self.history, "autopilot": self.autopilot.to_dict(),
                         "autopilot_on": self.autopilot_on,
                         "grpo_settings": {k: getattr(self.cfg.grpo, k) for k in ("group_size", "prompts_per_step",
@@ -706,7 +709,8 @@ class Trainer:
         self.min_group_std = st["min_group_std"]
         self.cum_submitted, self.cum_trainable = st["cum"]
         self.curriculum_streak = st.get("curriculum_streak", 0)
-        self.active_alerts = set(st.get("active_alerts", []))
+        seen = st.get("active_alerts", {})
+        self.active_alerts = seen if isinstance(seen, dict) else dict.fromkeys(seen, int(st["step"]))
         self.history = st.get("history", [])
         for k, v in st.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: the config's)
             setattr(self.cfg.grpo, k, v)

@@ -269,6 +269,17 @@ def test_zero_trainable_step_does_no_update_and_alerts(tmp_path):
     assert [p["kind"] for p in store.events(kinds=[S.EV_ALERT])["payload"]].count("zero_trainable") == 1
 
 
+def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeypatch):
+    from grpo_core import health
+    tr, _ = _trainer(tmp_path)
+    on = {1, 2, 5, 6, 9, 30}  # on and off within ALERT_REARM steps, then again much later
+    monkeypatch.setattr(T.health, "alerts", lambda wide, cfg: [health.Alert("declining_ratio", "warning", "x",
+                                                                             int(wide.index[-1]))]
+                        if int(wide.index[-1]) in on else [])
+    fired = [s for s in range(1, 31) if tr.new_alerts(s, {N.REWARD: 0.5})]
+    assert fired == [1, 30] and T.ALERT_REARM < 30 - 9
+
+
 def test_difficulty_request_and_auto_curriculum(tmp_path):
     tr, store = _trainer(tmp_path, ["curriculum.mode=auto", "curriculum.window=2", "curriculum.raise_reward=-1",
                                     "curriculum.raise_ratio=1.01"])  # always 'easy': raises every 2 steps
