@@ -183,7 +183,7 @@ def _col(wide: pd.DataFrame, name: str) -> pd.Series | None:
     s = wide[name]
     if not pd.api.types.is_float_dtype(s.dtype):  # float columns (the store's, the trainer's) need no parsing
         s = pd.to_numeric(s, errors="coerce")
-    return s if s.notna().any() else None
+    return s if not np.isnan(s.to_numpy(np.float64, na_value=np.nan)).all() else None
 
 
 def step_ratio_series(wide: pd.DataFrame) -> pd.Series:
@@ -243,6 +243,12 @@ def _trailing_run(mask: np.ndarray) -> int:
 
 def _last_step(wide: pd.DataFrame) -> int | None:
     return int(wide.index[-1]) if len(wide.index) else None
+
+
+# The scalars alerts() reads: a caller may pass a frame of only these columns (the trainer
+# does, every step: a 7-column frame costs a fraction of one with every logged name).
+ALERT_INPUTS = (N.TRAINABLE_RATIO, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.CUM_GROUPS_SUBMITTED,
+                N.CUM_GROUPS_TRAINABLE, N.FRAC_REWARD_ZERO_STD, N.REWARD_STD)
 
 
 def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:

@@ -634,7 +634,9 @@ class Trainer:
         keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
         self.history.append({"step": step, **scalars})
         del self.history[:-keep]
-        wide = pd.DataFrame(self.history).set_index("step")
+        # Only the columns alerts() reads: building a frame of every logged name cost more than the alerts.
+        wide = pd.DataFrame({n: [r.get(n, np.nan) for r in self.history] for n in health.ALERT_INPUTS},
+                            index=pd.Index([r["step"] for r in self.history], name="step"))
         now = health.alerts(wide, h)
         events = [(S.EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
                   for a in now if step - self.active_alerts.get(a.kind, -ALERT_REARM - 1) > ALERT_REARM]

@@ -509,3 +509,33 @@ def test_thread_rule(monkeypatch):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(old)
+
+
+def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
+    """The trainer passes health.alerts only health.ALERT_INPUTS each step: on frames that
+    raise every alert kind (and on healthy ones) that must not change a single alert."""
+    import numpy as np
+    import pandas as pd
+    from grpo_core import health
+    from grpo_core import names as N
+    from grpo_core.config import HealthConfig
+    rng = np.random.default_rng(0)
+    cfg = HealthConfig()
+    n = 30
+    ratio_shapes = {"healthy": np.full(n, 0.8), "zero": np.r_[np.full(n - 5, 0.5), np.zeros(5)],
+                    "declining": np.linspace(0.9, 0.05, n), "near_zero": np.full(n, 0.02),
+                    "noisy": rng.random(n)}
+    seen = set()
+    for name, ratio in ratio_shapes.items():
+        sub = np.full(n, 8.0)
+        tr = np.round(ratio * sub)
+        wide = pd.DataFrame({N.GROUPS_SUBMITTED: sub, N.GROUPS_TRAINABLE: tr, N.TRAINABLE_RATIO: tr / sub,
+                             N.CUM_GROUPS_SUBMITTED: sub.cumsum(), N.CUM_GROUPS_TRAINABLE: tr.cumsum(),
+                             N.FRAC_REWARD_ZERO_STD: 1 - tr / sub, N.REWARD_STD: rng.random(n) * 0.2,
+                             N.REWARD: rng.random(n), "loss/policy": rng.normal(size=n), "time/step_s": 0.1},
+                            index=pd.Index(np.arange(1, n + 1), name="step"))
+        full = health.alerts(wide, cfg)
+        narrow = health.alerts(wide[list(health.ALERT_INPUTS)], cfg)
+        assert full == narrow, name
+        seen |= {a.kind for a in full}
+    assert {"zero_trainable", "low_ratio", "low_reward_std", "declining_ratio", "near_zero"} <= seen
