@@ -16,7 +16,6 @@ requests the dashboard writes. Facts the code relies on:
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import shutil

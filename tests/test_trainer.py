@@ -16,7 +16,7 @@ from grpo_core import names as N
 from grpo_core import store as S
 from grpo_core import trainer as T
 from grpo_core.config import GRPOConfig, ModelConfig, RunConfig, load_config
-from grpo_core.trainer import (ADV_EPS, Rollouts, Trainer, advantages, completion_mask, grpo_loss,
+from grpo_core.trainer import (ADV_EPS, Trainer, advantages, completion_mask, grpo_loss,
                                latest_checkpoint, rollout, train_on, trim)
 
 torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
@@ -278,6 +278,19 @@ def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeyp
                         if int(wide.index[-1]) in on else [])
     fired = [s for s in range(1, 31) if tr.new_alerts(s, {N.REWARD: 0.5})]
     assert fired == [1, 30] and T.ALERT_REARM < 30 - 9
+
+
+def test_dynamic_sampling_draws_batches_until_enough_trainable_groups(tmp_path):
+    tr, store = _trainer(tmp_path, ["grpo.dynamic_sampling=true", "grpo.dynamic_max_batches=3",
+                                    "grpo.dynamic_min_trainable=100"])  # never enough: the cap decides
+    s, groups, rollouts = _one_step(tr)
+    assert s[N.SAMPLING_BATCHES] == 3 and s[N.GROUPS_SUBMITTED] == 9
+    assert len(groups) == 9 and len(rollouts) == 36 and groups["group"].tolist() == list(range(9))
+    tr.cfg.grpo.dynamic_min_trainable = 1
+    s, groups, _ = _one_step(tr)  # stops after the first batch with a trainable group
+    per_batch = groups["trainable"].to_numpy().reshape(-1, 3).sum(1)
+    k = int(s[N.SAMPLING_BATCHES])
+    assert len(per_batch) == k and (per_batch[:-1] == 0).all() and (per_batch[-1] >= 1 or k == 3)
 
 
 def test_difficulty_request_and_auto_curriculum(tmp_path):
