@@ -53,7 +53,7 @@ def load_rows(path: str | Path, metric_names: list[str], custom: set[str] = froz
                 continue
             where = f"{p.name} line {n}"
             try:
-                row = json.loads(line)
+                row = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise ConfigError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
             if not isinstance(row, dict):
