@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The built-in model is tiny: two torch threads on two cores shared with the test's own
+# subprocesses (trainer, Streamlit, browser) were measured ~20x slower than one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 PYTHON = sys.executable
 
 
