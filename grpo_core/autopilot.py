@@ -26,8 +26,9 @@ in the order practice recommends (cheapest and least intrusive first):
                    health.near_zero_steps steps since the last change) and no move above
                    applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
 Every setting move is on trial: after its first `window` steps, if the ratio did not rise by
-at least min_gain / 2 over the ratio that made it act, the autopilot takes it back (an undo:
-that kind of move is not made again in this run).
+at least min_gain / 2 over the ratio that made it act (or, for a raised level, the reward fell
+below level_keep_reward of what it was: too big a step), the autopilot takes it back (an
+undo: that kind of move is not made again in this run).
 Bounds: one move per decision, none until `window` steps have passed since the last change
 (its own or the user's), at most max_moves setting moves per per_steps steps, G and the level
 only ever go up (never below what the user set), every weight keeps its floor, and a move
@@ -63,6 +64,7 @@ class Move:
     before: dict = field(default_factory=dict)  # the setting before the move (what Undo restores)
     predicted_ratio: float | None = None
     ratio: float | None = None  # the window's ratio that made it act (a move is judged against it)
+    reward: float | None = None  # the window's mean reward then (a raised level is judged against it too)
 
 
 @dataclass
@@ -149,15 +151,20 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
         return None
     after, _, _, k = health.window_ratio(ev, cfg.window)
     need = trial["ratio"] + cfg.min_gain / 2
-    if after is None or after >= need:
+    rew = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns else None
+    too_hard = (trial["move"] == "difficulty" and trial.get("reward") is not None and rew is not None
+                and rew < cfg.level_keep_reward * trial["reward"])
+    if after is None or (after >= need and not too_hard):
         return None
     inv = undo_request(trial)
     if inv is None:
         return None
     kind, payload = inv
     back = request_summary(kind, payload)
-    reason = (f"autopilot move #{trial['request_id']} did not help: ratio {trial['ratio']:.2f} -> {after:.2f} over "
-              f"{k} steps (needed >= {need:.2f}): back to {back}")
+    why = (f"reward {trial['reward']:.2f} -> {rew:.2f} at the new level (< {cfg.level_keep_reward:.0%} of before: "
+           f"too big a step)" if too_hard else
+           f"ratio {trial['ratio']:.2f} -> {after:.2f} over {k} steps (needed >= {need:.2f})")
+    reason = f"autopilot move #{trial['request_id']} did not help: {why}: back to {back}"
     return Move("revert", kind, {**payload, "reason": reason}, reason, dict(trial.get("after") or {}), None, after)
 
 
@@ -331,7 +338,7 @@ def try_difficulty(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
     reason = (f"{evidence}, {share:.0%} of groups uniform at >= {cfg.solved_reward:.0%} of the best reward "
               f"{best:.2f} (reward {reward:.2f}): tasks too easy, level {level} -> {level + 1}")
     return Move("difficulty", SET_DIFFICULTY, {"level": level + 1, "reason": reason}, reason, {"level": level},
-                None, ratio), ""
+                None, ratio, reward if reward == reward else None), ""
 
 
 TRIES = {"weights": try_weights, "group_size": try_group_size, "difficulty": try_difficulty}
@@ -361,7 +368,8 @@ def record(state: AutopilotState, moves: list[Move], step: int, request_ids: lis
         state.moves.append({"request_id": rid, "move": mv.move, "step": step})
         if mv.move in MOVE_KINDS:  # a setting move: on trial until its first window is judged
             state.trial = {"request_id": rid, "move": mv.move, "kind": mv.kind, "before": mv.before,
-                           "after": {k: v for k, v in mv.payload.items() if k != "reason"}, "ratio": mv.ratio}
+                           "after": {k: v for k, v in mv.payload.items() if k != "reason"}, "ratio": mv.ratio,
+                           "reward": mv.reward}
         elif mv.move == "revert":
             state.trial = None
     if any(m.move in MOVE_KINDS for m in moves):  # reverts and stops are not rate-limited

@@ -130,6 +130,8 @@ class AutopilotConfig:
     solved_reward: float = knob(0.9, "A uniform group is solved when its reward is >= this share of the best "
                                      "reachable total")
     solved_share: float = knob(0.5, "Raise the difficulty when at least this share of groups is solved")
+    level_keep_reward: float = knob(0.5, "A raised level is taken back when the reward over its first window is "
+                                         "below this share of the reward before (too big a step)")
     max_moves: int = knob(3, "Rate limit: at most this many setting moves ...")
     per_steps: int = knob(100, "... per this many steps")
 
@@ -344,7 +346,7 @@ def validate_autopilot(cfg: RunConfig):
     for key in ("window", "max_moves", "per_steps"):
         if getattr(a, key) < 1:
             raise ConfigError(f"autopilot.{key} must be >= 1, got {getattr(a, key)}")
-    for key in ("target_ratio", "solved_reward", "solved_share", "min_gain"):
+    for key in ("target_ratio", "solved_reward", "solved_share", "min_gain", "level_keep_reward"):
         v = getattr(a, key)
         if not (math.isfinite(v) and 0 <= v <= 1):
             raise ConfigError(f"autopilot.{key} must be in [0, 1], got {v}")

@@ -265,6 +265,19 @@ def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
     assert st.vetoed == ["group_size"]
 
 
+def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_rose():
+    wide, ro = rare_frames()  # after the move: ratio 0.25, reward ~0.03
+    trial = {"request_id": 4, "move": "difficulty", "kind": "set_difficulty", "before": {"level": 1},
+             "after": {"level": 2}, "ratio": 0.1, "reward": 0.9}
+    st = AP.AutopilotState(settings({"exact": 1.0}, level=2), trial=trial)
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert (mv.move, mv.payload["level"], mv.payload["undo_of"]) == ("revert", 1, 4)
+    assert "reward 0.90 -> 0.03 at the new level (< 50% of before: too big a step): back to level 1" in mv.reason
+    # a level the model still earns half its reward on stays
+    st.trial = {**trial, "reward": 0.05}
+    assert all(m.move != "revert" for m in AP.decide(wide, ro, st, CFG, HCFG))
+
+
 def test_hook_keeps_a_move_that_helped_and_forgets_the_trial(runs_dir):
     wide, ro = rare_frames(steps=12)
     store = RunStore.create("k", {"reward": {"weights": {"exact": 1.0}}})
