@@ -31,8 +31,9 @@ below level_keep_reward of what it was: too big a step), the autopilot takes it 
 undo: that kind of move is not made again in this run).
 Bounds: one move per decision, none until `window` steps have passed since the last change
 (its own or the user's), at most max_moves setting moves per per_steps steps, G and the level
-only ever go up (never below what the user set), every weight keeps its floor, and a move
-kind the user undid is never made again in this run.
+only ever go up (never below what the user set), every weight keeps its floors and stays in
+its band around the user's weight, and a move kind that was undone (by the user, or taken
+back as not helping) is never made again in this run.
 """
 from __future__ import annotations
 
@@ -51,13 +52,14 @@ from grpo_core.store import (CHECKPOINT, EV_AUTOPILOT, SET_AUTOPILOT, SET_DIFFIC
 
 SOURCE = "autopilot"
 MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "difficulty": SET_DIFFICULTY}
-# Requests that change what a step measures: evidence from before them says nothing about after.
+# Requests that leave what a step measures as it was: evidence from before them still holds
+# (any other applied request restarts the evidence window).
 NO_EVIDENCE_RESET = (SET_STEPS, SET_AUTOPILOT, STOP, CHECKPOINT, "pause", "resume")
 
 
 @dataclass
 class Move:
-    move: str  # "weights" | "group_size" | "difficulty" | "stop"
+    move: str  # "weights" | "group_size" | "difficulty" | "revert" (a move taken back) | "stop"
     kind: str  # the control request kind (set_weights, set_group_size, set_difficulty, checkpoint, stop)
     payload: dict  # the request payload, "reason" included
     reason: str
@@ -126,7 +128,7 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
             if name == "stop":
                 continue
             if name in state.vetoed:
-                skipped.append(f"{name}: undone by the user")
+                skipped.append(f"{name}: undone earlier in this run")
                 continue
             settings = {**state.settings, "user_weights": state.user_weights or state.settings.get("weights")}
             move, why_not = TRIES[name](ro, ev, settings, cfg, ratio_check.value, evidence)
