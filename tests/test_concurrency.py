@@ -126,6 +126,13 @@ def test_100_weight_requests_from_4_processes_each_applied_once_in_order_or_reje
         for m, w in current.items():
             assert wide.loc[step, f"reward/{m}/weight"] == pytest.approx(w), (step, m)
     assert wide.index[-1] >= max(steps)  # the last change was in force for a logged step too
+    if os.environ.get("GRPO_CONC_REPORT"):  # numbers for docs/reliability.md
+        per_step = ctl[ctl["status"] == "applied"].groupby("applied_step").size()
+        Path(os.environ["GRPO_CONC_REPORT"]).write_text(json.dumps({
+            "requests": len(sent), "applied": int((ctl["status"] == "applied").sum()),
+            "rejected": int((ctl["status"] == "rejected").sum()), "apply_steps": int(per_step.size),
+            "most_at_one_step": int(per_step.max()), "steps_logged": int(wide.index[-1]),
+            "send_window_s": round(ctl["time"].max() - ctl["time"].min(), 2)}))
 
 
 # ---- dashboards: one session watching several runs, several sessions on different runs ----------------------
