@@ -73,6 +73,8 @@ class RunData:
     rollouts: pd.DataFrame  # no completion text (the inspector reads text per group)
     changes: pd.DataFrame
     metrics: list[str]
+    # A large run read in part (see load_run): {"steps_read", "steps", "rollouts"}; None: all of it.
+    sampled: dict | None = None
 
     @property
     def error(self) -> str | None:
@@ -91,8 +93,41 @@ class RunData:
         return (self.config.get(section) or {}).get(key, default)
 
 
-def load_run(run) -> RunData:
-    """A run dir, run.db path, run id, or an open RunStore -> RunData (read once)."""
+ROLLOUT_BUDGET = 200_000  # rollouts one report reads at most (~1 s); a larger run's are sampled by step
+GROUP_SCALARS = (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.PHANTOM_GROUPS, N.REWARD, N.REWARD_STD)
+
+
+def _sample_steps(store: RunStore, wide: pd.DataFrame, changes: pd.DataFrame, window: int,
+                  budget: int) -> tuple[list[int] | None, int, int]:
+    """(steps to read or None for all, steps with rollouts, estimated rollouts). A run whose
+    rollouts fit the budget is read whole. A larger one (measured: 10M rollouts take minutes
+    to read and reduce) is read at: its last `window` steps (examples, inspector), the
+    before/after windows of every change (the ledger's like-for-like rewards) and evenly
+    spaced steps for the rest of the budget. What the rollouts feed there are means over
+    groups (within-group std, uniform share, variance share), which a step sample estimates."""
+    lo, hi, per_step = store.rollout_extent()
+    if hi is None or per_step == 0:
+        return None, 0, 0
+    steps = np.asarray(wide.index, dtype=np.int64) if len(wide) else np.arange(lo, hi + 1)
+    steps = steps[(steps >= lo) & (steps <= hi)]
+    est = len(steps) * per_step
+    if est <= budget or not len(steps):
+        return None, len(steps), est
+    have = set(steps.tolist())
+    want = set(steps[-window:].tolist())
+    for c in changes["step"].dropna().astype(int):  # +-1: a change may be recorded a step early
+        want |= have & set(range(c - window - 1, c + window + 2))
+    rest = max(budget // per_step - len(want), 0)
+    if rest:
+        want |= set(steps[np.linspace(0, len(steps) - 1, rest).astype(int)].tolist())
+    return sorted(want), len(steps), est
+
+
+def load_run(run, window: int = DEFAULT_WINDOW, budget: int | None = None) -> RunData:
+    """A run dir, run.db path, run id, or an open RunStore -> RunData (read once). Scalars and
+    changes are read whole; rollouts (and groups, when the per-step counts are logged) of a
+    run with more than `budget` (default ROLLOUT_BUDGET) rollouts are read for a sample of
+    steps (_sample_steps)."""
     if isinstance(run, RunData):
         return run
     own = not isinstance(run, RunStore)
@@ -100,9 +135,12 @@ def load_run(run) -> RunData:
     try:
         meta = store.get_meta()
         wide = store.scalars_wide()
-        groups = store.groups()
-        rollouts = store.rollouts(with_text=False)
         changes = store.changes()
+        sample, n_steps, est = _sample_steps(store, wide, changes, window,
+                                             ROLLOUT_BUDGET if budget is None else budget)
+        counts_logged = all(_col(wide, n) is not None for n in GROUP_SCALARS)
+        groups = store.groups(steps=sample if counts_logged else None)  # else steps_table counts them
+        rollouts = store.rollouts(with_text=False, steps=sample)
     finally:
         if own:
             store.close()
@@ -118,7 +156,8 @@ def load_run(run) -> RunData:
             metrics.append(parsed[0])
     return RunData(run_id=store.run_id, db_path=store.path, meta=meta, config=config,
                    status=display_status(meta), wide=wide, groups=groups, rollouts=rollouts,
-                   changes=changes, metrics=metrics)
+                   changes=changes, metrics=metrics,
+                   sampled=None if sample is None else {"steps_read": len(sample), "steps": n_steps, "rollouts": est})
 
 
 def _col(wide: pd.DataFrame, name: str) -> pd.Series | None:
@@ -178,6 +217,13 @@ def notices(data: RunData) -> list[Notice]:
     elif data.rollouts.empty:
         out.append(Notice("warning", "Groups are recorded but no rollouts: variance shares, uniform fractions "
                                      "and the rollout inspector are unavailable."))
+    if data.sampled:
+        sm = data.sampled
+        out.append(Notice("info", f"Large run (~{sm['rollouts']:,} rollouts): variance shares, uniform fractions, "
+                                  "like-for-like rewards and the rollout inspector use the rollouts of "
+                                  f"{sm['steps_read']:,} of its {sm['steps']:,} steps (the last ones, the windows "
+                                  "around each change, evenly spaced others); trainability, rewards and ratios "
+                                  "use every step."))
     return out
 
 
@@ -839,9 +885,9 @@ class Report:
 
 
 def build_report(run, window: int = DEFAULT_WINDOW, examples: bool = True) -> Report:
-    data = load_run(run)
     if int(window) < 1:
         raise ConfigError(f"window must be >= 1 step, got {window}")
+    data = load_run(run, window=int(window))
     steps = steps_table(data, window)
     summary = trainability(steps)
     bn = bottlenecks(data)

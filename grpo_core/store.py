@@ -359,30 +359,61 @@ class RunStore:
 
     def scalars_wide(self, since_step: int = -1, names: list[str] | None = None,
                      until_step: int | None = None) -> pd.DataFrame:
-        """One row per step, one column per metric name (index: step)."""
-        long = self.scalars(since_step, names, until_step)
-        if long.empty:
+        """One row per step, one column per metric name (index: step). One index range read per
+        name (the (name, step) key): numbers only reach Python, never a name string per row,
+        and no pivot (2-3x faster than a long read + pivot for a live page's reads)."""
+        rng, args = "step > ?", [since_step]
+        if until_step is not None:
+            rng += " AND step <= ?"
+            args.append(until_step)
+        if not names:  # every name (as scalars()); a bounded range: from the step index, not a pass over all
+            src = "scalars" if since_step < 0 and until_step is None else "scalars INDEXED BY scalars_step"
+            names = [r[0] for r in self.conn.execute(f"SELECT DISTINCT name FROM {src} WHERE {rng}", args)]
+        parts = []
+        for name in sorted(set(names)):
+            rows = self.conn.execute(f"SELECT step, value FROM scalars WHERE name = ? AND {rng} ORDER BY step",
+                                     [name, *args]).fetchall()
+            if rows:
+                st, v = zip(*rows)
+                parts.append((name, np.array(st, np.int64), np.array(v, np.float64)))
+        if not parts:
             return pd.DataFrame(index=pd.Index([], name="step", dtype="int64"))
-        return long.pivot(index="step", columns="name", values="value").sort_index()
+        index = np.unique(np.concatenate([p[1] for p in parts]))
+        cols = {}
+        for name, st, v in parts:
+            cols[name] = np.full(len(index), np.nan)
+            cols[name][np.searchsorted(index, st)] = v
+        df = pd.DataFrame(cols, index=pd.Index(index, name="step"))
+        df.columns.name = "name"  # as the pivot it replaces
+        return df
 
-    def groups(self, since_step: int = -1, until_step: int | None = None) -> pd.DataFrame:
+    def groups(self, since_step: int = -1, until_step: int | None = None,
+               steps: list[int] | None = None) -> pd.DataFrame:
+        """steps: only these steps (an index lookup per step; a large run's report reads a sample)."""
         q = ('SELECT step, grp AS "group", prompt_id, size, reward_mean, reward_std, trainable, phantom '
              "FROM groups WHERE step > ?")
         args: list = [since_step]
         if until_step is not None:
             q += " AND step <= ?"
             args.append(until_step)
+        if steps is not None:
+            q += f" AND step IN ({','.join('?' * len(steps))})"
+            args += [int(x) for x in steps]
         df = pd.read_sql_query(q + " ORDER BY step, grp", self.conn, params=args)
         df["trainable"] = df["trainable"].astype(bool)
         df["phantom"] = df["phantom"].astype(bool)
         return df
 
     def rollouts(self, since_step: int = -1, until_step: int | None = None,
-                 step: int | None = None, group: int | None = None, with_text: bool = True) -> pd.DataFrame:
+                 step: int | None = None, group: int | None = None, with_text: bool = True,
+                 steps: list[int] | None = None) -> pd.DataFrame:
         """Frame (step, group, idx, total, error[, completion], <metric>...): scores expanded
-        into one column per metric."""
+        into one column per metric. steps: only these steps (index lookups)."""
         cols = 'step, grp AS "group", idx, total, scores, error' + (", completion" if with_text else "")
         q, args = f"SELECT {cols} FROM rollouts WHERE step > ?", [since_step]
+        if steps is not None:
+            q += f" AND step IN ({','.join('?' * len(steps))})"
+            args += [int(x) for x in steps]
         if until_step is not None:
             q += " AND step <= ?"
             args.append(until_step)
@@ -403,6 +434,15 @@ class RunStore:
                            "idx": np.array(cols["idx"], np.int64), "total": np.array(cols["total"], np.float64),
                            "error": list(cols["error"]), **({"completion": list(cols["completion"])} if with_text else {})})
         return pd.concat([df, _scores_frame(cols["scores"])], axis=1)
+
+    def rollout_extent(self) -> tuple[int | None, int | None, int]:
+        """(first step, last step, rollouts at the last step) from the primary key alone:
+        how big a run's rollouts are, without counting ten million rows."""
+        # Two queries: SQLite answers a lone MIN() or MAX() from the index, not both in one.
+        lo = self.conn.execute("SELECT MIN(step) FROM rollouts").fetchone()[0]
+        hi = self.conn.execute("SELECT MAX(step) FROM rollouts").fetchone()[0]
+        n = self.conn.execute("SELECT COUNT(*) FROM rollouts WHERE step = ?", (hi,)).fetchone()[0] if hi is not None else 0
+        return lo, hi, int(n)
 
     def events(self, since_id: int = 0, kinds: list[str] | None = None) -> pd.DataFrame:
         q, args = "SELECT id, step, time, kind, payload FROM events WHERE id > ?", [since_id]
