@@ -93,7 +93,7 @@ class RunData:
         return (self.config.get(section) or {}).get(key, default)
 
 
-ROLLOUT_BUDGET = 200_000  # rollouts one report reads at most (~1 s); a larger run's are sampled by step
+ROLLOUT_BUDGET = 100_000  # rollouts one report reads at most (~0.5 s); a larger run's are sampled by step
 GROUP_SCALARS = (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.PHANTOM_GROUPS, N.REWARD, N.REWARD_STD)
 
 
