@@ -10,7 +10,7 @@ boundary, in the ledger with their before/after effect), so the user sees, undoe
 overrides every move the same way as their own.
 
 When it acts: the health verdict over the last `autopilot.window` steps since the last
-change fails its trainable-ratio check, drawn at `autopilot.target_ratio` (0.5 by default:
+change fails its trainable-ratio check, drawn at `autopilot.target_ratio` (0.6 by default:
 above the verdict's alarm line health.min_trainable_ratio = 0.3, so it acts while the run
 still learns rather than after the signal is gone). It then tries,
 in the order practice recommends (cheapest and least intrusive first):
@@ -20,8 +20,10 @@ in the order practice recommends (cheapest and least intrusive first):
                    budget max_rollouts_per_step), if the binary planner predicts a gain;
   3. difficulty  - raise the task level when most groups are uniform because they are solved
                    (high and uniform rewards): there is nothing left to learn at this level.
-                   Then it comes before group_size: a larger G finds rare successes in a task
-                   the model fails, but few failures in one it has learned;
+                   It changes the task itself, so only once the verdict's own ratio check
+                   fails (health.min_trainable_ratio), not just the autopilot's target; then
+                   it comes before group_size: a larger G finds rare successes in a task the
+                   model fails, but few failures in one it has learned;
   4. stop        - the verdict's near-zero alert (ratio <= health.near_zero_ratio for
                    health.near_zero_steps steps since the last change) and no move above
                    applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
@@ -130,8 +132,14 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
             if name in state.vetoed:
                 skipped.append(f"{name}: undone earlier in this run")
                 continue
+            why = evidence
+            if name == "difficulty":  # it changes the task itself: only once the verdict's own check fails
+                if ratio_check.value > hcfg.min_trainable_ratio:
+                    skipped.append(f"difficulty: ratio above the verdict's line {hcfg.min_trainable_ratio:g}")
+                    continue
+                why = f"ratio {ratio_check.value:.2f} <= {hcfg.min_trainable_ratio:g} for {cfg.window} steps"
             settings = {**state.settings, "user_weights": state.user_weights or state.settings.get("weights")}
-            move, why_not = TRIES[name](ro, ev, settings, cfg, ratio_check.value, evidence)
+            move, why_not = TRIES[name](ro, ev, settings, cfg, ratio_check.value, why)
             if move is not None:
                 return [move]
             skipped.append(f"{name}: {why_not}")

@@ -115,7 +115,7 @@ class AutopilotConfig:
     enabled: bool = knob(False, "Autopilot: act on the health verdict by sending requests (off by default; "
                                 "switchable mid-run)")
     window: int = knob(10, "Steps of evidence behind a move, counted from the last change")
-    target_ratio: float = knob(0.5, "It acts when the window's trainable ratio is below this (the verdict's "
+    target_ratio: float = knob(0.6, "It acts when the window's trainable ratio is below this (the verdict's "
                                     "ratio check with this line instead of health.min_trainable_ratio)")
     min_gain: float = knob(0.05, "A reweight or group-size move needs a predicted ratio gain of at least this")
     moves: list = knob(list(AUTOPILOT_MOVES), "Moves it may make, tried in this order: weights, group_size, "
@@ -124,7 +124,7 @@ class AutopilotConfig:
     min_weights: dict = knob({}, "Per-metric weight floors (metric -> lowest weight the autopilot may set)")
     weight_band: float = knob(2.0, "Each weight stays within the user's weight / this .. x this (a metric the "
                                    "user set to 0 stays 0)")
-    max_group_size: int = knob(32, "Cap on the group size G it may set")
+    max_group_size: int = knob(64, "Cap on the group size G it may set")
     max_rollouts_per_step: int = knob(512, "Compute budget: G x prompts per step it may not exceed")
     group_size_factor: float = knob(2.0, "Each group-size move multiplies G by this (at least +1)")
     solved_reward: float = knob(0.9, "A uniform group is solved when its reward is >= this share of the best "

@@ -116,7 +116,7 @@ def test_reweight_moves_weight_to_the_metric_that_varies():
     assert mv.predicted_ratio >= CFG.min_gain
     assert mv.before == {"weights": {"a": 0.9, "b": 0.1}}
     r = mv.payload["reason"]
-    assert r == mv.reason and "ratio 0.00 <= 0.5 for 10 steps" in r and "a uniform in 100% of groups" in r
+    assert r == mv.reason and "ratio 0.00 <= 0.6 for 10 steps" in r and "a uniform in 100% of groups" in r
     assert "a 0.90 -> " in r and "b 0.10 -> " in r and f"predicted ratio {mv.predicted_ratio:.2f}" in r
 
 
@@ -164,7 +164,7 @@ def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
     # a ratio of 0.25 is above a target of 0.2: nothing to do
     assert AP.decide(wide, ro, st, dataclasses.replace(CFG, target_ratio=0.2), HCFG) == []
     # G never goes down: a user's G above the cap stays
-    assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=40)), CFG, HCFG) == []
+    assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=80)), CFG, HCFG) == []
 
 
 def test_difficulty_rises_when_groups_are_solved_then_stops_at_the_top_level():
@@ -194,6 +194,20 @@ def test_solved_groups_get_harder_tasks_before_a_larger_group():
     # failing groups (rewards low): the configured order, a larger group first
     [mv] = AP.decide(wide, ro, st, CFG, HCFG)
     assert mv.move == "group_size"
+
+
+def test_the_task_changes_only_once_the_verdicts_own_ratio_check_fails():
+    """Mostly solved, ratio 0.375: below the autopilot's target (0.6), above the verdict's line (0.3)."""
+    wide, ro = rare_frames(hits_per_step=3)
+    solved = frames(1.0 - np.stack([ro[ro["step"] == s]["exact"].to_numpy().reshape(8, 8, 1)
+                                    for s in sorted(ro["step"].unique())]), {"exact": 1.0})
+    assert solved[0][N.TRAINABLE_RATIO].mean() == pytest.approx(0.375)
+    [mv] = AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0})), CFG, HCFG)
+    assert mv.move == "group_size"  # not difficulty
+    only = dataclasses.replace(CFG, moves=["difficulty", "stop"])
+    assert AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0})), only, HCFG) == []
+    assert AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0})), only,
+                     dataclasses.replace(HCFG, min_trainable_ratio=0.4))[0].move == "difficulty"
 
 
 def test_stop_needs_the_near_zero_window_since_the_last_change():
@@ -336,7 +350,7 @@ def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
     assert len(ids) == 1
     row = store.control().set_index("id").loc[ids[0]]
     assert (row["kind"], row["source"], row["status"]) == ("set_weights", "autopilot", "pending")
-    assert row["payload"]["reason"].startswith("ratio 0.00 <= 0.5 for 10 steps")
+    assert row["payload"]["reason"].startswith("ratio 0.00 <= 0.6 for 10 steps")
     ev = store.events(kinds=[EV_AUTOPILOT]).iloc[-1]
     assert ev["step"] == 12 and ev["payload"]["request_id"] == ids[0]
     assert ev["payload"]["before"] == {"weights": {"a": 0.9, "b": 0.1}}
