@@ -121,10 +121,13 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
         tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
         toks.append(tok)
         done = done | (tok == eos_id)
-        if t == max_new_tokens - 1 or bool(done.all()):
+        if t == max_new_tokens - 1:
             break
-        live = ~done[rows]
-        if int(live.sum()) <= 3 * len(rows) // 4:
+        live = ~done[rows]  # rows outside the batch have ended already
+        n_live = int(live.sum())  # the one host sync per token (generate has one too)
+        if n_live == 0:
+            break
+        if n_live <= 3 * len(rows) // 4:
             keep = live.nonzero().squeeze(1)
             cache.batch_select_indices(keep)
             rows, mask, nxt = rows[keep], mask[keep], nxt[keep]
