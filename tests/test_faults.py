@@ -123,9 +123,9 @@ def kill_at(mode: str, root: Path, rid: str, proc, rng: random.Random) -> str:
         what = "start-up"
     else:
         wait_new_step(root, rid, last_step(root, rid), proc)
-        if mode == "checkpoint":  # the moment a checkpoint's temp folder appears
+        if mode == "checkpoint":  # the moment this trainer's checkpoint temp folder appears
             deadline = time.time() + 60
-            while not any(ckpts.glob(".tmp-*")) and time.time() < deadline and proc.poll() is None:
+            while not any(ckpts.glob(f".tmp-*-{proc.pid}")) and time.time() < deadline and proc.poll() is None:
                 pass
             what = "checkpoint write"
         elif mode == "store-write":  # the moment the WAL changes (a step or heartbeat commit)
