@@ -79,9 +79,10 @@ def summarise(runs: Path, run_id: str) -> dict:
     w = data.wide
     tail = w.tail(LAST)
     init = {m: float(v) for m, v in ((data.config.get("reward") or {}).get("weights") or {}).items()}
-    ro = data.rollouts
     lo = int(tail.index[0])
-    r = ro[ro["step"] >= lo]
+    with RunStore.open(runs / run_id, readonly=True) as st:  # whole tables: the report samples large runs
+        r = st.rollouts(since_step=lo - 1, with_text=False)
+        n_rollouts = int(st.groups()["size"].sum())
     tot = r[list(init)].to_numpy(np.float64) @ np.array(list(init.values()))
     per_group = np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy(), weights=tot) / \
         np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy())
@@ -95,7 +96,7 @@ def summarise(runs: Path, run_id: str) -> dict:
         "final_reward": float(tail[N.REWARD].mean()),
         "final_reward_initial_weights": float(per_group.mean()),
         "final_metrics": {m: float(tail[N.metric_mean(m)].mean()) for m in init if N.metric_mean(m) in tail},
-        "rollouts": int(len(ro)), "wall_s": float(w[N.TIME_STEP].sum()),
+        "rollouts": n_rollouts, "wall_s": float(w[N.TIME_STEP].sum()),
         "settings": meta.get("settings") or {}, "stop_reason": meta.get("stop_reason"),
         "moves": [{"step": int(m["step"]), "kind": m["kind"], "change": m["change"],
                    "ratio_before": m["ratio_before"], "ratio_after": m["ratio_after"], "reason": m["reason"]}
