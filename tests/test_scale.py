@@ -58,7 +58,7 @@ def test_a_large_run_is_read_at_sampled_steps_with_a_notice(run):
     for col in ("mean_group_std", "uniform_fraction"):
         assert np.allclose(bf[col], bp[col], atol=0.08), col
     notes = [n.text for n in R.notices(part)]
-    assert any("Large run" in t and f"of its 120 steps" in t for t in notes)
+    assert any("Large run" in t and "of its 120 steps" in t for t in notes)
     assert not any("Large run" in n.text for n in R.notices(full))
 
 

@@ -1,0 +1,79 @@
+"""Shared bits of the performance benchmarks (bench/trainer_vs_trl.py, profile_step.py,
+monitoring_overhead.py, store_scale.py, gpu_check.py): the machine line, robust summaries
+(median and quartiles: the box is shared and noisy), and writing one section of
+docs/benchmarks.md without touching the others (a file lock: the scripts may run at once)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        m = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"nproc {len(os.sched_getaffinity(0))}, {cpu}; load average {load} (other agents share the CPU); "
+            f"Python {platform.python_version()}")
+
+
+def load_now() -> float:
+    return os.getloadavg()[0]
+
+
+def summary(xs) -> dict:
+    xs = [float(x) for x in xs]
+    if not xs:
+        return {"median": float("nan"), "p25": float("nan"), "p75": float("nan"), "min": float("nan"),
+                "max": float("nan"), "n": 0}
+    q = np.percentile(xs, [25, 75])
+    return {"median": statistics.median(xs), "p25": float(q[0]), "p75": float(q[1]), "min": min(xs),
+            "max": max(xs), "n": len(xs)}
+
+
+def fmt_ms(s: dict, unit: str = "ms", scale: float = 1000.0, digits: int = 1) -> str:
+    """'median | p25-p75 | min-max | n' of a summary of seconds, shown in `unit`."""
+    f = f"{{:.{digits}f}}"
+    m, a, b, lo, hi = (f.format(s[k] * scale) for k in ("median", "p25", "p75", "min", "max"))
+    return f"{m} {unit} | {a}-{b} {unit} | {lo}-{hi} {unit} | {s['n']}"
+
+
+def timeit(fn, repeats: int, warmup: int = 1) -> list[float]:
+    """Seconds per call (after warm-up calls)."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def write_section(heading: str, text: str, doc: Path = DOC):
+    """Replace (or append) the section that starts with `heading`; other sections are left alone."""
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    with open(Path(tempfile.gettempdir()) / "grpo-benchmarks-md.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        old = doc.read_text() if doc.exists() else "# Benchmarks\n"
+        start = old.find(heading + "\n")
+        if start < 0:
+            new = old.rstrip("\n") + "\n\n" + text
+        else:
+            nxt = old.find("\n## ", start + len(heading))
+            new = old[:start] + text.rstrip("\n") + "\n" + ("\n" + old[nxt + 1:] if nxt >= 0 else "")
+        doc.write_text(new.rstrip("\n") + "\n")

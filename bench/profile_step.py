@@ -1,0 +1,269 @@
+"""Where the time of a GRPO step goes, on the real loop (`Trainer.run()`, demo config).
+
+Each stage is wrapped with a timer (no profiler in the timed runs: cProfile's per-call cost
+would inflate the Python-heavy stages), the loop runs --steps steps after --warmup, and every
+step's interval (log_step end to log_step end: the whole loop) is split into:
+
+  floor    sampling pass (trainer.sample_tokens) + one forward/backward/update (train_on)
+  else     prompt tokenisation + decoding, scoring, health (group stats, advantages, step
+           scalars), alerts + curriculum, store write (log_step), control polling, autopilot,
+           and the rest (Python glue, pandas frames of the step)
+
+Target: everything outside the floor < 10% of the step. Ablations (--ablate) run in the same
+process in alternating segments, so a shared box's load hits both alike:
+
+  sampler   the sampling loop vs `model.generate` (before: 64 prompt rows prefilled)
+  shared    the shared-prompt forward/backward vs one forward over all rows
+  threads   1 vs 2 torch threads
+
+    .venv/bin/python bench/profile_step.py [--steps 40] [--ablate sampler,shared,threads]
+        [--cprofile 25] [--no-write]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("GRPO_TORCH_THREADS", "1")
+
+import torch  # noqa: E402
+
+from perf_common import machine, summary, write_section  # noqa: E402
+
+HEADING = "## Where the time goes"
+TARGET_SHARE = 0.10
+FLOOR = ("sampling pass", "forward/backward/update")
+
+
+class Timers:
+    """Accumulated seconds per stage; `wrap` times a function or method in place."""
+
+    def __init__(self):
+        self.acc = defaultdict(float)
+        self.undo = []
+        self.inner = {}  # (owner, attr) -> the function the timer calls (an ablation swaps it)
+
+    def wrap(self, owner, attr: str, stage: str):
+        fn = getattr(owner, attr)
+        acc, inner, key = self.acc, self.inner, (id(owner), attr)
+        inner[key] = fn
+
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return inner[key](*a, **kw)
+            finally:
+                acc[stage] += time.perf_counter() - t
+        setattr(owner, attr, timed)
+        self.undo.append((owner, attr, fn))
+
+    def swap(self, owner, attr: str, fn):
+        """Replace the timed function (returns the one it replaced)."""
+        key = (id(owner), attr)
+        old, self.inner[key] = self.inner[key], fn
+        return old
+
+    def restore(self):
+        for owner, attr, fn in reversed(self.undo):
+            setattr(owner, attr, fn)
+
+
+def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_new_tokens, eos_id, pad_id,
+                            temperature=1.0, top_p=1.0, suppress_ids=None):
+    """What the trainer did before: one `generate` call over P*G rows."""
+    out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, temperature=temperature,
+                         top_p=top_p, top_k=0, max_new_tokens=max_new_tokens, num_return_sequences=group_size,
+                         use_cache=True, suppress_tokens=suppress_ids or None, pad_token_id=pad_id,
+                         eos_token_id=eos_id)
+    return out[:, prompt_ids.shape[1]:]
+
+
+def make_trainer(runs_dir: str, steps: int):
+    from grpo_core import store as S
+    from grpo_core.config import RunConfig, validate
+    from grpo_core.trainer import Trainer, set_threads
+    cfg = RunConfig()
+    cfg.grpo.steps = steps
+    cfg.log.progress, cfg.log.checkpoint_every = False, 0
+    cfg = validate(cfg)
+    set_threads(cfg)
+    store = S.RunStore.create(S.new_run_id("profile"), cfg.to_dict(), root=runs_dir)
+    return Trainer(cfg, store, log=lambda m: None)
+
+
+def instrument(tr, timers: Timers):
+    """Stage timers on the functions the loop calls (looked up at call time, so patching the
+    module attribute is enough)."""
+    from grpo_core import health
+    from grpo_core import trainer as T
+    from grpo_core.rewards import CompositeReward
+    timers.wrap(T, "sample_tokens", "sampling pass")
+    timers.wrap(T, "rollout", "_rollout")  # minus the sampling pass = tokenise + decode
+    timers.wrap(T, "train_on", "forward/backward/update")
+    timers.wrap(CompositeReward, "score", "scoring")
+    for fn in ("group_stats", "step_scalars"):
+        timers.wrap(health, fn, "health")
+    timers.wrap(T, "advantages", "health")
+    for m in ("new_alerts", "curriculum"):
+        timers.wrap(tr, m, "alerts + curriculum")
+    timers.wrap(tr.store, "log_step", "store write (log_step)")
+    timers.wrap(tr, "poll_control", "control polling")
+    timers.wrap(tr, "run_autopilot", "autopilot")
+
+
+def run_segment(tr, n: int, timers: Timers) -> list[dict]:
+    """n more steps of the real loop; per-step stage deltas for the n - 1 intervals inside it."""
+    snaps = []
+    log_step = tr.store.log_step
+
+    def tick(*a, **kw):
+        out = log_step(*a, **kw)
+        snaps.append((time.perf_counter(), dict(timers.acc)))
+        return out
+    tr.store.log_step = tick
+    tr.cfg.grpo.steps = tr.step + n
+    try:
+        tr.run()
+    finally:
+        tr.store.log_step = log_step
+    rows = []
+    for (t0, a0), (t1, a1) in zip(snaps, snaps[1:]):
+        d = {k: a1.get(k, 0.0) - a0.get(k, 0.0) for k in a1}
+        d["tokenise + decode"] = d.pop("_rollout", 0.0) - d.get("sampling pass", 0.0)
+        d["step"] = t1 - t0
+        d["rest (glue, frames)"] = d["step"] - sum(v for k, v in d.items() if k != "step")
+        rows.append(d)
+    return rows
+
+
+def variants(ablate: list[str], timers: Timers):
+    """(name, setup, teardown) per variant; 'current' always first. Applied after `instrument`,
+    so the stage timers still time the swapped-in function."""
+    from grpo_core import trainer as T
+    out = [("current", lambda: None, lambda: None)]
+    if "sampler" in ablate:
+        cur = timers.inner[(id(T), "sample_tokens")]
+        out.append(("model.generate over P*G rows (before)",
+                    lambda: timers.swap(T, "sample_tokens", reference_sample_tokens),
+                    lambda: timers.swap(T, "sample_tokens", cur)))
+    if "shared" in ablate:
+        cur_lp = T.token_logprobs
+
+        def full(*a, **kw):
+            kw["group_size"] = 1
+            return cur_lp(*a, **kw)
+        out.append(("one forward over all rows (before)",
+                    lambda: setattr(T, "token_logprobs", full), lambda: setattr(T, "token_logprobs", cur_lp)))
+    if "threads" in ablate:
+        n0 = torch.get_num_threads()
+        out.append(("2 torch threads instead of 1", lambda: torch.set_num_threads(2),
+                    lambda: torch.set_num_threads(n0)))
+    return out
+
+
+def cprofile_top(tr, n_steps: int, top: int) -> str:
+    pr = cProfile.Profile()
+    tr.cfg.grpo.steps = tr.step + n_steps
+    pr.enable()
+    tr.run()
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per variant")
+    ap.add_argument("--segment", type=int, default=5, help="steps per alternating segment")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--ablate", default="sampler,shared,threads")
+    ap.add_argument("--cprofile", type=int, default=0, help="also print the top-N functions by self time")
+    ap.add_argument("--runs-dir", default=os.path.join(tempfile.gettempdir(), "grpo-bench-runs"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    ablate = [a for a in args.ablate.split(",") if a]
+
+    tr = make_trainer(args.runs_dir, args.warmup)
+    tr.run()  # warm-up (first-call allocations)
+    timers = Timers()
+    instrument(tr, timers)
+    vs = variants(ablate, timers)
+    rows = {name: [] for name, _, _ in vs}
+    segs = max(1, -(-args.steps // (args.segment - 1)))
+    for _ in range(segs):
+        for name, setup, teardown in vs:
+            setup()
+            try:
+                rows[name] += run_segment(tr, args.segment, timers)
+            finally:
+                teardown()
+    timers.restore()
+    prof = cprofile_top(tr, 10, args.cprofile) if args.cprofile else ""
+
+    cur = rows["current"]
+    stages = [k for k in cur[0] if k != "step"]
+    step = summary([r["step"] for r in cur])
+    floor = [sum(r.get(k, 0.0) for k in FLOOR) for r in cur]
+    else_share = [1 - f / r["step"] for f, r in zip(floor, cur)]
+    es = summary(else_share)
+    verdict = "meets" if es["median"] < TARGET_SHARE else "MISSES"
+    lines = [
+        HEADING, "",
+        "One step of the real loop (`Trainer.run()`, demo config: 8 prompts x 8 completions, max 16 new "
+        "tokens, built-in model), split by stage timers (no profiler in the timed runs). The floor is one "
+        "sampling pass plus one forward/backward/update; everything else should cost < 10% of the step.",
+        "",
+        f"- Command: `GRPO_TORCH_THREADS=1 .venv/bin/python bench/profile_step.py --steps {args.steps}"
+        f"{' --ablate ' + args.ablate if args.ablate != 'sampler,shared,threads' else ''}`",
+        f"- Machine: {machine()}",
+        f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}; {len(cur)} steps per variant in alternating segments "
+        f"of {args.segment}",
+        f"- Target: outside the floor < {TARGET_SHARE:.0%} of the step. Result: median {es['median']:.1%} "
+        f"(p25-p75 {es['p25']:.1%}-{es['p75']:.1%}): **{verdict}**.",
+        "",
+        "| stage | median ms/step | p25-p75 ms | share of the median step |",
+        "| --- | --- | --- | --- |",
+    ]
+    for k in sorted(stages, key=lambda k: -statistics.median(r.get(k, 0.0) for r in cur)):
+        s = summary([r.get(k, 0.0) for r in cur])
+        tag = " (floor)" if k in FLOOR else ""
+        lines.append(f"| {k}{tag} | {s['median'] * 1000:.1f} | {s['p25'] * 1000:.1f}-{s['p75'] * 1000:.1f} | "
+                     f"{s['median'] / step['median']:.1%} |")
+    lines.append(f"| **whole step** | **{step['median'] * 1000:.1f}** | {step['p25'] * 1000:.1f}-"
+                 f"{step['p75'] * 1000:.1f} | 100% |")
+    if len(vs) > 1:
+        lines += ["", "Ablations (same process, alternating segments; ratio of medians, the step and the stage it "
+                  "changes):", "", "| variant | median s/step | vs current | sampling pass ms | "
+                  "forward/backward ms |", "| --- | --- | --- | --- | --- |"]
+        for name, _, _ in vs:
+            r = rows[name]
+            s = statistics.median(x["step"] for x in r)
+            lines.append(f"| {name} | {s:.3f} | {s / step['median']:.2f}x | "
+                         f"{statistics.median(x.get('sampling pass', 0) for x in r) * 1000:.0f} | "
+                         f"{statistics.median(x.get('forward/backward/update', 0) for x in r) * 1000:.0f} |")
+    lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if prof:
+        print(prof)
+    if not args.no_write:
+        write_section(HEADING, text)
+        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
