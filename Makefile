@@ -40,10 +40,18 @@ test-fast: $(TEST_STAMP)  ## everything but the slow end-to-end tests
 lint-docker: $(TEST_STAMP)
 	$(PY) -m tests.check_dockerfile
 
-bench: $(TEST_STAMP)  ## all benchmarks; figures land in docs/benchmarks.md (not part of make test)
+BENCH_TMP ?= /tmp/grpo-bench
+bench: $(TEST_STAMP)  ## all benchmarks (long: ~1 h on 2 cores); figures land in docs/ (not part of make test)
 	$(PY) bench/health_bench.py
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/demo_curves.py
+	$(PY) bench/profile_step.py
+	$(PY) bench/monitoring_overhead.py
+	$(PY) bench/store_scale.py --repeats 3
+	mkdir -p $(BENCH_TMP)
+	for s in 0 1 2; do GRPO_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
+	$(PY) bench/trainer_vs_trl.py --from-json $(BENCH_TMP)/trl-s0.json,$(BENCH_TMP)/trl-s1.json,$(BENCH_TMP)/trl-s2.json
+	$(PY) bench/autopilot_demo.py
 
 screenshots: $(TEST_STAMP)  ## refresh docs/screenshots/ from the browser test
 	GRPO_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser_live.py
