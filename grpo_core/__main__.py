@@ -68,19 +68,6 @@ def cmd_status(args):
     return 0
 
 
-def _parse_pairs(pairs: list[str]) -> dict[str, float]:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise ConfigError(f"expected name=value, got {p!r} (e.g. answer_f1=0.5)")
-        k, v = p.split("=", 1)
-        try:
-            out[k.strip()] = float(v)
-        except ValueError:
-            raise ConfigError(f"weight for {k.strip()!r} must be a number, got {v!r}") from None
-    return out
-
-
 def cmd_control(args):
     from grpo_core import control
     payload = control.parse_cli_request(args.action, args.values)
