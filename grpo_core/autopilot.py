@@ -29,8 +29,8 @@ in the order practice recommends (cheapest and least intrusive first):
                    applies: checkpoint, then stop (status stopped, meta stop_reason "autopilot").
 Every setting move is on trial: after its first `window` steps, if the ratio did not rise by
 at least min_gain / 2 over the ratio that made it act (or, for a raised level, the reward fell
-below level_keep_reward of what it was: too big a step), the autopilot takes it back (an
-undo: that kind of move is not made again in this run).
+below level_keep_reward of what it was, judged after LEVEL_CHECK_STEPS steps: too big a
+step), the autopilot takes it back (an undo: that kind of move is not made again in this run).
 Bounds: one move per decision, none until `window` steps have passed since the last change
 (its own or the user's), at most max_moves setting moves per per_steps steps, G and the level
 only ever go up (never below what the user set), every weight keeps its floors and stays in
@@ -53,6 +53,7 @@ from grpo_core.store import (CHECKPOINT, EV_AUTOPILOT, SET_AUTOPILOT, SET_DIFFIC
                              SET_WEIGHTS, STOP)
 
 SOURCE = "autopilot"
+LEVEL_CHECK_STEPS = 3  # steps on a raised level before its reward is judged (see review)
 MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "difficulty": SET_DIFFICULTY}
 # Requests that leave what a step measures as it was: evidence from before them still holds
 # (any other applied request restarts the evidence window).
@@ -107,12 +108,12 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
     wide = wide.sort_index()
     step = int(wide.index[-1])
     ev = wide[wide.index >= state.last_change_step]  # only steps under the settings in force
-    if len(ev) < cfg.window:
-        return []
-    if state.trial is not None:  # first judge the last move on the window after it
+    if state.trial is not None:  # first judge the last move on the steps after it
         revert = review(ev, state.trial, cfg)
         if revert is not None:
             return [revert]
+    if len(ev) < cfg.window:
+        return []
     # The verdict the user sees, over the autopilot's window (ratio check) and since the change (alerts).
     v = health.verdict(ev, dataclasses.replace(hcfg, trend_window=cfg.window, min_trainable_ratio=cfg.target_ratio))
     ratio_check = next((c for c in v.checks if c.name == "trainable_ratio"), None)
@@ -153,17 +154,22 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
 
 
 def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
-    """The inverse of the last move when, over the first window under it, the ratio did not rise
-    by at least min_gain / 2 over the ratio that made it act; None when it helped. A move that
-    does not deliver is taken back (and, as an undo, never made again in this run): a harder
-    level the model cannot learn, or weights that only looked better on past rollouts."""
+    """The inverse of the last move when it did not deliver, else None (judged again next step
+    until a full window is in). A move is taken back (and, as an undo, never made again in this
+    run) when over its first window the ratio did not rise by at least min_gain / 2 over the
+    ratio that made it act (weights that only looked better on past rollouts, a G that found
+    nothing), or, for a raised level, as soon as LEVEL_CHECK_STEPS steps earn under
+    level_keep_reward of the reward before: a level the model mostly fails shows at once, and
+    every step on it pulls the policy away from the level it had learned."""
     if trial.get("ratio") is None:
+        return None
+    rew = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns and len(ev) else None
+    too_hard = (trial["move"] == "difficulty" and trial.get("reward") is not None and rew is not None
+                and len(ev) >= min(LEVEL_CHECK_STEPS, cfg.window) and rew < cfg.level_keep_reward * trial["reward"])
+    if len(ev) < cfg.window and not too_hard:
         return None
     after, _, _, k = health.window_ratio(ev, cfg.window)
     need = trial["ratio"] + cfg.min_gain / 2
-    rew = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns else None
-    too_hard = (trial["move"] == "difficulty" and trial.get("reward") is not None and rew is not None
-                and rew < cfg.level_keep_reward * trial["reward"])
     if after is None or (after >= need and not too_hard):
         return None
     inv = undo_request(trial)
@@ -171,8 +177,8 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
         return None
     kind, payload = inv
     back = request_summary(kind, payload)
-    why = (f"reward {trial['reward']:.2f} -> {rew:.2f} at the new level (< {cfg.level_keep_reward:.0%} of before: "
-           f"too big a step)" if too_hard else
+    why = (f"reward {trial['reward']:.2f} -> {rew:.2f} over {len(ev.tail(cfg.window))} steps at the new level "
+           f"(< {cfg.level_keep_reward:.0%} of before: too big a step)" if too_hard else
            f"ratio {trial['ratio']:.2f} -> {after:.2f} over {k} steps (needed >= {need:.2f})")
     reason = f"autopilot move #{trial['request_id']} did not help: {why}: back to {back}"
     return Move("revert", kind, {**payload, "reason": reason}, reason, dict(trial.get("after") or {}), None, after)

@@ -286,10 +286,17 @@ def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_r
     st = AP.AutopilotState(settings({"exact": 1.0}, level=2), trial=trial)
     [mv] = AP.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.payload["level"], mv.payload["undo_of"]) == ("revert", 1, 4)
-    assert "reward 0.90 -> 0.03 at the new level (< 50% of before: too big a step): back to level 1" in mv.reason
+    assert "reward 0.90 -> 0.03 over 10 steps at the new level (< 50% of before: too big a step): back to level 1" \
+        in mv.reason
     # a level the model still earns half its reward on stays
     st.trial = {**trial, "reward": 0.05}
     assert all(m.move != "revert" for m in AP.decide(wide, ro, st, CFG, HCFG))
+    # the reward is judged after LEVEL_CHECK_STEPS steps on the new level, not a whole window
+    st.trial, st.last_change_step = dict(trial), 12 - AP.LEVEL_CHECK_STEPS + 1
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert mv.move == "revert" and f"over {AP.LEVEL_CHECK_STEPS} steps at the new level" in mv.reason
+    st.last_change_step = 12 - AP.LEVEL_CHECK_STEPS + 2  # one step short: wait
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
 
 
 def test_hook_keeps_a_move_that_helped_and_forgets_the_trial(runs_dir):
