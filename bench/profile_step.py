@@ -244,6 +244,11 @@ def main(argv=None) -> int:
                      f"{s['median'] / step['median']:.1%} |")
     lines.append(f"| **whole step** | **{step['median'] * 1000:.1f}** | {step['p25'] * 1000:.1f}-"
                  f"{step['p75'] * 1000:.1f} | 100% |")
+    outside = sum(statistics.median(r.get(k, 0.0) for r in cur) for k in stages if k not in FLOOR)
+    lines += ["", f"Sum of the per-stage medians outside the floor: {outside * 1000:.1f} ms = "
+              f"{outside / step['median']:.1%} of the median step. The per-step share above is the stricter reading "
+              "(its median over steps); on a loaded box the short Python stages between the two torch passes are "
+              "the ones a preemption lands in, which is what widens their p75."]
     if len(vs) > 1:
         lines += ["", "Ablations (same process, alternating segments; ratio of medians, the step and the stage it "
                   "changes):", "", "| variant | median s/step | vs current | sampling pass ms | "

@@ -124,9 +124,9 @@ RANGE_QUERIES = {
         "SELECT DISTINCT name FROM scalars INDEXED BY scalars_step WHERE step > ? AND step <= ?",
     "scalars(): long read by step range":
         "SELECT step, name, value FROM scalars WHERE step > ? AND step <= ?",
-    "scalars binned (live first load, old part)":
-        "SELECT step / 16 AS bin, name, SUM(value), COUNT(value) FROM scalars "
-        "WHERE name IN ('train/reward') AND step > ? AND step <= ? GROUP BY name, bin",
+    "scalars binned, one name (live first load, old part)":
+        "SELECT step / 16 AS bin, SUM(value), COUNT(value) FROM scalars "
+        "WHERE name = 'train/reward' AND step > ? AND step <= ? GROUP BY bin",
     "groups by step range": "SELECT * FROM groups WHERE step > ? AND step <= ? ORDER BY step, grp",
     "rollouts by step range (what-if window)":
         "SELECT step, grp, idx, total, scores, error FROM rollouts WHERE step > ? AND step <= ? "
