@@ -294,6 +294,19 @@ class RunStore:
     def heartbeat(self, **extra):
         self.set_meta(heartbeat=time.time(), **extra)
 
+    # ---- WAL checkpoints off the writer's path ------------------------------------------
+    def defer_checkpoints(self, defer: bool = True):
+        """defer: this connection's commits never fold the WAL into the db (SQLite does it
+        in the commit that crosses 1000 pages, an fsync'd copy the trainer would wait for);
+        another connection calls checkpoint() instead. False: SQLite's default again."""
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={0 if defer else 1000}")
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Fold what it can of the WAL into the db without blocking writers or readers
+        (PASSIVE). Returns (WAL frames, frames checkpointed)."""
+        _, log, done = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(log), int(done)
+
     @property
     def config(self) -> dict:
         return self.get_meta().get("config") or {}

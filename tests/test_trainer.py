@@ -552,3 +552,32 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
         assert full == narrow, name
         seen |= {a.kind for a in full}
     assert {"zero_trainable", "low_ratio", "low_reward_std", "declining_ratio", "near_zero"} <= seen
+
+
+def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path, monkeypatch):
+    """During run() the loop's connection never checkpoints (autocheckpoint 0) and the
+    heartbeat thread folds the WAL in; afterwards the connection is back to SQLite's default."""
+    import threading
+    import time
+    seen, calls = [], []
+    real_checkpoint = S.RunStore.checkpoint
+
+    def counted(self):
+        out = real_checkpoint(self)
+        calls.append((threading.current_thread().name, out))
+        return out
+    monkeypatch.setattr(S.RunStore, "checkpoint", counted)
+    monkeypatch.setattr(T.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
+    tr, store = _trainer(tmp_path, ["grpo.steps=4"])
+    log_step = store.log_step
+
+    def spy(*a, **kw):
+        seen.append(store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        time.sleep(0.05)  # let a beat happen between steps
+        return log_step(*a, **kw)
+    store.log_step = spy
+    tr.run()
+    assert seen == [0, 0, 0, 0]
+    assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    beats = [out for name, out in calls if name == "grpo-heartbeat"]
+    assert beats and any(log > 0 and done == log for log, done in beats)  # frames written, all folded in
