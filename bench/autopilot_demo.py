@@ -2,6 +2,7 @@
 
     python bench/autopilot_demo.py                 # 400 steps each, seed 0; writes docs/demo.md
     python bench/autopilot_demo.py --steps 100 --no-doc
+    python bench/autopilot_demo.py --seeds 0 1 2   # seed 0 in full, 1 and 2 in a summary table
 
 Both trainers run at the same time (one torch thread each, so they share the machine alike)
 with the same config and seed; only `autopilot.enabled` differs. Reported per run: the
@@ -35,7 +36,7 @@ from grpo_core.store import RunStore  # noqa: E402
 
 LAST = 20  # steps in the "final" window
 TARGET_GAIN = 0.15
-EVAL_BATCHES = 16  # pilot batches (8 prompts x G 8 each) scoring each run's final policy
+EVAL_BATCHES = 32  # pilot batches (8 prompts x G 8 each) scoring each run's final policy
 
 
 def start(run_id: str, runs: Path, steps: int, seed: int, autopilot: bool, extra: list[str], log: Path):
@@ -165,46 +166,71 @@ def write_section(doc: Path, text: str):
     doc.write_text(new)
 
 
+def run_pair(runs: Path, steps: int, seed: int, extra: list[str]) -> tuple[dict, dict]:
+    """The off and on runs of one seed, side by side; their summaries with the evals."""
+    stamp = time.strftime("%H%M%S")
+    ids = {False: f"ap-off-s{seed}-{stamp}", True: f"ap-on-s{seed}-{stamp}"}
+    t0 = time.time()
+    procs = {False: start(ids[False], runs, steps, seed, False, extra, runs / f"off-s{seed}.log")}
+    # The second run starts once the first has a step: the built-in model's warm-start is then cached.
+    while last_step(runs, ids[False]) < 1 and procs[False].poll() is None:
+        time.sleep(2)
+    procs[True] = start(ids[True], runs, steps, seed, True, extra, runs / f"on-s{seed}.log")
+    while any(p.poll() is None for p in procs.values()):
+        time.sleep(30)
+        print(f"[seed {seed}, {time.time() - t0:5.0f}s] off step {last_step(runs, ids[False])}, on step "
+              f"{last_step(runs, ids[True])} of {steps}", flush=True)
+    for k, p in procs.items():
+        if p.returncode != 0:
+            raise SystemExit(f"run {ids[k]} failed (exit {p.returncode}); see {runs}/{'on' if k else 'off'}-s{seed}.log")
+    off, on = summarise(runs, ids[False]), summarise(runs, ids[True])
+    for r in (off, on):
+        r["eval"] = evaluate(runs, r["run_id"], seed, EVAL_BATCHES, extra)
+    return off, on
+
+
+def met(off: dict, on: dict) -> bool:
+    return on["cum_ratio"] - off["cum_ratio"] >= TARGET_GAIN and on["eval"]["reward"] >= off["eval"]["reward"]
+
+
+def seeds_table(pairs: dict[int, tuple[dict, dict]]) -> str:
+    lines = ["", "Other seeds, same command (`--seeds` runs them one after another):", "",
+             "| seed | cumulative ratio off → on | gain | final policy (eval) off → on | difference | G at the end | met |",
+             "|---|---|---|---|---|---|---|"]
+    for seed, (off, on) in pairs.items():
+        lines.append(f"| {seed} | {fmt(off['cum_ratio'])} → {fmt(on['cum_ratio'])} | "
+                     f"{on['cum_ratio'] - off['cum_ratio']:+.3f} | {fmt(off['eval']['reward'])} → "
+                     f"{fmt(on['eval']['reward'])} | {on['eval']['reward'] - off['eval']['reward']:+.3f} | "
+                     f"{on['settings'].get('group_size', '–')} | {'yes' if met(off, on) else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs-dir", help="where the two runs go (default: a new temp dir)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="the first is reported in full")
+    ap.add_argument("--runs-dir", help="where the runs go (default: a new temp dir)")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "demo.md"))
     ap.add_argument("--no-doc", action="store_true", help="print the section instead of writing it")
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra knob for both runs")
     args = ap.parse_args()
     runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="autopilot-bench-")).resolve()
     runs.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%H%M%S")
-    ids = {False: f"ap-off-{stamp}", True: f"ap-on-{stamp}"}
     t0 = time.time()
-    procs = {False: start(ids[False], runs, args.steps, args.seed, False, args.extra, runs / "off.log")}
-    # The second run starts once the first has a step: the built-in model's warm-start is then cached.
-    while last_step(runs, ids[False]) < 1 and procs[False].poll() is None:
-        time.sleep(2)
-    procs[True] = start(ids[True], runs, args.steps, args.seed, True, args.extra, runs / "on.log")
-    while any(p.poll() is None for p in procs.values()):
-        time.sleep(30)
-        print(f"[{time.time() - t0:5.0f}s] off step {last_step(runs, ids[False])}, on step "
-              f"{last_step(runs, ids[True])} of {args.steps}", flush=True)
-    for k, p in procs.items():
-        if p.returncode != 0:
-            print(f"run {ids[k]} failed (exit {p.returncode}); see {runs / ('on.log' if k else 'off.log')}")
-            return 1
-    off, on = summarise(runs, ids[False]), summarise(runs, ids[True])
-    for r in (off, on):
-        r["eval"] = evaluate(runs, r["run_id"], args.seed, EVAL_BATCHES, args.extra)
+    pairs = {seed: run_pair(runs, args.steps, seed, args.extra) for seed in args.seeds}
     cmd = "python bench/autopilot_demo.py" + ("" if args.steps == 400 else f" --steps {args.steps}") + \
-        ("" if args.seed == 0 else f" --seed {args.seed}") + "".join(f" --set {s}" for s in args.extra)
-    text = section(off, on, cmd, args.steps, args.seed)
+        ("" if args.seeds == [0] else " --seeds " + " ".join(map(str, args.seeds))) + \
+        "".join(f" --set {s}" for s in args.extra)
+    first = args.seeds[0]
+    text = section(*pairs[first], cmd, args.steps, first)
+    if len(pairs) > 1:
+        text += seeds_table({s: p for s, p in pairs.items() if s != first})
     print(text)
     print(f"runs in {runs}; {time.time() - t0:.0f}s wall")
     if not args.no_doc:
         write_section(Path(args.doc), text)
         print(f"wrote the Autopilot section of {args.doc}")
-    gain = on["cum_ratio"] - off["cum_ratio"]
-    return 0 if gain >= TARGET_GAIN and on["eval"]["reward"] >= off["eval"]["reward"] else 3
+    return 0 if met(*pairs[first]) else 3
 
 
 if __name__ == "__main__":
