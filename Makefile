@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8501
 
-.PHONY: run test test-fast bench screenshots lint-docker clean-venv
+.PHONY: run test test-fast bench bench-gpu screenshots lint-docker clean-venv
 
 # Installs are keyed on the requirement files' contents, so a changed pin reinstalls.
 RUN_STAMP  := $(VENV)/.run-$(shell cat requirements.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
@@ -49,9 +49,12 @@ bench: $(TEST_STAMP)  ## all benchmarks (long: ~1 h on 2 cores); figures land in
 	$(PY) bench/monitoring_overhead.py
 	$(PY) bench/store_scale.py --repeats 3
 	mkdir -p $(BENCH_TMP)
-	for s in 0 1 2; do GRPO_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
+	for s in 0 1 2; do GRPO_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --no-write --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
 	$(PY) bench/trainer_vs_trl.py --from-json $(BENCH_TMP)/trl-s0.json,$(BENCH_TMP)/trl-s1.json,$(BENCH_TMP)/trl-s2.json
 	$(PY) bench/autopilot_demo.py
+
+bench-gpu: $(TEST_STAMP)  ## on a machine with CUDA: tokens/s and memory of a ~100M-parameter built-in model (< 5 min)
+	$(PY) bench/gpu_check.py --out docs/gpu_check.json
 
 screenshots: $(TEST_STAMP)  ## refresh docs/screenshots/ from the browser test
 	GRPO_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser_live.py
