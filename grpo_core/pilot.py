@@ -32,6 +32,7 @@ from grpo_core.store import RunStore, check_run_id, new_run_id, runs_dir
 
 DEFAULT_BATCHES = 8  # pilot batches unless --set grpo.steps=N (a config's steps is its training length)
 PLANNER_G_MAX = 64  # the planner's curve runs G = 2 .. this; a G beyond it is a difficulty problem
+MAX_G_FACTOR = 4  # a G beyond 4x the pilot's for the key metric: a level change is the cheaper fix
 EASY_SHARE = 0.5  # half the groups all-solved (or all-failed), far more than chance: the level is wrong, not G
 MIN_DIVERSITY = 0.5  # fewer distinct completions per group than this: sampling too cold
 
@@ -303,21 +304,27 @@ def _ratio_actions(s: PilotSummary) -> list[Action]:
     # common success rate would give (it depends on the prompt: a larger G does not help).
     key = next((pl for pl in s.plans if pl.metric == s.key_metric), None)
     if key is not None:
-        extreme = key.g_needed is None or key.g_needed > PLANNER_G_MAX
+        extreme = key.g_needed is None or key.g_needed > MAX_G_FACTOR * G
         easy = key.p >= 0.5 if extreme else s.solved_share >= s.failed_share
         share, expected = (s.solved_share, key.p ** G) if easy else (s.failed_share, (1 - key.p) ** G)
         word = "solve" if easy else "fail"
         what = None
         if extreme:
-            need = "no G up to 256" if key.g_needed is None else f"G = {key.g_needed}"
+            need = "no G up to 256" if key.g_needed is None else \
+                f"G = {key.g_needed}, {key.g_needed / G:.1f}x the rollouts per prompt"
             what = (f"{key.metric} succeeds {key.p:.0%} of the time ({share:.0%} of groups {word} it in every "
                     f"completion); reaching the target ratio would take {need}")
         elif max(s.solved_share, s.failed_share) >= EASY_SHARE and key.measured_vary < 0.5 * key.current_p_trainable:
             what = (f"{share:.0%} of groups {word} {key.metric} in every completion, where a common success rate "
                     f"of {key.p:.0%} would give {expected:.0%}: it depends on the prompt, and no group size "
                     f"changes that")
-        if what:
-            (first if not cands or hetero else later).append(_difficulty(s, easy, what, key.metric))
+        if what:  # before the group size when G cannot do it cheaply or the formula does not hold
+            a = _difficulty(s, easy, what, key.metric)
+            if not cands or hetero or extreme:
+                at = next((i for i, x in enumerate(first) if x.kind == "group_size"), len(first))
+                first.insert(at, a)
+            else:
+                later.append(a)
 
     t = _temperature(s)
     if t is not None:

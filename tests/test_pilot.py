@@ -140,6 +140,17 @@ def test_prompt_dependent_success_asks_for_the_difficulty_not_a_larger_group(run
     assert s.solved_share + s.failed_share == 1.0
 
 
+def test_a_costly_group_size_puts_the_level_first(runs_dir):
+    """exact right 99% of the time at G = 4: the target needs G ~ 36 (9x the rollouts), so the
+    verdict raises the level first and keeps the group size as the alternative."""
+    sc = bernoulli_scores(np.random.default_rng(10), 4, 64, 4, [0.99])
+    make_pilot_store("solved", sc, ["exact"], {"exact": 1.0}, config={"grpo": {"group_size": 4}})
+    s = P.pilot_summary("solved")
+    assert s.plans[0].g_needed > 4 * 4
+    assert [a.kind for a in s.verdict.actions] == ["difficulty", "group_size"]
+    assert s.verdict.actions[0].settings == {"level": 2}
+
+
 def test_weights_first_when_a_suggestion_reaches_the_target(runs_dir):
     rng = np.random.default_rng(3)
     sc = np.empty((2, 16, 4, 2))
@@ -250,7 +261,7 @@ progress = false
 def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_path, monkeypatch):
     """p = 0.9, G = 2: the planner (fed the pilot's measured p) picks G for target 0.3; a pilot
     at that G, started the way the page starts one, measures a ratio that meets the target."""
-    env = {**os.environ, "PILOT_COIN_P": "0.9", "PILOT_COIN_SEED": "1"}
+    env = {**os.environ, "PILOT_COIN_P": "0.9", "PILOT_COIN_SEED": "1", "GRPO_TORCH_THREADS": "1"}
     cmd = [sys.executable, "-m", "grpo_core", "pilot", "--config", _coin_config(tmp_path / "g2.toml", 2),
            "--set", "grpo.steps=8", "--run-id", "coin-g2"]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -270,6 +281,7 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     cfg = load_config(_coin_config(tmp_path / "g.toml", g), ["grpo.steps=8"])
     monkeypatch.setenv("PILOT_COIN_P", "0.9")
     monkeypatch.setenv("PILOT_COIN_SEED", "2")
+    monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
     monkeypatch.chdir(ROOT)
     rid = P.start_pilot(cfg)
     deadline = time.time() + 300
@@ -296,12 +308,16 @@ def test_pilot_cli_bad_input_is_one_line_and_exit_2(argv, message, runs_dir, cap
 
 
 @pytest.mark.slow
-def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path):
+def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monkeypatch):
     """Requests sent before the pilot's first batch: set_weights is rejected with a reason,
     stop is applied, and the pilot ends 'stopped' with its store readable (in-process CLI)."""
     import argparse
 
+    import torch
+
     from grpo_core.config import load_config
+    monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
+    threads = torch.get_num_threads()
     cfg = load_config(_coin_config(tmp_path / "c.toml", 2), ["grpo.steps=50"])
     with RunStore.create("stopme", cfg.to_dict(), kind="pilot") as s:
         (s.run_dir / "config.toml").write_text(cfg.to_toml())
@@ -313,12 +329,83 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path):
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         assert P.cli_pilot(args) == 0
-    finally:  # the pilot installs its stop handlers: give pytest its own back
+    finally:  # the pilot installs its stop handlers and sets torch threads: give pytest its own back
         for sig, h in saved.items():
             signal.signal(sig, h)
+        torch.set_num_threads(threads)
     with RunStore.open("stopme") as s:
         meta, ctl = s.get_meta(), s.control()
     assert meta["status"] == "stopped" and meta["kind"] == "pilot"
     assert ctl["status"].tolist() == ["rejected", "applied"]
     assert "a pilot takes no changes" in ctl["message"].iloc[0]
     assert P.pilot_summary("stopme").verdict.headline == "no pilot data yet"
+
+
+# ---- the demo: easy level vs harder level, and the pilot vs the first training steps -------------------
+@pytest.fixture(scope="module")
+def level1_expert(tmp_path_factory):
+    """A built-in model that has learned demo level 1 (>= 97% of sampled answers right): the
+    trainer's own warm-start, run for a fixed 200 steps instead of stopping at 30%. The model a
+    user has after training on level 1, without paying for that GRPO run in a test."""
+    import torch
+
+    from grpo_core import models
+    from grpo_core.config import ModelConfig
+    from grpo_core.tasks.demo import DemoTask
+    path = tmp_path_factory.mktemp("expert") / "level1"
+    tok = models.build_tokenizer()
+    model = models.build_tiny_model(ModelConfig(), tok, seed=0)
+    task = DemoTask(level=1, seed=0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model on a shared box: more threads only contend
+    try:
+        with pytest.MonkeyPatch.context() as mp, torch.random.fork_rng(devices=[]):
+            mp.setattr(models, "WARM_CHECK_EVERY", 10**9)  # no early stop: a fixed number of steps
+            torch.manual_seed(0)
+            models.warm_start(model, tok, task, 200, lr=1e-2)
+            rate = models.target_match_rate(model, tok, task, n=256)
+    finally:
+        torch.set_num_threads(threads)
+    assert rate >= 0.97, rate
+    models.save_pretrained(model, tok, path)
+    return str(path)
+
+
+def _run(cmd: str, run_id: str, *sets: str):
+    argv = [sys.executable, "-m", "grpo_core", cmd, "--run-id", run_id, "--set", "log.progress=false"]
+    for s in sets:
+        argv += ["--set", s]
+    env = {**os.environ, "GRPO_TORCH_THREADS": "1"}  # tiny model, shared cores: one thread is fastest
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_demo_pilot_easy_vs_harder_level_and_the_first_training_steps(runs_dir, level1_expert):
+    """With a model that has learned level 1: a pilot of level 1 predicts a ratio below the
+    health threshold, names the metrics uniform inside groups and what to change; the
+    same model on level 2 predicts a higher ratio, and 20 training steps with the same settings
+    (the demo's learning rate) measure a ratio within 0.1 of it. Batch 1 of the pilot and step 1
+    of training are the same rollouts (same seed, same prompts, no update yet)."""
+    common = (f"model.path={level1_expert}", "grpo.group_size=4")
+    _run("pilot", "easy", "task.level=1", "grpo.steps=10", *common)
+    easy = P.pilot_summary("easy")
+    assert easy.ratio < 0.3 and not easy.verdict.ready
+    assert {"exact", "citation", "format"} <= set(easy.uniform_metrics)
+    # What to change: a larger G for exact (the planner) or, when that costs > 4x, the next level.
+    assert easy.verdict.actions[0].kind in ("group_size", "difficulty")
+    assert easy.verdict.actions[0].metric == "exact"
+
+    _run("pilot", "hard", "task.level=2", "grpo.steps=20", *common)
+    hard = P.pilot_summary("hard")
+    assert hard.ratio > easy.ratio + 0.1, (easy.ratio, hard.ratio)
+
+    _run("train", "train", "task.level=2", "grpo.steps=20", "log.checkpoint_every=0", *common)
+    with RunStore.open("train") as t, RunStore.open("hard") as h:
+        measured, _, submitted, steps = H.window_ratio(t.scalars_wide(), 20)
+        assert steps == 20 and submitted == hard.submitted == 160
+        g_train, g_pilot = t.groups(until_step=1), h.groups(until_step=1)
+        r_train, r_pilot = t.rollouts(step=1), h.rollouts(step=1)
+    assert abs(hard.ratio - measured) <= 0.1, (hard.ratio, measured)
+    pd.testing.assert_frame_equal(g_train, g_pilot)
+    assert r_train["completion"].tolist() == r_pilot["completion"].tolist()
