@@ -473,6 +473,7 @@ def cli_pilot(args) -> int:
 
     args = copy.copy(args)
     args.overrides, args.resume = overrides, False
+    args.run_id = args.run_id or new_run_id("pilot")  # not "demo-...": that prefix is the live demo run's
     cfg, store = T.open_run(args)  # new store, or the one start_pilot created
     store.set_meta(kind="pilot")
     T.set_threads()

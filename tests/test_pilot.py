@@ -16,7 +16,7 @@ from grpo_core import health as H
 from grpo_core import names as N
 from grpo_core import pilot as P
 from grpo_core.config import RunConfig, from_dict
-from grpo_core.store import RunStore
+from grpo_core.store import RunStore, list_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -263,10 +263,12 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     at that G, started the way the page starts one, measures a ratio that meets the target."""
     env = {**os.environ, "PILOT_COIN_P": "0.9", "PILOT_COIN_SEED": "1", "GRPO_TORCH_THREADS": "1"}
     cmd = [sys.executable, "-m", "grpo_core", "pilot", "--config", _coin_config(tmp_path / "g2.toml", 2),
-           "--set", "grpo.steps=8", "--run-id", "coin-g2"]
+           "--set", "grpo.steps=8"]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    s = P.pilot_summary("coin-g2", target=0.3)
+    (rid,) = list_runs()["run_id"]
+    assert rid.startswith("pilot-")  # never "demo-...": that prefix marks the live demo run
+    s = P.pilot_summary(rid, target=0.3)
     assert s.status == "finished" and s.submitted == 1024 and s.batches_done == 8
     (plan,) = s.plans
     assert abs(plan.p - 0.9) < 3 * np.sqrt(0.09 / 2048)  # the measured success rate
@@ -274,7 +276,7 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     g = plan.g_needed
     assert g == H.min_group_size(0.9, 0.3) == 4
     assert s.verdict.actions[0].settings == {"group_size": g}
-    assert "loss/policy" not in RunStore.open("coin-g2").scalar_names()  # nothing was trained
+    assert "loss/policy" not in RunStore.open(rid).scalar_names()  # nothing was trained
 
     # The second pilot goes through start_pilot (the page's path): a detached process.
     from grpo_core.config import load_config
