@@ -462,6 +462,7 @@ def cli_pilot(args) -> int:
     import copy
     import traceback
 
+    from grpo_core import store as S
     from grpo_core.config import load_config
     from grpo_core.store import EV_LIFECYCLE, FAILED, FINISHED, RUNNING, STOP, STOPPED
 
@@ -475,8 +476,9 @@ def cli_pilot(args) -> int:
     args.overrides, args.resume = overrides, False
     args.run_id = args.run_id or new_run_id("pilot")  # not "demo-...": that prefix is the live demo run's
     cfg, store = T.open_run(args)  # new store, or the one start_pilot created
-    store.set_meta(kind="pilot")
-    T.set_threads()
+    # kind, and our pid before the (maybe long) model load: a pilot killed while starting shows stale.
+    store.set_meta(kind="pilot", pid=os.getpid(), host=os.uname().nodename)
+    T.set_threads(cfg)
     print(f"pilot {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
     sampling = copy.deepcopy(cfg)
     sampling.grpo.beta = 0.0  # no update: a reference model would only cost memory
@@ -516,7 +518,12 @@ def cli_pilot(args) -> int:
             return 130
         if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
             raise
-        traceback.print_exc()
+        why = S.storage_problem(e)
+        if why:  # disk full / read-only: one line (meta.error has the traceback)
+            print(f"error: cannot write to {store.run_dir} ({why}): the pilot stopped after batch "
+                  f"{trainer.step}; free space and pilot again", file=sys.stderr)
+        else:
+            traceback.print_exc()
         return 1
     finally:
         beat.stop()
