@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_TORCH_THREADS", "1")
 
-from perf_common import machine, summary, write_section  # noqa: E402
+from perf_common import machine, summary, publish  # noqa: E402
 from profile_step import make_trainer  # noqa: E402
 
 HEADING = "## Monitoring overhead"
@@ -138,10 +138,7 @@ def main(argv=None) -> int:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(HEADING, text)
-        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+    publish(HEADING, text, write=not args.no_write)
     return 0
 
 

@@ -77,3 +77,11 @@ def write_section(heading: str, text: str, doc: Path = DOC):
             nxt = old.find("\n## ", start + len(heading))
             new = old[:start] + text.rstrip("\n") + "\n" + ("\n" + old[nxt + 1:] if nxt >= 0 else "")
         doc.write_text(new.rstrip("\n") + "\n")
+
+
+def publish(heading: str, text: str, write: bool = True, doc: Path = DOC):
+    """Print a section and, unless told not to, write it into docs/benchmarks.md."""
+    print(text)
+    if write:
+        write_section(heading, text, doc)
+        print(f"wrote {heading!r} in {doc.relative_to(doc.parents[1])}")

@@ -41,7 +41,7 @@ from grpo_core import health  # noqa: E402
 from grpo_core import names as N  # noqa: E402
 from grpo_core.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
 from grpo_core.store import FINISHED, RunStore  # noqa: E402
-from perf_common import fmt_ms, machine, summary, timeit, write_section  # noqa: E402
+from perf_common import fmt_ms, machine, summary, timeit, publish  # noqa: E402
 
 HEADING = "## Store at scale"
 METRICS = list(DEMO_WEIGHTS)
@@ -303,10 +303,7 @@ def main(argv=None) -> int:
     if res.get("report_notes"):
         lines += ["Report notices on this run: " + " ".join(res["report_notes"]), ""]
     text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(HEADING, text)
-        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+    publish(HEADING, text, write=not args.no_write)
     return 0
 
 

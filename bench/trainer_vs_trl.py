@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers deprec
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from perf_common import fmt_ms, machine, summary, write_section  # noqa: E402
+from perf_common import fmt_ms, machine, summary, publish  # noqa: E402
 
 HEADING = "## Trainer vs TRL"
 TARGET_RATIO = 0.5
@@ -301,10 +301,7 @@ def main(argv=None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(results[0]))
     text = section(results, cmd)
-    print(text)
-    if not args.no_write:
-        write_section(HEADING, text)
-        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+    publish(HEADING, text, write=not args.no_write)
     return 0
 
 
