@@ -63,6 +63,11 @@ def evaluate(runs: Path, run_id: str, seed: int, batches: int, extra: list[str])
     from grpo_core.trainer import latest_checkpoint
     ckpt = latest_checkpoint(runs / run_id)
     eval_id = f"eval-{run_id}"
+    if (runs / eval_id / "run.db").exists():  # evaluated before (--reuse)
+        with RunStore.open(runs / eval_id, readonly=True) as st:
+            w = st.scalars_wide()
+        return {"reward": float(w[N.REWARD].mean()), "answer_f1": float(w[N.metric_mean("answer_f1")].mean())
+                if N.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name}
     cmd = [sys.executable, "-m", "grpo_core", "pilot", "--run-id", eval_id, "--runs-dir", str(runs),
            "--set", f"model.path={ckpt}", "--set", f"task.seed={seed + 1000}", "--set", f"grpo.seed={seed}",
            "--set", f"grpo.steps={batches}", "--set", "log.progress=false"]
@@ -166,8 +171,17 @@ def write_section(doc: Path, text: str):
     doc.write_text(new)
 
 
-def run_pair(runs: Path, steps: int, seed: int, extra: list[str]) -> tuple[dict, dict]:
-    """The off and on runs of one seed, side by side; their summaries with the evals."""
+def run_pair(runs: Path, steps: int, seed: int, extra: list[str], reuse: bool = False) -> tuple[dict, dict]:
+    """The off and on runs of one seed, side by side; their summaries with the evals.
+    reuse: summarise the newest finished pair of this seed already in `runs` instead."""
+    if reuse:
+        found = {k: sorted(runs.glob(f"ap-{k}-s{seed}-*")) for k in ("off", "on")}
+        if not found["off"] or not found["on"]:
+            raise SystemExit(f"--reuse: no ap-off-s{seed}-*/ap-on-s{seed}-* runs in {runs}")
+        pair = tuple(summarise(runs, found[k][-1].name) for k in ("off", "on"))
+        for r in pair:
+            r["eval"] = evaluate(runs, r["run_id"], seed, EVAL_BATCHES, extra)
+        return pair
     stamp = time.strftime("%H%M%S")
     ids = {False: f"ap-off-s{seed}-{stamp}", True: f"ap-on-s{seed}-{stamp}"}
     t0 = time.time()
@@ -193,15 +207,24 @@ def met(off: dict, on: dict) -> bool:
     return on["cum_ratio"] - off["cum_ratio"] >= TARGET_GAIN and on["eval"]["reward"] >= off["eval"]["reward"]
 
 
+def short(m: dict) -> str:
+    """'G 8→16 (142)', 'level 2→1, taken back (376)' for the seeds table."""
+    change = m["change"].replace("group_size ", "G ")
+    if m["kind"] == "set_weights":
+        change = "weights"
+    back = ", taken back" if "did not help" in str(m["reason"]) else ""
+    return f"{change}{back} ({m['step']})"
+
+
 def seeds_table(pairs: dict[int, tuple[dict, dict]]) -> str:
     lines = ["", "Other seeds, same command (`--seeds` runs them one after another):", "",
-             "| seed | cumulative ratio off → on | gain | final policy (eval) off → on | difference | G at the end | met |",
-             "|---|---|---|---|---|---|---|"]
+             "| seed | cumulative ratio off → on | gain | final policy (eval) off → on | difference | autopilot moves "
+             "(step) | met |", "|---|---|---|---|---|---|---|"]
     for seed, (off, on) in pairs.items():
         lines.append(f"| {seed} | {fmt(off['cum_ratio'])} → {fmt(on['cum_ratio'])} | "
                      f"{on['cum_ratio'] - off['cum_ratio']:+.3f} | {fmt(off['eval']['reward'])} → "
                      f"{fmt(on['eval']['reward'])} | {on['eval']['reward'] - off['eval']['reward']:+.3f} | "
-                     f"{on['settings'].get('group_size', '–')} | {'yes' if met(off, on) else 'no'} |")
+                     f"{'; '.join(short(m) for m in on['moves']) or '–'} | {'yes' if met(off, on) else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -213,11 +236,14 @@ def main() -> int:
     ap.add_argument("--doc", default=str(ROOT / "docs" / "demo.md"))
     ap.add_argument("--no-doc", action="store_true", help="print the section instead of writing it")
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra knob for both runs")
+    ap.add_argument("--reuse", action="store_true", help="report the pairs already in --runs-dir, run nothing")
     args = ap.parse_args()
+    if args.reuse and not args.runs_dir:
+        ap.error("--reuse needs --runs-dir")
     runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="autopilot-bench-")).resolve()
     runs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    pairs = {seed: run_pair(runs, args.steps, seed, args.extra) for seed in args.seeds}
+    pairs = {seed: run_pair(runs, args.steps, seed, args.extra, args.reuse) for seed in args.seeds}
     cmd = "python bench/autopilot_demo.py" + ("" if args.steps == 400 else f" --steps {args.steps}") + \
         ("" if args.seeds == [0] else " --seeds " + " ".join(map(str, args.seeds))) + \
         "".join(f" --set {s}" for s in args.extra)
@@ -225,6 +251,11 @@ def main() -> int:
     text = section(*pairs[first], cmd, args.steps, first)
     if len(pairs) > 1:
         text += seeds_table({s: p for s, p in pairs.items() if s != first})
+        gains = [on["cum_ratio"] - off["cum_ratio"] for off, on in pairs.values()]
+        diffs = [on["eval"]["reward"] - off["eval"]["reward"] for off, on in pairs.values()]
+        text += (f"\nOver the {len(pairs)} seeds: cumulative ratio gain {min(gains):+.3f} .. {max(gains):+.3f} "
+                 f"(≥ +{TARGET_GAIN} in {sum(g >= TARGET_GAIN for g in gains)} of {len(pairs)}); final policy's reward "
+                 f"{min(diffs):+.3f} .. {max(diffs):+.3f} (≥ 0 in {sum(d >= 0 for d in diffs)} of {len(pairs)}).\n")
     print(text)
     print(f"runs in {runs}; {time.time() - t0:.0f}s wall")
     if not args.no_doc:
