@@ -47,13 +47,14 @@ def cmd_serve(args):
 
 
 def cmd_status(args):
-    from grpo_core.store import RunStore, display_status
+    from grpo_core.store import RunStore, display_status, status_label
     from grpo_core import names as N
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
         last = s.last_step()
         row = s.scalars_wide(since_step=(last - 1) if last is not None else -1)
-        out = {"run_id": s.run_id, "status": display_status(meta), "last_step": last,
+        out = {"run_id": s.run_id, "status": status_label(display_status(meta), meta.get("stop_reason")),
+               "last_step": last,
                "steps": (meta.get("config") or {}).get("grpo", {}).get("steps"),
                "error": meta.get("error")}
         if not row.empty:
@@ -77,11 +78,12 @@ def cmd_control(args):
 
 
 def cmd_runs(args):
-    from grpo_core.store import list_runs
+    from grpo_core.store import list_runs, status_label
     df = list_runs(args.runs_dir)
     if df.empty:
         print("no runs yet: start one with `python -m grpo_core train`")
     else:
+        df["status"] = [status_label(st, r) for st, r in zip(df["status"], df["stop_reason"])]
         df = df[["run_id", "status", "last_step", "steps", "kind", "error"]].copy()
         for col in ("last_step", "steps"):  # whole numbers, not 12.0 (NaN made them floats)
             df[col] = df[col].astype("Int64")
