@@ -14,9 +14,7 @@ imports the trainer (torch) lazily; `start_pilot` runs it as a detached process.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,7 +422,8 @@ def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, 
     `python -m grpo_core pilot` detached exactly as runner.start_run spawns a trainer (own
     session, output to trainer.log, pid recorded, child reaped, a start-up crash recorded);
     return the run id. The page polls the store for progress."""
-    from grpo_core.runner import CONFIG_NAME, LOG_NAME, _as_config, _watch
+    from grpo_core import runner
+    from grpo_core.runner import CONFIG_NAME, _as_config
     cfg = _as_config(cfg)  # bad input stops here: no store, no process
     root = runs_dir(root)
     if untrusted:  # from the pilot page's form: no custom code, typed paths inside the allowed folders
@@ -435,16 +434,7 @@ def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, 
     with RunStore.create(run_id, cfg.to_dict(), root=root, kind="pilot") as store:
         (run_dir / CONFIG_NAME).write_text(cfg.to_toml())
         store.set_meta(launched=time.time())
-    log = open(run_dir / LOG_NAME, "ab")
-    env = {**os.environ, "GRPO_RUNS_DIR": str(root), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(pilot_command(run_dir, run_id, root, cfg.grpo.steps), stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            cwd=os.getcwd(), start_new_session=True, close_fds=True)
-    log.close()
-    with RunStore.open(run_dir) as store:
-        store.set_meta(launcher_pid=proc.pid, pid=proc.pid, host=os.uname().nodename)
-    threading.Thread(target=_watch, args=(proc, run_dir), daemon=True).start()
-    return run_id
+    return runner.spawn(run_dir, run_id, root, pilot_command(run_dir, run_id, root, cfg.grpo.steps))
 
 
 # =============================================================================================

@@ -85,10 +85,15 @@ def start_run(cfg: RunConfig | dict | None = None, run_id: str | None = None, ro
 
 
 def _spawn(run_dir: Path, run_id: str, root: Path, resume: bool) -> str:
+    return spawn(run_dir, run_id, root, train_command(run_dir, run_id, root, resume))
+
+
+def spawn(run_dir: Path, run_id: str, root: Path, command: list[str]) -> str:
+    """Start `command` (a trainer or pilot) detached, logging to the run dir, and watch it."""
     log = open(run_dir / LOG_NAME, "ab")
     env = {**os.environ, "GRPO_RUNS_DIR": str(root), "PYTHONUNBUFFERED": "1"}
     # Own session: Ctrl-C in the dashboard's terminal and a Streamlit restart never reach it.
-    proc = subprocess.Popen(train_command(run_dir, run_id, root, resume), stdout=log,
+    proc = subprocess.Popen(command, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             cwd=os.getcwd(), start_new_session=True, close_fds=True)
     log.close()
