@@ -331,3 +331,61 @@ def test_display_status_derives_stale():
     dead.wait()
     assert S.display_status({"status": S.RUNNING, "heartbeat": now, "pid": dead.pid}, now) == S.STALE
     assert S.display_status({"status": S.RUNNING, "heartbeat": now, "pid": os.getpid()}, now) == S.RUNNING
+
+
+def _json_frame(s: RunStore, **kw) -> pd.DataFrame:
+    """The same read from rollouts' JSON scores (the contract), bypassing step_scores."""
+    s._blobs = False
+    try:
+        return s.rollouts(with_text=False, **kw)
+    finally:
+        s._blobs = None
+
+
+def test_step_scores_read_equals_the_json_scores_in_every_case(runs_dir):
+    s = RunStore.create("blobs", {})
+    assert s.get_meta()[S.SCORE_BLOBS] == 1
+    for step in range(4):
+        write_step(s, step, P, G)
+    # a failed metric (None), a failed rollout (error text), a non-finite total, rows out of order
+    odd = [(1, 1, float("nan"), {"exact": None, "answer_f1": 0.25}, None, "answer_f1: timeout"),
+           (1, 0, 0.1 + 0.2, {"exact": 1.0, "answer_f1": 1 / 3}, "x", None),
+           (0, 0, 0.5, {"exact": True, "answer_f1": 0.0}, None, None)]
+    s.log_step(4, {"train/reward": 0.5}, rollouts=odd)
+    # a step logged twice (TRL: one call per generation batch): group 1 idx 0 replaced, a new metric
+    s.log_step(4, {"train/reward": 0.6}, rollouts=[(1, 0, 0.7, {"exact": 0.0, "answer_f1": 0.5, "fmt": 1.0},
+                                                    None, None), (2, 0, 0.2, {"fmt": 0.0}, None, None)])
+    s.log_step(5, {"train/reward": 0.5}, rollouts=[(0, 0, 0.5, {}, None, None)])  # no metrics at all
+    s.log_step(6, {"train/reward": 0.5}, rollouts=[(0, i, 0.5, {"exact": i / 3}, None, None) for i in range(3)])
+    for kw in ({}, {"since_step": 1, "until_step": 3}, {"step": 4}, {"steps": [0, 4, 5, 6]}, {"since_step": 9}):
+        blob = s.rollouts(with_text=False, **kw)
+        pd.testing.assert_frame_equal(blob, _json_frame(s, **kw), check_exact=True)
+    four = s.rollouts(with_text=False, step=4)
+    assert four[["group", "idx"]].values.tolist() == [[0, 0], [1, 0], [1, 1], [2, 0]]
+    assert four["answer_f1"].tolist()[1] == 0.5 and np.isnan(four["fmt"].iloc[0])
+    assert four["error"].isna().tolist() == [True, True, False, True] and np.isnan(four["total"].iloc[2])
+    assert four["error"].iloc[2] == "answer_f1: timeout"
+    assert s.truncate_after(2) == 4
+    assert s.rollouts(with_text=False)["step"].max() == 2 and s.conn.execute(
+        "SELECT MAX(step) FROM step_scores").fetchone()[0] == 2
+
+
+def test_a_store_made_before_step_scores_is_read_from_the_json(runs_dir):
+    s = RunStore.create("old", {})
+    s.conn.execute("DELETE FROM meta WHERE key = ?", (S.SCORE_BLOBS,))  # as an older version created it
+    s.conn.execute("DROP TABLE step_scores")
+    s.close()
+    s = RunStore.open("old")
+    write_step(s, 0, P, G)  # an older store resumed by this version: no step_scores, no error
+    assert s.truncate_after(-1) == 1
+    write_step(s, 0, P, G)
+    ro = s.rollouts(with_text=False)
+    assert len(ro) == P * G and {"exact", "answer_f1"} <= set(ro.columns)
+
+
+def test_a_score_that_is_not_a_number_is_refused_naming_it(runs_dir):
+    s = RunStore.create("nan-text", {})
+    with pytest.raises(StoreError, match=r"score 'exact' of rollout \(group 0, idx 1\) of step 0 is 'yes'"):
+        s.log_step(0, {"train/reward": 1.0}, rollouts=[(0, 0, 1.0, {"exact": 1.0}, None, None),
+                                                       (0, 1, 1.0, {"exact": "yes"}, None, None)])
+    assert s.last_step() is None and s.rollouts().empty  # nothing half-written
