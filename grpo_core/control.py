@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from grpo_core.config import ConfigError, validate_weights
-from grpo_core.store import (CONTROL_KINDS, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
-                             SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS, RunStore)
+from grpo_core.store import (CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE,
+                             SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS, STOP, RunStore)
 
 # Bounds of the run settings a request may set (the runs page's form has the same ones).
 MAX_GROUP_SIZE, MAX_PROMPTS, MAX_STEPS, MAX_TEMPERATURE = 1024, 4096, 10_000_000, 10.0
@@ -129,3 +129,39 @@ def send(run, kind: str, payload: dict, source: str = "ui") -> int:
         metrics = list(((store.config.get("reward") or {}).get("weights") or {}).keys()) or None
         clean = validate_request(kind, payload, metrics)
         return store.request(kind, clean, source=source)
+
+
+# ---- which requests a run accepts (the live page shows only those controls) ----------------------
+TRL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, PAUSE, RESUME, STOP, CHECKPOINT)  # integrations/trl.py applies these
+
+
+def accepted_kinds(meta: dict) -> tuple[str, ...]:
+    """The request kinds the process behind a run applies, from the run's meta: the built-in
+    trainer takes every kind (set_difficulty only on a task with levels: the demo), a pilot only a
+    stop; the TRL
+    callback takes weights, threshold, pause/resume, stop and checkpoint (G, prompts, temperature
+    and steps are fixed in TRL's GRPOConfig, and the autopilot runs in the built-in trainer
+    only); an imported run has no process behind it: none."""
+    kind, source = meta.get("kind") or "train", meta.get("source") or "grpo_core"
+    if kind == "trl":
+        return TRL_KINDS
+    if kind == "pilot":  # a pilot changes nothing mid-way (pilot.py): only a stop applies
+        return (STOP,)
+    if kind == "import" or source != "grpo_core":
+        return ()
+    task = ((meta.get("config") or {}).get("task") or {}).get("name", "demo")
+    return tuple(k for k in CONTROL_KINDS if k != SET_DIFFICULTY or task == "demo")
+
+
+def unsupported_note(meta: dict) -> str:
+    """One line for the live page saying which controls a run lacks and why ('' when none)."""
+    kind = meta.get("kind") or "train"
+    if kind == "trl":
+        return ("A TRL run: its callback applies reward weights, the threshold, pause/resume, stop and checkpoints. "
+                "Group size, prompts per step, temperature and the step budget are fixed in TRL's GRPOConfig, it "
+                "trains on a fixed dataset (no difficulty) and the autopilot runs in the built-in trainer only.")
+    if kind == "pilot":
+        return "A pilot scores the model without training it: it can only be stopped."
+    if SET_DIFFICULTY not in accepted_kinds(meta) and accepted_kinds(meta):
+        return "This task has no difficulty levels (the built-in demo has 4)."
+    return ""

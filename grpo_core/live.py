@@ -25,6 +25,7 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import HealthConfig
+from grpo_core.control import accepted_kinds, unsupported_note
 from grpo_core.store import (APPLIED, DB_NAME, EV_AUTOPILOT, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED,
                              RunStore, StoreError, display_status, list_runs)
 
@@ -409,9 +410,13 @@ def fmt_eta(seconds: float | None) -> str:
 
 # ---- what-if and suggestions (the sliders) ---------------------------------------------------------
 def capabilities(st: LiveState) -> dict:
-    """What this run can show. Imported runs carry scalars only: say so instead of empty charts."""
+    """What this run can show. Imported runs carry scalars only: say so instead of empty charts.
+    accepts: the request kinds the process behind the run applies (control.accepted_kinds), so
+    the page offers only those controls; accepts_note says which ones it lacks and why."""
     has_rollouts = not st.rollouts.empty
-    imported = st.source != "grpo_core"
+    # A TRL run writes source "trl" like a TRL log imported from a file, but its callback is live and
+    # applies requests: only a run with no process of ours behind it is "imported".
+    imported = st.source != "grpo_core" and st.meta.get("kind") != "trl"
     why = ""
     if imported:
         why = (f"Imported from {st.source}: this run has logged scalars only, no per-rollout scores, "
@@ -420,7 +425,7 @@ def capabilities(st: LiveState) -> dict:
     elif st.last_step >= 0 and not has_rollouts:
         why = "No rollout scores in the last steps: the what-if needs them."
     return {"imported": imported, "what_if": has_rollouts, "steer": st.is_live and not imported,
-            "message": why}
+            "message": why, "accepts": accepted_kinds(st.meta), "accepts_note": unsupported_note(st.meta)}
 
 
 def rollout_arrays(st: LiveState):

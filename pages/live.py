@@ -142,7 +142,8 @@ def steer():
         st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "
                    f"min_group_std {cur['min_group_std']:g}; level {cur['level']}.")
         if not caps["imported"]:
-            autopilot_moves(s, steer=False)
+            if "set_autopilot" in caps["accepts"]:
+                autopilot_moves(s, steer=False)
             save_preset_box(s, cur)
         return
     keys = {m: f"w:{run_id}:{m}" for m in cur["weights"]}
@@ -190,22 +191,29 @@ def steer():
                 ss[key] = cast(new)
     ss[seen_key] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cur.items()}
     top = ss[top_key]
-    cols = st.columns(len(keys) + 2)
+    accepts = caps["accepts"]  # only the controls this run's trainer (or TRL callback) applies
+    has_level = "set_difficulty" in accepts
+    cols = st.columns(len(keys) + 1 + has_level)
     weights = {m: cols[i].slider(m, 0.0, float(top), step=0.01, key=keys[m]) for i, m in enumerate(keys)}
-    thr = cols[-2].slider("min_group_std", 0.0, 0.3, step=0.005, format="%.3f", key=thr_key,
-                          help="a group is trainable when its total-reward std is above this")
-    is_demo = ((s.meta.get("config") or {}).get("task") or {}).get("name", "demo") == "demo"
-    lvl = cols[-1].slider("difficulty", 1, 4, key=lvl_key, disabled=not is_demo,
-                          help="demo task level (1 easy .. 4 hard); not predictable from past rollouts")
+    thr = cols[len(keys)].slider("min_group_std", 0.0, 0.3, step=0.005, format="%.3f", key=thr_key,
+                                 help="a group is trainable when its total-reward std is above this")
+    lvl = cols[-1].slider("difficulty", 1, 4, key=lvl_key, help="demo task level (1 easy .. 4 hard); not "
+                          "predictable from past rollouts") if has_level else cur["level"]
+    inputs = {"group_size": lambda c: c.number_input("Group size G", 2, control.MAX_GROUP_SIZE,
+                                                     key=run_keys["group_size"], help="completions per prompt; from "
+                                                     "the next step"),
+              "prompts_per_step": lambda c: c.number_input("Prompts per step", 1, control.MAX_PROMPTS,
+                                                           key=run_keys["prompts_per_step"]),
+              "temperature": lambda c: c.number_input("Temperature", 0.01, control.MAX_TEMPERATURE, step=0.05,
+                                                      format="%.2f", key=run_keys["temperature"]),
+              "steps": lambda c: c.number_input("Steps (budget)", 1, control.MAX_STEPS, key=run_keys["steps"],
+                                                help=f"extend or shorten the run; not below the current step "
+                                                     f"({s.last_step})")}
+    shown = [k for k in inputs if live.RUN_SETTINGS[k] in accepts]
     rc = st.columns(4)
-    run = {"group_size": rc[0].number_input("Group size G", 2, control.MAX_GROUP_SIZE, key=run_keys["group_size"],
-                                            help="completions per prompt; from the next step"),
-           "prompts_per_step": rc[1].number_input("Prompts per step", 1, control.MAX_PROMPTS,
-                                                  key=run_keys["prompts_per_step"]),
-           "temperature": rc[2].number_input("Temperature", 0.01, control.MAX_TEMPERATURE, step=0.05,
-                                             format="%.2f", key=run_keys["temperature"]),
-           "steps": rc[3].number_input("Steps (budget)", 1, control.MAX_STEPS, key=run_keys["steps"],
-                                       help=f"extend or shorten the run; not below the current step ({s.last_step})")}
+    run = {k: inputs[k](rc[i]) for i, k in enumerate(shown)}
+    if caps["accepts_note"]:
+        st.caption(caps["accepts_note"])
 
     try:
         wi = live.what_if(s, weights, thr)
@@ -243,7 +251,9 @@ def steer():
             ss[f"sugg:{run_id}"] = live.suggestions(s, weights, thr)
         except (ConfigError, ValueError) as e:
             st.error(str(e))
-    if s.status == "paused":
+    if "pause" not in accepts:
+        pass
+    elif s.status == "paused":
         if b[3].button("Resume", key="resume"):
             send("resume", {})
             st.rerun()
@@ -264,7 +274,8 @@ def steer():
                           + ", ".join(f"{k}={v:.2f}" for k, v in sg["weights"].items()) + f"  \n{sg['why']}")
             c[1].button("Load", key=f"load_sugg_{i}", on_click=load_values, args=(sg["weights"],))
 
-    autopilot_moves(s, steer=True)
+    if "set_autopilot" in accepts:
+        autopilot_moves(s, steer=True)
     save_preset_box(s, cur)
 
 
