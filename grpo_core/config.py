@@ -145,6 +145,8 @@ class LogConfig:
     wandb: str = knob("off", "W&B mirror: off | offline | online (online is the only mode that touches the network)")
     wandb_project: str = knob("grpo-health", "W&B project name")
     progress: bool = knob(True, "tqdm progress bar on the terminal")
+    background_writes: bool = knob(True, "Write each step to the run store from a background thread (the loop only "
+                                         "hands it over); false: the loop writes it itself (slower, for debugging)")
 
 
 @dataclass

@@ -339,6 +339,24 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     np.testing.assert_allclose(st_a.scalars_wide()[N.LOSS_POLICY], st_b.scalars_wide()[N.LOSS_POLICY], atol=1e-6)
 
 
+def test_resume_keeps_the_step_budget_a_set_steps_request_set(tmp_path):
+    """A run given 6 steps mid-run (set_steps) and stopped resumes to 6, not to the config's 3;
+    a resume that sets grpo.steps itself (--set grpo.steps=N) gets N."""
+    part, st = _trainer(tmp_path, ["grpo.steps=3"])
+    st.request("set_steps", {"steps": 6})
+    st.request("stop", {})  # both applied at the first boundary: stopped at step 0 with a budget of 6
+    assert part.run() == S.STOPPED and S.steps_budget(st.get_meta()) == 6
+    st.set_status(S.RUNNING)
+    resumed, _ = _trainer(tmp_path, ["grpo.steps=3"], resume=True)  # --resume: the stored config's 3
+    assert resumed.cfg.grpo.steps == 6
+    assert resumed.run() == S.FINISHED and st.last_step() == 6
+    assert st.get_meta()["config"]["grpo"]["steps"] == 6  # the budget in force, for the next resume
+    st.set_status(S.RUNNING)
+    again, _ = _trainer(tmp_path, ["grpo.steps=7"], resume=True)  # --set grpo.steps=7 wins
+    assert again.cfg.grpo.steps == 7 and again.run() == S.FINISHED and st.last_step() == 7
+    assert T.resumed_budget({}, 5) == 5  # an old store without settings: the config's
+
+
 def test_jsonl_task_trains_with_its_own_metrics(tmp_path):
     data = tmp_path / "qa.jsonl"
     data.write_text("\n".join('{"prompt": "Q: %s? A: ", "answer": "%s"}' % (k, v)
@@ -554,30 +572,66 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
     assert {"zero_trainable", "low_ratio", "low_reward_std", "declining_ratio", "near_zero"} <= seen
 
 
-def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path, monkeypatch):
-    """During run() the loop's connection never checkpoints (autocheckpoint 0) and the
-    heartbeat thread folds the WAL in; afterwards the connection is back to SQLite's default."""
+def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
+    """alert_kinds() (arrays, every step) against health.alerts() (frames, which write the
+    messages) on windows that raise each kind, near each threshold, and at random."""
+    import numpy as np
+    import pandas as pd
+    from grpo_core import health
+    from grpo_core.config import HealthConfig
+    rng = np.random.default_rng(1)
+    cfg = HealthConfig()
+    keep = max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 1
+    shapes = [np.full(keep, 0.8), np.r_[np.full(keep - 5, 0.5), np.zeros(5)], np.linspace(0.9, 0.05, keep),
+              np.full(keep, 0.02), np.full(keep, 0.3), np.full(keep, 0.25)]
+    shapes += [rng.random(keep) * rng.random() for _ in range(300)]
+    seen = set()
+    for i, shape in enumerate(shapes):
+        n = int(rng.integers(1, keep + 1)) if i >= 6 else keep  # windows still filling up too
+        sub = np.full(n, float(rng.choice([4, 8, 16])))
+        tr = np.round(shape[:n] * sub)
+        rstd = rng.random(n) * (0.2 if i % 2 else 0.12)
+        start = int(rng.integers(1, 500))
+        hist = [{"step": start + k, N.GROUPS_SUBMITTED: sub[k], N.GROUPS_TRAINABLE: tr[k],
+                 N.TRAINABLE_RATIO: tr[k] / sub[k], N.CUM_GROUPS_SUBMITTED: sub[:k + 1].sum(),
+                 N.CUM_GROUPS_TRAINABLE: tr[:k + 1].sum(), N.FRAC_REWARD_ZERO_STD: 1 - tr[k] / sub[k],
+                 N.REWARD_STD: rstd[k], N.REWARD: 0.5} for k in range(n)]
+        wide = pd.DataFrame({c: [r[c] for r in hist] for c in health.ALERT_INPUTS},
+                            index=pd.Index([r["step"] for r in hist], name="step"))
+        want = {a.kind for a in health.alerts(wide, cfg)}
+        assert T.alert_kinds(hist, cfg) == want, (i, want)
+        seen |= want
+    assert seen == {"zero_trainable", "low_ratio", "low_reward_std", "declining_ratio", "near_zero"}
+    gap = [dict(hist[0]), {**hist[0], "step": hist[0]["step"] + 2}]
+    assert T.alert_kinds(gap, cfg) is None and T.alert_kinds([{"step": 1, N.REWARD: 0.5}], cfg) is None
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path, monkeypatch, background):
+    """During run() the connection that writes the steps (the background writer's, or the
+    loop's with log.background_writes = false) never checkpoints (autocheckpoint 0) and the
+    heartbeat thread folds the WAL in; afterwards the loop's connection is back to SQLite's default."""
     import threading
     import time
     seen, calls = [], []
-    real_checkpoint = S.RunStore.checkpoint
+    real_checkpoint, real_log_step = S.RunStore.checkpoint, S.RunStore.log_step
 
     def counted(self):
         out = real_checkpoint(self)
         calls.append((threading.current_thread().name, out))
         return out
-    monkeypatch.setattr(S.RunStore, "checkpoint", counted)
-    monkeypatch.setattr(T.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
-    tr, store = _trainer(tmp_path, ["grpo.steps=4"])
-    log_step = store.log_step
 
-    def spy(*a, **kw):
-        seen.append(store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+    def spy(self, *a, **kw):
+        seen.append((threading.current_thread().name, self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]))
         time.sleep(0.05)  # let a beat happen between steps
-        return log_step(*a, **kw)
-    store.log_step = spy
+        return real_log_step(self, *a, **kw)
+    monkeypatch.setattr(S.RunStore, "checkpoint", counted)
+    monkeypatch.setattr(S.RunStore, "log_step", spy)
+    monkeypatch.setattr(T.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
+    tr, store = _trainer(tmp_path, ["grpo.steps=4", f"log.background_writes={str(background).lower()}"])
     tr.run()
-    assert seen == [0, 0, 0, 0]
+    assert seen == [("grpo-writer" if background else "MainThread", 0)] * 4
+    assert store.last_step() == 4
     assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     beats = [out for name, out in calls if name == "grpo-heartbeat"]
     assert beats and any(log > 0 and done == log for log, done in beats)  # frames written, all folded in

@@ -1,0 +1,110 @@
+"""The trainer's background store writer: the training thread hands each step over, a thread
+commits it.
+
+Why: writing a step (every scalar, group and rollout with its scores JSON-encoded and its
+text) cost ~2.5 ms of a ~70-140 ms demo step in the training loop (docs/benchmarks.md,
+"Monitoring overhead"). SQLite releases the GIL while it works and torch releases it in its
+ops, so a thread with its own connection commits step N while the trainer samples step N+1;
+the JSON encoding happens in that thread too (inside RunStore.log_step).
+
+What the trainer relies on:
+- Whole steps, in order: each submitted call is one RunStore method call (log_step: one
+  transaction per step), run in submit order by one thread.
+- flush() returns once everything submitted is committed. A checkpoint at step N flushes
+  first, so it implies steps <= N are in the store (--resume and truncate_after rely on it).
+- Back-pressure: the queue holds at most `maxsize` steps; submit() waits while it is full,
+  so a writer that falls behind slows the trainer instead of growing its memory.
+- A failure is never silent: the first exception stops all writing (nothing after a failed
+  step is written, so the stored steps stay contiguous) and the same exception object is
+  raised in the training thread by the next submit(), flush() or close(), so a full disk
+  reads exactly as it did when the loop wrote itself (store.storage_problem follows it).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+from grpo_core import store as S
+
+QUEUE_STEPS = 4  # steps that may wait for the writer (each is a few hundred kB at most)
+
+
+class StoreWriter:
+    def __init__(self, db_path: str | Path, maxsize: int = QUEUE_STEPS):
+        self.q: queue.Queue = queue.Queue(maxsize)
+        self.error: BaseException | None = None
+        self.reported = False  # the error was raised in the training thread already
+        self.cpu_s = 0.0  # this thread's CPU seconds spent in store calls (the benchmarks report it)
+        self.calls = 0
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(Path(db_path), ready), daemon=True,
+                                       name="grpo-writer")
+        self.thread.start()
+        ready.wait()
+        self._raise()  # the store could not be opened: say so now, not at the first step
+
+    def _run(self, db_path: Path, ready: threading.Event):
+        try:
+            store = S.RunStore(db_path)
+            store.defer_checkpoints()  # the heartbeat thread folds the WAL in (trainer.Heartbeat)
+        except BaseException as e:
+            self.error = e
+            ready.set()
+            return
+        ready.set()
+        try:
+            while True:
+                item = self.q.get()
+                try:
+                    if item is None:
+                        return
+                    if self.error is None:  # after a failure the queue is drained, never written
+                        name, args, kwargs = item
+                        t = time.thread_time()
+                        getattr(store, name)(*args, **kwargs)
+                        self.cpu_s += time.thread_time() - t
+                        self.calls += 1
+                except BaseException as e:
+                    self.error = e
+                finally:
+                    self.q.task_done()
+        finally:
+            store.close()
+
+    def _raise(self):
+        if self.error is not None and not self.reported:
+            self.reported = True
+            raise self.error
+
+    def submit(self, name: str, *args, **kwargs):
+        """Queue store.<name>(*args, **kwargs) (e.g. "log_step"); waits while the queue is full.
+        The arguments must not be changed afterwards (the writer reads them later)."""
+        self._raise()
+        if not self.thread.is_alive():
+            raise RuntimeError("the store writer is closed")
+        self.q.put((name, args, kwargs))
+
+    def flush(self):
+        """Wait until everything submitted is committed; raises the writer's error."""
+        if self.thread.is_alive():
+            self.q.join()
+        self._raise()
+
+    def close(self, raise_error: bool = True):
+        """Drain the queue (every submitted step is committed), end the thread, join it.
+        raise_error=False: for a close while another exception is on its way out."""
+        if self.thread.is_alive():
+            self.q.put(None)
+            self.thread.join()
+        if raise_error:
+            self._raise()
+
+
+def has_pending_requests(store: S.RunStore) -> bool:
+    """A pending control request exists: one indexed read, no write lock. The trainer asks
+    this before claiming, so a step never waits behind the writer's transaction just to
+    find nothing to claim. (Belongs in store.py as RunStore.has_pending(); kept here until
+    the store's owner adds it.)"""
+    return store.conn.execute("SELECT 1 FROM control WHERE status = ? LIMIT 1", (S.PENDING,)).fetchone() is not None

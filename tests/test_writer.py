@@ -1,0 +1,212 @@
+"""The background store writer (grpo_core/writer.py) on real run stores, alone and inside the
+real trainer loop: whole steps in order, back-pressure, a failure raised in the training
+thread (the same failed status as when the loop writes itself), checkpoints and control
+answers never ahead of the steps they refer to, and a drained queue before the final status."""
+import threading
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from grpo_core import names as N
+from grpo_core import store as S
+from grpo_core import trainer as T
+from grpo_core.config import load_config
+from grpo_core.writer import StoreWriter, has_pending_requests
+
+torch.set_num_threads(1)
+
+TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+        "model.warm_start_steps=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=6",
+        "log.progress=false", "log.checkpoint_every=0"]
+
+
+def _store(tmp_path, run_id="w") -> S.RunStore:
+    return S.RunStore.create(run_id, {}, root=tmp_path)
+
+
+def _step(k: int, score=0.5):
+    groups = pd.DataFrame({"group": [0], "prompt_id": ["p"], "size": [2], "reward_mean": [0.5], "reward_std": [0.5],
+                           "trainable": [True], "phantom": [False]})
+    rollouts = [(0, i, float(i), {"exact": score}, f"text {k}.{i}", None) for i in range(2)]
+    return {N.REWARD: 0.1 * k}, groups, rollouts, [(S.EV_ALERT, {"kind": "x", "step": k})]
+
+
+def _reader(store: S.RunStore) -> S.RunStore:
+    return S.RunStore.open(store.path, readonly=True)
+
+
+def test_steps_are_committed_whole_and_in_order_and_flush_waits_for_them(tmp_path):
+    store = _store(tmp_path)
+    w = StoreWriter(store.path)
+    for k in range(1, 6):
+        w.submit("log_step", k, *_step(k))
+    w.flush()
+    with _reader(store) as r:  # another connection sees every step, whole, once flush returned
+        assert r.scalars_wide()[N.REWARD].round(3).tolist() == [0.1, 0.2, 0.3, 0.4, 0.5]
+        assert r.groups()["step"].tolist() == [1, 2, 3, 4, 5]
+        assert r.rollouts()["completion"].tolist() == [f"text {k}.{i}" for k in range(1, 6) for i in range(2)]
+        assert r.events(kinds=[S.EV_ALERT])["step"].tolist() == [1, 2, 3, 4, 5]
+    w.close()
+    assert not w.thread.is_alive() and w.calls == 5
+    with pytest.raises(RuntimeError, match="closed"):
+        w.submit("log_step", 6, *_step(6))
+
+
+def test_a_full_queue_makes_the_trainer_wait(tmp_path):
+    """Back-pressure: with the store locked by another writer, the queue fills and submit()
+    blocks instead of growing memory; once the lock goes, every step lands in order."""
+    store = _store(tmp_path)
+    w = StoreWriter(store.path, maxsize=1)
+    blocker = S.RunStore(store.path)
+    blocker.conn.execute("BEGIN IMMEDIATE")  # the writer's transaction waits (busy timeout)
+    w.submit("log_step", 1, *_step(1))  # taken by the writer, which now waits for the lock
+    w.submit("log_step", 2, *_step(2))  # fills the queue
+    done = threading.Event()
+
+    def third():
+        w.submit("log_step", 3, *_step(3))
+        done.set()
+    t = threading.Thread(target=third, daemon=True)
+    t.start()
+    assert not done.wait(0.5)  # the trainer is held back while the writer is behind
+    assert w.q.qsize() == 1
+    blocker.conn.execute("ROLLBACK")
+    assert done.wait(30)
+    w.close()
+    assert store.scalars_wide().index.tolist() == [1, 2, 3]
+    blocker.close()
+
+
+def test_a_failed_write_stops_writing_and_is_raised_in_the_submitting_thread(tmp_path):
+    store = _store(tmp_path)
+    w = StoreWriter(store.path)
+    w.submit("log_step", 1, *_step(1))
+    w.submit("log_step", 2, *_step(2, score=object()))  # the store refuses it (not JSON), in the writer thread
+    w.submit("log_step", 3, *_step(3))  # queued behind the failure: never written
+    with pytest.raises(Exception) as e:
+        w.flush()
+    assert "not JSON serialisable" in str(e.value) or "must be a number" in str(e.value)
+    assert store.last_step() == 1  # nothing after the failed step: the stored steps stay contiguous
+    w.close()  # raised once already: closing does not raise it again
+    assert not w.thread.is_alive() and store.last_step() == 1
+
+
+def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
+    store = _store(tmp_path)
+    store.set_status(S.RUNNING)
+    assert not has_pending_requests(store)
+    rid = store.request(S.PAUSE, {})
+    blocker = S.RunStore(store.path)
+    blocker.conn.execute("BEGIN IMMEDIATE")  # a writer mid-transaction does not hold the check up
+    assert has_pending_requests(store)
+    blocker.conn.execute("ROLLBACK")
+    blocker.close()
+    assert [r["id"] for r in store.claim_pending()] == [rid] and not has_pending_requests(store)
+
+
+# ---- inside the trainer loop -----------------------------------------------------------------------
+def _trainer(tmp_path, extra=(), run_id="r"):
+    cfg = load_config(None, TINY + list(extra))
+    store = S.RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
+    return T.Trainer(cfg, store, log=lambda m: None), store
+
+
+@pytest.fixture
+def slow_writes(monkeypatch):
+    """A slow disk: every step's write takes 60 ms, so the writer is always behind the loop."""
+    real = S.RunStore.log_step
+
+    def slow(self, *a, **kw):
+        time.sleep(0.06)
+        return real(self, *a, **kw)
+    monkeypatch.setattr(S.RunStore, "log_step", slow)
+
+
+def test_checkpoints_and_control_answers_are_never_ahead_of_the_stored_steps(tmp_path, monkeypatch, slow_writes):
+    tr, store = _trainer(tmp_path, ["grpo.steps=6", "log.checkpoint_every=2"])
+    reader = _reader(store)
+    at_ckpt, at_answer, at_status = [], [], []
+    save = T.models.save_pretrained
+    monkeypatch.setattr(T.models, "save_pretrained", lambda *a, **k: (at_ckpt.append((tr.step, reader.last_step())),
+                                                                     save(*a, **k))[1])
+    resolve = S.RunStore.resolve_request
+    monkeypatch.setattr(S.RunStore, "resolve_request", lambda self, *a, **k: (
+        at_answer.append((tr.step, reader.last_step())), resolve(self, *a, **k))[1])
+    set_status = S.RunStore.set_status
+    monkeypatch.setattr(S.RunStore, "set_status", lambda self, status, *a, **k: (
+        at_status.append((status, tr.step, reader.last_step())), set_status(self, status, *a, **k))[1])
+    step = tr.train_step
+
+    def step_and_ask():  # the dashboard asks while step 3 trains
+        if tr.step == 2:
+            S.RunStore(store.path).request(S.SET_THRESHOLD, {"min_group_std": 0.02})
+        return step()
+    tr.train_step = step_and_ask
+    assert tr.run() == S.FINISHED
+    assert tr.writer is None  # closed and joined
+    assert at_ckpt == [(2, 2), (4, 4), (6, 6)]  # a checkpoint at step N: steps <= N are in the store
+    assert at_answer == [(3, 3)]  # answered at the boundary after step 3, with step 3 stored
+    assert at_status[-1] == (S.FINISHED, 6, 6)  # the final status after the last step is committed
+    ev = store.events(kinds=[S.EV_CHANGE])
+    assert ev["step"].tolist() == [4] and store.scalars_wide()[N.MIN_GROUP_STD].tolist() == [0.01] * 3 + [0.02] * 3
+    reader.close()
+
+
+def test_a_stop_drains_the_queue_before_the_final_status(tmp_path, monkeypatch, slow_writes):
+    tr, store = _trainer(tmp_path, ["grpo.steps=50"])
+    step = tr.train_step
+
+    def step_then_signal():  # SIGTERM during step 4: the handler sets stop_reason
+        out = step()
+        if tr.step == 3:
+            tr.stop_reason = "SIGTERM"
+        return out
+    tr.train_step = step_then_signal
+    assert tr.run() == S.STOPPED
+    assert store.last_step() == 4 and store.get_meta()["status"] == S.STOPPED
+    assert T.latest_checkpoint(store.run_dir).name == "step-000004"
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, background):
+    """The store refuses step 3 (in the writer thread or in the loop): status failed, the same
+    last error line, steps 1-2 kept, the open request rejected, and no checkpoint past step 2."""
+    tr, store = _trainer(tmp_path, ["grpo.steps=8", "log.checkpoint_every=3",
+                                    f"log.background_writes={str(background).lower()}"])
+    step = tr.train_step
+
+    def bad_step3():
+        scalars, groups, rollouts = step()
+        if tr.step == 2:  # the step being made is step 3
+            rollouts[0] = rollouts[0][:3] + ({**rollouts[0][3], "exact": object()},) + rollouts[0][4:]
+        return scalars, groups, rollouts
+    tr.train_step = bad_step3
+    with pytest.raises(Exception):
+        tr.run_safely()
+    meta = store.get_meta()
+    assert meta["status"] == S.FAILED and store.last_step() == 2
+    last = meta["error"].strip().splitlines()[-1]
+    assert last.startswith(("TypeError", "grpo_core.store.StoreError")), last
+    assert T.latest_checkpoint(store.run_dir) is None  # the step-3 checkpoint never happened
+    assert tr.writer is None
+
+
+def test_background_writes_store_what_the_loop_writing_itself_stores(tmp_path):
+    """Same seed, same steps: the stored scalars (but timings), groups, rollouts and events are equal."""
+    runs = {}
+    for bg in (True, False):
+        tr, store = _trainer(tmp_path / str(bg), ["grpo.steps=4", f"log.background_writes={str(bg).lower()}",
+                                                  "health.zero_trainable_steps=1"])
+        assert tr.run() == S.FINISHED
+        w = store.scalars_wide()
+        runs[bg] = (w[[c for c in w.columns if not c.startswith(("time/", "throughput/"))]],
+                    store.groups(), store.rollouts(),
+                    [(k, p) for k, p in zip(store.events()["kind"], store.events()["payload"]) if k != "checkpoint"])
+    a, b = runs[True], runs[False]
+    pd.testing.assert_frame_equal(a[0], b[0])
+    pd.testing.assert_frame_equal(a[1], b[1])
+    pd.testing.assert_frame_equal(a[2], b[2])
+    strip = lambda evs: [(k, {x: y for x, y in p.items() if x not in ("model",)}) for k, p in evs]  # noqa: E731
+    assert strip(a[3]) == strip(b[3])
