@@ -4,25 +4,34 @@
 This script only sets the page up, picks the run (sidebar, or `?run=<id>` in the URL)
 and hands over to the page. It never imports torch: training happens in a separate
 trainer process that writes the run store this dashboard reads.
+
+Streamlit 1.67 still knows the old `pages/` folder convention: until the process's first
+st.navigation call (a fresh server's first request) it routes by file name, and a URL
+that names no file in pages/ gets a "Page not found" pop-up on top of the right page. So
+the page URLs are the file names (/runs, /analysis, /pilot; the live monitor is the start
+page, /, and a link to one run is /?run=<id>), and a page file that legacy routing runs on
+its own hands over to main() here (see `through_app` at the top of each page).
 """
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 from grpo_core import live
 from grpo_core.safety import require_token
 from grpo_core.store import list_runs
 
-st.set_page_config(page_title="GRPO Health", page_icon=":material/monitoring:", layout="wide")
-require_token()  # with serve --token / $GRPO_HEALTH_TOKEN: nothing below shows until it matches
 
-# url paths differ from the file names on purpose: Streamlit still knows the old pages/
-# directory convention, and a URL that names a file there (e.g. /live) would run that page
-# without this script (no run picker) on a fresh server's first request.
-PAGES = [
-    st.Page("pages/runs.py", title="Runs", icon=":material/list:", url_path="all-runs"),
-    st.Page("pages/live.py", title="Live monitor", icon=":material/monitoring:", url_path="monitor", default=True),
-    st.Page("pages/analysis.py", title="Analysis", icon=":material/analytics:", url_path="analyze"),
-    st.Page("pages/pilot.py", title="Pilot", icon=":material/science:", url_path="pilot-check"),
-]
+def pages() -> list:
+    """New Page objects each run (st.navigation marks the one it returns as runnable once).
+    url paths are the file names, as legacy routing infers them, except the live monitor's:
+    it is the start page (URL /), and a page is also asked for by a hash of its url path (a
+    rerun, a reconnecting tab, AppTest); "monitor" names no file, so legacy routing answers
+    that hash with app.py rather than with live.py on its own."""
+    return [
+        st.Page("pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
+        st.Page("pages/live.py", title="Live monitor", icon=":material/monitoring:", url_path="monitor", default=True),
+        st.Page("pages/analysis.py", title="Analysis", icon=":material/analytics:", url_path="analysis"),
+        st.Page("pages/pilot.py", title="Pilot", icon=":material/science:", url_path="pilot"),
+    ]
 
 
 def pick_run():
@@ -46,5 +55,23 @@ def pick_run():
             st.caption("No runs yet: start one on the Runs page.")
 
 
-pick_run()
-st.navigation(PAGES).run()
+def main():
+    st.set_page_config(page_title="GRPO Health", page_icon=":material/monitoring:", layout="wide")
+    require_token()  # with serve --token / $GRPO_HEALTH_TOKEN: nothing below shows until it matches
+    pick_run()
+    st.navigation(pages()).run()
+
+
+def through_app():
+    """The first lines of every page: a page file that Streamlit's legacy pages/ routing ran
+    on its own (a fresh server's first request, before any st.navigation call) runs the app
+    instead, which runs this page through st.navigation in the same script run. True when it
+    did: the page file then stops (st.stop()); what it would draw has been drawn."""
+    if not getattr(PagesManager, "uses_pages_directory", False):
+        return False
+    main()  # its st.navigation clears the legacy flag, for this and every later session
+    return True
+
+
+if __name__ == "__main__":  # Streamlit runs this file as __main__; pages import it for through_app
+    main()

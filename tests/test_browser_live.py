@@ -213,7 +213,7 @@ def test_charts_keep_updating_while_the_run_trains(served, browser):
 def test_closing_the_browser_and_restarting_streamlit_leave_the_trainer_alone(served, browser):
     server, rid = served
     ctx, page = open_live(browser, server.url, rid)
-    page.goto(f"{server.url}/all-runs", wait_until="domcontentloaded")
+    page.goto(f"{server.url}/runs", wait_until="domcontentloaded")
     page.get_by_text(rid).first.wait_for(timeout=30_000)
     shot(page, "runs_page.png")
     ctx.close()  # the browser goes away
