@@ -125,7 +125,9 @@ class AutopilotConfig:
     weight_band: float = knob(2.0, "Each weight stays within the user's weight / this .. x this (a metric the "
                                    "user set to 0 stays 0)")
     max_group_size: int = knob(64, "Cap on the group size G it may set")
-    max_rollouts_per_step: int = knob(512, "Compute budget: G x prompts per step it may not exceed")
+    max_rollouts_per_step: int = knob(512, "Hard cap on G x prompts per step, on top of rollout_budget")
+    rollout_budget: float = knob(2.0, "Compute budget relative to the run: G x prompts per step stays within this "
+                                      "x what the user set; past it, fewer prompts pay for a larger G")
     group_size_factor: float = knob(2.0, "Each group-size move multiplies G by this (at least +1)")
     solved_reward: float = knob(0.9, "A uniform group is solved when its reward is >= this share of the best "
                                      "reachable total")
@@ -356,6 +358,8 @@ def validate_autopilot(cfg: RunConfig):
         raise ConfigError(f"autopilot.weight_floor must be in [0, 1), got {a.weight_floor}")
     if a.max_group_size < 2:
         raise ConfigError(f"autopilot.max_group_size must be >= 2, got {a.max_group_size}")
+    if not a.rollout_budget >= 1:
+        raise ConfigError(f"autopilot.rollout_budget must be >= 1, got {a.rollout_budget}")
     if a.max_rollouts_per_step < 2:
         raise ConfigError(f"autopilot.max_rollouts_per_step must be >= 2, got {a.max_rollouts_per_step}")
     if not (math.isfinite(a.weight_band) and a.weight_band >= 1):

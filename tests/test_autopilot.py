@@ -153,12 +153,8 @@ def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
     st = AP.AutopilotState(settings({"exact": 1.0}))
     [mv] = AP.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.payload["group_size"], mv.before) == ("group_size", 16, {"group_size": 8})  # x group_size_factor
-    assert "group size 8 -> 16" in mv.reason and "minority rate" in mv.reason and "predicted ratio" in mv.reason
-    # the compute budget caps it: 88 rollouts per step over 8 prompts -> G 11 at most
-    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
-    assert mv.payload["group_size"] == 11
-    # 80 -> G 10: predicted +0.04, under min_gain: not worth the compute
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=80), HCFG) == []
+    assert "group size 8 -> 16 (128 rollouts per step, budget 128)" in mv.reason  # 2 x the user's 8 x 8
+    assert "minority rate" in mv.reason and "predicted ratio" in mv.reason
     # at the cap nothing to raise (and one metric: no reweighting; rewards low: no difficulty)
     assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_group_size=8), HCFG) == []
     # a ratio of 0.25 is above a target of 0.2: nothing to do
@@ -167,12 +163,52 @@ def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
     assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=80)), CFG, HCFG) == []
 
 
+def test_a_larger_group_past_the_budget_is_paid_for_with_fewer_prompts():
+    wide, ro = rare_frames()
+    # G 16 (an earlier move) x 8 prompts = 128 = the budget (2 x the user's 64): G 32 needs 4 prompts
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), user_grid={"group_size": 8, "prompts_per_step": 8})
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    assert [(m.move, m.kind) for m in moves] == [("group_size", "set_prompts"), ("group_size", "set_group_size")]
+    assert moves[0].payload["prompts_per_step"] == 4 and moves[0].before == {"prompts_per_step": 8}
+    assert moves[1].payload["group_size"] == 32 and moves[1].before == {"group_size": 16}
+    assert "group size 16 -> 32, prompts per step 8 -> 4 (128 rollouts per step, budget 128)" in moves[1].reason
+    # the budget is counted from what the user set, not from the autopilot's own G: 1 x 64 at G 8 -> G 16 x 4
+    st = AP.AutopilotState(settings({"exact": 1.0}))
+    moves = AP.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=1.0), HCFG)
+    assert [m.payload.get("prompts_per_step", m.payload.get("group_size")) for m in moves] == [4, 16]
+    # max_rollouts_per_step is a hard cap on top: 88 -> G 16 over 5 prompts
+    moves = AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
+    assert [m.payload.get("prompts_per_step", m.payload.get("group_size")) for m in moves] == [5, 16]
+    # never below half the user's prompts per step (MIN_PROMPTS_SHARE): G 32 x 4 is then at the cap
+    assert AP.MIN_PROMPTS_SHARE == 0.5
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=32, prompts_per_step=4),
+                           user_grid={"group_size": 8, "prompts_per_step": 8})
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    # a budget of 4 x the user's: G 64 x 4 prompts
+    moves = AP.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=4.0), HCFG)
+    assert [(m.kind, m.payload.get("group_size")) for m in moves] == [("set_group_size", 64)]
+
+
+def test_no_setting_move_that_could_not_be_judged_before_the_run_ends():
+    wide, ro = rare_frames()  # steps 1..12
+    st = AP.AutopilotState(settings({"exact": 1.0}, steps=21))  # 9 steps left < window 10
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st = AP.AutopilotState(settings({"exact": 1.0}, steps=22))
+    assert [m.move for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
+
+
 def test_difficulty_rises_when_groups_are_solved_then_stops_at_the_top_level():
     wide, ro = solved_frames(steps=22)
     st = AP.AutopilotState(settings({"exact": 1.0}, level=2))
     [mv] = AP.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.kind, mv.payload["level"], mv.before) == ("difficulty", "set_difficulty", 3, {"level": 2})
     assert "100% of groups uniform" in mv.reason and "level 2 -> 3" in mv.reason
+    # not with fewer than LEVEL_WINDOWS_LEFT windows left: too few steps to learn a harder level
+    st = AP.AutopilotState(settings({"exact": 1.0}, level=2, steps=22 + 5 * CFG.window - 1))
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    assert [m.kind for m in moves] == ["checkpoint", "stop"] and "too few to learn a harder level" in moves[1].reason
+    st.settings["steps"] += 1
+    assert AP.decide(wide, ro, st, CFG, HCFG)[0].move == "difficulty"
     # at the highest level: no move is left, and after near_zero_steps at ratio 0: checkpoint + stop
     st = AP.AutopilotState(settings({"exact": 1.0}, level=4))
     moves = AP.decide(wide, ro, st, CFG, HCFG)
@@ -262,21 +298,42 @@ def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
     wide, ro = rare_frames()  # ratio 0.25 in the window after the move
     trial = {"request_id": 7, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 8},
              "after": {"group_size": 16}, "ratio": 0.24}
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), trial=dict(trial), move_steps=[1, 2, 3])
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), trial=dict(trial), move_steps=[1, 2, 3],
+                           user_grid={"group_size": 8, "prompts_per_step": 8})
     [mv] = AP.decide(wide, ro, st, CFG, HCFG)  # not rate-limited: it corrects, it does not add
     assert (mv.move, mv.kind) == ("revert", "set_group_size")
     assert mv.payload["group_size"] == 8 and mv.payload["undo_of"] == 7 and mv.before == {"group_size": 16}
     assert mv.reason == ("autopilot move #7 did not help: ratio 0.24 -> 0.25 over 10 steps (needed >= 0.27): "
                          "back to group size 8")
-    # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: a larger G again)
+    # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: a larger G again, paid for with
+    # fewer prompts: G 16 x 8 is already the budget, 2 x the user's 8 x 8)
     st.trial, st.move_steps = {**trial, "ratio": 0.20}, []
-    assert [m.move for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
+    assert [m.kind for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["set_prompts", "set_group_size"]
     # the revert is an undo of the move: that kind is vetoed from then on
     AP.record(st, [mv], 12, [8])
     assert st.trial is None and st.move_steps == []
     st.moves.append({"request_id": 7, "move": "group_size", "step": 2})
     AP.note_applied(st, {"kind": "set_group_size", "payload": mv.payload, "source": "autopilot"}, 13)
     assert st.vetoed == ["group_size"]
+
+
+def test_a_move_of_two_requests_is_judged_and_taken_back_together():
+    """Fewer prompts + a larger G: one decision, one trial; if it did not help both go back."""
+    wide, ro = rare_frames()
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), user_grid={"group_size": 8, "prompts_per_step": 8})
+    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    AP.record(st, moves, 12, [21, 22])
+    assert st.move_steps == [12] and [p["kind"] for p in st.trial["parts"]] == ["set_prompts", "set_group_size"]
+    assert AP.AutopilotState.from_dict(json.loads(json.dumps(st.to_dict()))) == st  # checkpointable
+    st.trial["ratio"] = 0.24  # the window after it: 0.25 < 0.24 + 0.025
+    st.last_change_step, st.settings = 0, settings({"exact": 1.0}, group_size=32, prompts_per_step=4)
+    back = AP.decide(wide, ro, st, CFG, HCFG)
+    assert [(m.move, m.kind) for m in back] == [("revert", "set_prompts"), ("revert", "set_group_size")]
+    assert back[0].payload["prompts_per_step"] == 8 and back[1].payload["group_size"] == 16
+    assert [m.payload["undo_of"] for m in back] == [21, 22] and back[0].before == {"prompts_per_step": 4}
+    assert back[1].reason.endswith("back to prompts per step 8, group size 16")
+    AP.record(st, back, 13, [23, 24])
+    assert st.trial is None and st.move_steps == [12]  # a take-back is not rate-limited
 
 
 def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_rose():
@@ -341,6 +398,8 @@ def test_undo_request_is_the_inverse_move():
                                                    "reason": "undo of autopilot move #5"})
     assert AP.undo_request({"request_id": 6, "kind": "set_group_size", "before": {"group_size": 8}})[1][
         "group_size"] == 8
+    assert AP.undo_request({"request_id": 8, "kind": "set_prompts", "before": {"prompts_per_step": 8}})[1][
+        "prompts_per_step"] == 8
     assert AP.undo_request({"request_id": 7, "kind": "stop", "before": {}}) is None
 
 
