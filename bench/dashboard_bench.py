@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -27,12 +25,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from grpo_core import charts, live  # noqa: E402
 from grpo_core.store import RunStore  # noqa: E402
+from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 from tests.helpers_dashboard import synth_run  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 HEADING = "## Dashboard"
 STEPS, ROLLOUT_STEPS = 20_000, 500
 
@@ -67,19 +66,6 @@ def refresh(run_dir: Path, st):
 def state_bytes(st) -> int:
     frames = [st.recent, st.bin_sum, st.bin_cnt, st.rollouts, st.changes, st.control]
     return sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None and len(f.columns))
-
-
-def ms(xs):
-    xs = sorted(x * 1000 for x in xs)
-    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
-    return xs, q
-
-
-def row(name, xs, target=None):
-    xs, q = ms(xs)
-    med = statistics.median(xs)
-    verdict = "" if target is None else (" ✓" if med < target else " ✗")
-    return f"| {name} | {med:.1f} ms{verdict} | {q[0]:.1f}-{q[2]:.1f} ms | {xs[0]:.1f}-{xs[-1]:.1f} ms | {len(xs)} |"
 
 
 def apptest_times(run_dir: Path, repeats: int):
@@ -149,17 +135,6 @@ def bringup(port: int | None = None) -> dict:
     return out
 
 
-def write_section(text: str, doc: Path = DOC):
-    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    start = old.find(HEADING + "\n")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt:])
-    doc.write_text(new.rstrip("\n") + "\n")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=7)
@@ -215,7 +190,6 @@ def main():
     at_first, at_again = ([], []) if args.no_apptest else apptest_times(run_dir, max(3, args.repeats // 2))
 
     up = {} if args.no_bringup else bringup()
-    load = os.getloadavg()
     text = "\n".join([
         HEADING, "",
         f"The live page's server-side cost on a synthetic run of {STEPS:,} steps (every per-step scalar, "
@@ -227,20 +201,17 @@ def main():
         f"carries {points:,} points, not {STEPS:,}.",
         "",
         "- Command: `.venv/bin/python bench/dashboard_bench.py`",
-        f"- Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}; load average "
-        f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} while measuring (other agents share the CPU); Python "
-        f"{platform.python_version()}",
+        f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "- Targets: first render < 1 s, refresh < 100 ms (server time).",
         "",
-        "| operation | median | spread (p25-p75) | min-max | repeats |",
-        "| --- | --- | --- | --- | --- |",
-        row("first render, data layer (load + cards + figures + what-if)", firsts, 1000),
-        row("refresh, one new step (incremental read + cards + figures)", refreshes, 100),
-        row("refresh, nothing new", idles, 100),
-        row("incremental store read alone, one new step", read_only),
-    ] + ([row("first render, whole page under AppTest (incl. Streamlit + plotly JSON)", at_first, 1000),
-          row("rerun of the whole page under AppTest, same session", at_again)] if at_first else []) + [
+        *TABLE_HEAD,
+        table_row("first render, data layer (load + cards + figures + what-if)", firsts, 1000),
+        table_row("refresh, one new step (incremental read + cards + figures)", refreshes, 100),
+        table_row("refresh, nothing new", idles, 100),
+        table_row("incremental store read alone, one new step", read_only),
+    ] + ([table_row("first render, whole page under AppTest (incl. Streamlit + plotly JSON)", at_first, 1000),
+          table_row("rerun of the whole page under AppTest, same session", at_again)] if at_first else []) + [
         "",
         f"Session memory (pandas frames of the cached state): {mem_first / 1e6:.2f} MB after the first load, "
         f"{mem_after / 1e6:.2f} MB after watching 1,000 more steps: bounded by the bins, not the run length.",
@@ -254,9 +225,7 @@ def main():
         f"without reload) after {up['moving']:.1f} s; target 90 s: "
         f"{'meets it' if up['moving'] < 90 else 'misses it on this loaded box'}. A second start in the same "
         "runs dir reuses the warm-start cache. One measurement, not a distribution.", ""] if up else []))
-    print(text)
-    if not args.no_write:
-        write_section(text)
+    publish(HEADING, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

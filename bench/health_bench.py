@@ -8,10 +8,6 @@ target < 50 ms on a 2-core box. Writes its section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import re
-import statistics
 import sys
 import tempfile
 import time
@@ -22,9 +18,10 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 from grpo_core import health as H  # noqa: E402
+from perf_common import TABLE_HEAD, machine, publish, summary, table_row, timeit  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 HEADING = "## Health: what-if"
 TARGET_MS = 50.0
 METRICS = ["answer_f1", "exact", "citation", "format", "length", "style"]
@@ -59,40 +56,7 @@ def make_window(n_rollouts=50_000, group_size=8, groups_per_step=125, seed=0) ->
     return frame
 
 
-def timeit(fn, repeats: int) -> list[float]:
-    fn()  # warm-up (first-call allocations, lazy imports)
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1000)
-    return out
-
-
-def summary(ms: list[float]) -> dict:
-    q = np.percentile(ms, [25, 75])
-    return {"median": statistics.median(ms), "p25": q[0], "p75": q[1], "min": min(ms), "max": max(ms),
-            "n": len(ms)}
-
-
-def fmt(s: dict) -> str:
-    return (f"{s['median']:.1f} ms | {s['p25']:.1f}-{s['p75']:.1f} ms | "
-            f"{s['min']:.1f}-{s['max']:.1f} ms | {s['n']}")
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        m = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-        cpu = m.group(1).strip() if m else cpu
-    except OSError:
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} cores (nproc {len(os.sched_getaffinity(0))}), {cpu}; load average {load}; "
-            f"Python {platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}")
-
-
-def store_read_ms(frame: pd.DataFrame, repeats: int) -> dict:
+def store_read_s(frame: pd.DataFrame, repeats: int) -> list[float]:
     """Context for the dashboard: reading the same window back from a run store."""
     from grpo_core.store import RunStore
     with tempfile.TemporaryDirectory() as d:
@@ -101,22 +65,9 @@ def store_read_ms(frame: pd.DataFrame, repeats: int) -> dict:
             rows = [(g, i, t, dict(zip(METRICS, sc)), None, None) for g, i, t, sc in
                     zip(part["group"], part["idx"], part["total"], part[METRICS].to_numpy().tolist())]
             s.log_step(int(step), {"train/reward": 0.0}, rollouts=rows)
-        res = summary(timeit(lambda: s.rollouts(with_text=False), repeats))
+        res = timeit(lambda: s.rollouts(with_text=False), repeats)
         s.close()
     return res
-
-
-def write_section(text: str, doc: Path = DOC):
-    """Replace (or add) this script's section; other sections of the file are left alone."""
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    start = old.find(HEADING + "\n")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(HEADING))
-        new = old[:start] + text.rstrip("\n") + "\n" + ("\n" + old[nxt + 1:] if nxt >= 0 else "")
-    doc.write_text(new.rstrip("\n") + "\n")
 
 
 def main(argv=None) -> int:
@@ -131,19 +82,16 @@ def main(argv=None) -> int:
     other = {**WEIGHTS, "exact": 0.05, "answer_f1": 0.65}
     ratio_now, ratio_other = H.what_if(frame, WEIGHTS), H.what_if(frame, other)
 
-    res = {
-        "what_if, store frame in (convert + compute)": summary(timeit(lambda: H.what_if(frame, other), args.repeats)),
-        "what_if, arrays prepared once (per slider move)": summary(timeit(lambda: H.what_if(arrays, other),
-                                                                          args.repeats)),
-        "what_if_per_step, arrays": summary(timeit(lambda: H.what_if_per_step(arrays, other), args.repeats)),
-        "variance_contribution, arrays": summary(timeit(lambda: H.variance_contribution(arrays, WEIGHTS),
-                                                        args.repeats)),
-        "suggest_weights (n=3), arrays": summary(timeit(lambda: H.suggest_weights(arrays, WEIGHTS),
-                                                        max(3, args.repeats // 4))),
-        "context: RunStore.rollouts() read of the window": store_read_ms(frame, max(3, args.repeats // 4)),
+    res = {  # seconds per call
+        "what_if, store frame in (convert + compute)": timeit(lambda: H.what_if(frame, other), args.repeats),
+        "what_if, arrays prepared once (per slider move)": timeit(lambda: H.what_if(arrays, other), args.repeats),
+        "what_if_per_step, arrays": timeit(lambda: H.what_if_per_step(arrays, other), args.repeats),
+        "variance_contribution, arrays": timeit(lambda: H.variance_contribution(arrays, WEIGHTS), args.repeats),
+        "suggest_weights (n=3), arrays": timeit(lambda: H.suggest_weights(arrays, WEIGHTS), max(3, args.repeats // 4)),
+        "context: RunStore.rollouts() read of the window": store_read_s(frame, max(3, args.repeats // 4)),
     }
     sugg = H.suggest_weights(arrays, WEIGHTS)
-    headline = res["what_if, store frame in (convert + compute)"]["median"]
+    headline = summary(res["what_if, store frame in (convert + compute)"])["median"] * 1000
     verdict = "meets" if headline < TARGET_MS else "MISSES"
 
     lines = [
@@ -154,7 +102,7 @@ def main(argv=None) -> int:
         f"seeded: binary outcomes with per-prompt success rates, continuous F1, a graduated penalty).",
         "",
         f"- Command: `.venv/bin/python bench/health_bench.py --repeats {args.repeats}`",
-        f"- Machine: {machine()}",
+        f"- Machine: {machine()}, numpy {np.__version__}, pandas {pd.__version__}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}",
         f"- Target: what-if < {TARGET_MS:.0f} ms on 2 cores. Result: median {headline:.1f} ms from a "
         f"store frame: **{verdict} the target**.",
@@ -162,19 +110,14 @@ def main(argv=None) -> int:
         f"top suggestion predicts {sugg[0]['predicted_ratio']:.3f}." if sugg else
         f"- Sanity: ratio {ratio_now:.3f} under the recorded weights; no suggestion beats it.",
         "",
-        "| operation | median | spread (p25-p75) | min-max | repeats |",
-        "| --- | --- | --- | --- | --- |",
-        *[f"| {name} | {fmt(s)} |" for name, s in res.items()],
+        *TABLE_HEAD,
+        *[table_row(name, secs) for name, secs in res.items()],
         "",
         "The store read is not part of what-if; it is the cost of fetching the window, which the live "
         "page does incrementally (only steps since the last refresh).",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(text)
-        print(f"wrote {HEADING!r} in {DOC}")
+    publish(HEADING, "\n".join(lines), write=not args.no_write)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Shared bits of the performance benchmarks (bench/trainer_vs_trl.py, profile_step.py,
-monitoring_overhead.py, store_scale.py, gpu_check.py): the machine line, robust summaries
-(median and quartiles: the box is shared and noisy), and writing one section of
+monitoring_overhead.py, store_scale.py, gpu_check.py, health_bench.py, dashboard_bench.py):
+the machine line, robust summaries (median and quartiles: the box is shared and noisy), a
+timing table's rows, and writing one section of
 docs/benchmarks.md without touching the others (a file lock: the scripts may run at once)."""
 from __future__ import annotations
 
@@ -50,6 +51,17 @@ def fmt_ms(s: dict, unit: str = "ms", scale: float = 1000.0, digits: int = 1) ->
     f = f"{{:.{digits}f}}"
     m, a, b, lo, hi = (f.format(s[k] * scale) for k in ("median", "p25", "p75", "min", "max"))
     return f"{m} {unit} | {a}-{b} {unit} | {lo}-{hi} {unit} | {s['n']}"
+
+
+TABLE_HEAD = ["| operation | median | spread (p25-p75) | min-max | repeats |", "| --- | --- | --- | --- | --- |"]
+
+
+def table_row(name: str, seconds, target_ms: float | None = None) -> str:
+    """A TABLE_HEAD row from seconds per call, in ms; with a target the median gets ✓ (below it) or ✗."""
+    s = summary(seconds)
+    verdict = "" if target_ms is None else (" ✓" if s["median"] * 1000 < target_ms else " ✗")
+    median, rest = fmt_ms(s).split(" | ", 1)
+    return f"| {name} | {median}{verdict} | {rest} |"
 
 
 def timeit(fn, repeats: int, warmup: int = 1) -> list[float]:
