@@ -46,6 +46,7 @@ from grpo_core.writer import StoreWriter, has_pending_requests
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 CKPT_PREFIX = "step-"
 CKPT_KEEP = 2  # complete checkpoints kept on disk
+WRITER_SWITCH_S = 1e-4  # GIL switch interval while the background store writer runs (see Trainer.run)
 ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
 
 
@@ -305,9 +306,10 @@ def trim(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int)
 
 
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
-             ref_model=None, suppress_ids=None) -> dict:
+             ref_model=None, suppress_ids=None, before_backward=None) -> dict:
     """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
-    with no trainable group returns zeros without a forward or backward."""
+    with no trainable group returns zeros without a forward or backward. before_backward():
+    called as the backward pass starts (the trainer lets its store writer run then)."""
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
     if not bool(row_trainable.any()):
@@ -332,6 +334,8 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
                             policy_denom=denom)
     optimizer.zero_grad(set_to_none=True)
+    if before_backward is not None:
+        before_backward()
     loss.backward()
     params = [p for g in optimizer.param_groups for p in g["params"]]
     gn = torch.nn.utils.clip_grad_norm_(params, gcfg.max_grad_norm if gcfg.max_grad_norm > 0 else float("inf"))
@@ -348,7 +352,7 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
 def alert_kinds(history: list[dict], h) -> set[str] | None:
     """The kinds health.alerts() raises at the last of these steps (dicts of one step's
     scalars, oldest first), from plain arrays; None when it cannot say (a value missing or
-    not finite, steps not consecutive): then ask health.alerts(). The trainer calls this
+    not finite): then ask health.alerts(). The trainer calls this
     every step and needs alerts()' messages only on a step an alert starts: its pandas
     frames cost ~1 ms a step (2.3 ms on a loaded box), this ~0.1 ms. Same rules, same
     thresholds, pinned against health.alerts() in tests/test_trainer.py."""
@@ -358,8 +362,7 @@ def alert_kinds(history: list[dict], h) -> set[str] | None:
                                 (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.TRAINABLE_RATIO, N.REWARD_STD))
     except (KeyError, TypeError, ValueError):
         return None
-    if not len(steps) or not all(np.isfinite(a).all() for a in (sub, tr, ratio, rstd)) or \
-            (len(steps) > 1 and not (np.diff(steps) == 1).all()):
+    if not len(steps) or not all(np.isfinite(a).all() for a in (sub, tr, ratio, rstd)):
         return None
     w = h.trend_window
     kinds = set()
@@ -373,7 +376,10 @@ def alert_kinds(history: list[dict], h) -> set[str] | None:
     if float(rstd[-w:].mean() if w > 0 else np.nan) < h.min_reward_std:
         kinds.add("low_reward_std")
     win = ratio[-w:] if w > 0 else ratio[:0]
-    if health.reward_trend(win, h.min_trend_points).sign < 0:  # steps are consecutive: per-step slope
+    x = steps[-len(win):] if len(win) else steps[:0]
+    if len(x) > 1 and not (np.diff(x) == 1).all():  # steps missing (not the loop's case): slope per step
+        win = pd.Series(win, index=x)
+    if health.reward_trend(win, h.min_trend_points).sign < 0:
         kinds.add("declining_ratio")
     if health._trailing_run(ratio <= h.near_zero_ratio) >= h.near_zero_steps:
         kinds.add("near_zero")
@@ -495,6 +501,7 @@ class Trainer:
         self.autopilot = AP.AutopilotState()
         self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
         self.writer: StoreWriter | None = None  # during run() with log.background_writes: writes the steps
+        self.requests_waiting = False  # a control request was pending when the last step was handed over
 
         torch.manual_seed(g.seed)
         np.random.seed(g.seed)
@@ -554,9 +561,10 @@ class Trainer:
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
         loss = train_on(self.model, self.optimizer, roll, adv, stats.trainable, g, ref_model=self.ref_model,
-                        suppress_ids=self.suppress_ids) if update else \
+                        suppress_ids=self.suppress_ids, before_backward=self.writer_go) if update else \
             dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
         t_train = time.perf_counter() - t0
+        self.writer_go()  # a step without a backward pass: the last step is written now
 
         scalars = health.step_scalars(stats, scores, self.reward.names, self.reward.weights,
                                       self.cum_submitted, self.cum_trainable)
@@ -591,7 +599,13 @@ class Trainer:
 
     # ---- control requests -------------------------------------------------------------------
     def poll_control(self):
-        if not has_pending_requests(self.store):  # a read: never waits behind the writer's transaction
+        if self.writer is not None and self.writer.busy():
+            # The writer is committing the last step: use the read made just before it was handed
+            # over (run()), not a read now, which would trade the GIL with the writer thread.
+            pending = self.requests_waiting
+        else:
+            pending = has_pending_requests(self.store)  # a read: never waits behind a write transaction
+        if not pending:
             return
         # What a request does refers to the steps so far (applied / paused / stopped at step N):
         # those steps are in the store before its answer is.
@@ -828,8 +842,14 @@ class Trainer:
             bar = tqdm(total=cfg.grpo.steps, initial=self.step, desc=store.run_id, file=sys.stderr,
                        dynamic_ncols=True, mininterval=0.5)
         finished = False
+        switch = sys.getswitchinterval()
         try:
-            self.writer = StoreWriter(store.path) if cfg.log.background_writes else None
+            if cfg.log.background_writes:
+                self.writer = StoreWriter(store.path, gated=True)
+                # The writer's Python (JSON, row tuples) runs while this thread is inside a torch
+                # op; when the op returns, this thread gets the GIL back within WRITER_SWITCH_S,
+                # not after up to Python's default 5 ms.
+                sys.setswitchinterval(WRITER_SWITCH_S)
             while self.step < cfg.grpo.steps and not self.stop_reason:
                 self.poll_control()
                 self.wait_while_paused()
@@ -839,6 +859,7 @@ class Trainer:
                 self.step += 1
                 events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
                 t0 = time.perf_counter()
+                self.requests_waiting = has_pending_requests(store)  # for the next poll_control (see there)
                 self.log_step(scalars, groups, rollouts, events)
                 if mirror is not None:
                     self.flush_writes()  # the mirror reads this step's events back from the store
@@ -859,6 +880,7 @@ class Trainer:
             try:  # every step handed over is committed before the final status (or failed) is written
                 self.close_writer(raise_error=finished)
             finally:
+                sys.setswitchinterval(switch)
                 if bar is not None:
                     bar.close()
                 beat.stop()
@@ -881,6 +903,11 @@ class Trainer:
             self.writer.submit("log_step", self.step, scalars, groups, rollouts, events)
         else:
             self.store.log_step(self.step, scalars, groups, rollouts, events)
+
+    def writer_go(self):
+        """The background writer may write the steps handed over so far (see StoreWriter)."""
+        if self.writer is not None:
+            self.writer.go()
 
     def flush_writes(self):
         """Every step handed over is committed (raises the writer's error, e.g. a full disk)."""

@@ -29,11 +29,21 @@ from pathlib import Path
 from grpo_core import store as S
 
 QUEUE_STEPS = 4  # steps that may wait for the writer (each is a few hundred kB at most)
+GATE_WAIT_S = 0.25  # gated: a step is written by then even if the gate stays shut (a long sampling pass)
 
 
 class StoreWriter:
-    def __init__(self, db_path: str | Path, maxsize: int = QUEUE_STEPS):
+    """gated=True: a submitted call waits for go() (or a flush, close, full queue, or
+    GATE_WAIT_S) before it is written, so the owner can choose when the thread runs: the
+    trainer opens the gate as its backward pass starts, a long stretch in which torch holds
+    no GIL, so the writer's Python (row tuples, JSON) does not take turns with the loop's."""
+
+    def __init__(self, db_path: str | Path, maxsize: int = QUEUE_STEPS, gated: bool = False,
+                 gate_wait_s: float = GATE_WAIT_S):
         self.q: queue.Queue = queue.Queue(maxsize)
+        self.gated, self.gate_wait_s = gated, gate_wait_s
+        self.submitted = self.released = 0  # calls submitted / allowed to be written
+        self.cv = threading.Condition()
         self.error: BaseException | None = None
         self.reported = False  # the error was raised in the training thread already
         self.cpu_s = 0.0  # this thread's CPU seconds spent in store calls (the benchmarks report it)
@@ -60,8 +70,10 @@ class StoreWriter:
                 try:
                     if item is None:
                         return
+                    seq, name, args, kwargs = item
+                    with self.cv:  # the gate, or at most gate_wait_s: a slow step never delays what readers see
+                        self.cv.wait_for(lambda: self.released >= seq, timeout=self.gate_wait_s)
                     if self.error is None:  # after a failure the queue is drained, never written
-                        name, args, kwargs = item
                         t = time.thread_time()
                         getattr(store, name)(*args, **kwargs)
                         self.cpu_s += time.thread_time() - t
@@ -84,11 +96,27 @@ class StoreWriter:
         self._raise()
         if not self.thread.is_alive():
             raise RuntimeError("the store writer is closed")
-        self.q.put((name, args, kwargs))
+        if self.q.full():
+            self.go()  # never wait for a gate that only this thread can open
+        self.submitted += 1
+        self.q.put((self.submitted, name, args, kwargs))
+        if not self.gated:
+            self.go()
+
+    def go(self):
+        """Let the thread write everything submitted so far."""
+        with self.cv:
+            self.released = self.submitted
+            self.cv.notify()
+
+    def busy(self) -> bool:
+        """Something submitted is not committed yet."""
+        return self.q.unfinished_tasks > 0
 
     def flush(self):
         """Wait until everything submitted is committed; raises the writer's error."""
         if self.thread.is_alive():
+            self.go()
             self.q.join()
         self._raise()
 
@@ -96,6 +124,7 @@ class StoreWriter:
         """Drain the queue (every submitted step is committed), end the thread, join it.
         raise_error=False: for a close while another exception is on its way out."""
         if self.thread.is_alive():
+            self.go()
             self.q.put(None)
             self.thread.join()
         if raise_error:

@@ -93,6 +93,31 @@ def test_a_failed_write_stops_writing_and_is_raised_in_the_submitting_thread(tmp
     assert not w.thread.is_alive() and store.last_step() == 1
 
 
+def test_a_gated_writer_writes_when_let_go_or_after_its_wait(tmp_path):
+    store = _store(tmp_path)
+    w = StoreWriter(store.path, gated=True, gate_wait_s=60)
+    w.submit("log_step", 1, *_step(1))
+    w.submit("log_step", 2, *_step(2))
+    time.sleep(0.2)
+    assert store.last_step() is None and w.busy()  # handed over, held at the gate
+    w.go()
+    deadline = time.time() + 30
+    while w.busy() and time.time() < deadline:
+        time.sleep(0.01)
+    assert store.last_step() == 2 and not w.busy()
+    w.submit("log_step", 3, *_step(3))
+    w.flush()  # a flush opens the gate itself
+    assert store.last_step() == 3
+    w.close()
+    quick = StoreWriter(store.path, gated=True, gate_wait_s=0.05)  # nobody lets it go: written after its wait
+    quick.submit("log_step", 4, *_step(4))
+    deadline = time.time() + 30
+    while store.last_step() != 4 and time.time() < deadline:
+        time.sleep(0.01)
+    assert store.last_step() == 4
+    quick.close()
+
+
 def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
     store = _store(tmp_path)
     store.set_status(S.RUNNING)
