@@ -18,8 +18,9 @@ in the order practice recommends (cheapest and least intrusive first):
                    on the window, floors honoured), if the what-if ratio gains >= min_gain;
   2. group_size  - raise G (x group_size_factor, capped by max_group_size), if the binary
                    planner predicts a gain, within a compute budget: G x prompts stays within
-                   rollout_budget x what the user set (and max_rollouts_per_step); past it,
-                   fewer prompts per step (down to half the user's) pay for the larger G;
+                   rollout_budget x what the user set (and max_rollouts_per_step);
+  2b. temperature - once G is at its budget and groups still show rare outcomes: sample more
+                   widely (x TEMPERATURE_FACTOR up to max_temperature), at no extra rollouts;
   3. difficulty  - raise the task level when most groups are uniform because they are solved
                    (high and uniform rewards): there is nothing left to learn at this level.
                    It changes the task itself, so only once the verdict's own ratio check
@@ -33,12 +34,11 @@ in the order practice recommends (cheapest and least intrusive first):
 Every setting move is on trial: after its first `window` steps, if the ratio did not rise by
 at least min_gain / 2 over the ratio that made it act (or, for a raised level, the reward fell
 below level_keep_reward of what it was, judged after LEVEL_CHECK_STEPS steps: too big a
-step), the autopilot takes it back (an undo: that kind of move is not made again in this run);
-a move of two requests (fewer prompts + a larger G) is judged and taken back as one. No
-setting move in the last `window` steps of the run: it could not be judged.
+step), the autopilot takes it back (an undo: that kind of move is not made again in this run).
+No setting move in the last `window` steps of the run: it could not be judged.
 Bounds: one move per decision, none until `window` steps have passed since the last change
-(its own or the user's), at most max_moves setting moves per per_steps steps, G and the level
-only ever go up (never below what the user set), every weight keeps its floors and stays in
+(its own or the user's), at most max_moves setting moves per per_steps steps, G, the
+temperature and the level only ever go up (never below what the user set), every weight keeps its floors and stays in
 its band around the user's weight, and a move kind that was undone (by the user, or taken
 back as not helping) is never made again in this run.
 """
@@ -55,19 +55,17 @@ from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import AutopilotConfig, HealthConfig
 from grpo_core.store import (CHECKPOINT, EV_AUTOPILOT, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS,
-                             SET_STEPS, SET_WEIGHTS, STOP)
+                             SET_STEPS, SET_TEMPERATURE, SET_WEIGHTS, STOP)
 
 SOURCE = "autopilot"
 LEVEL_CHECK_STEPS = 2  # steps on a raised level before its reward is judged (see review)
-# Fewer prompts may pay for a larger G, down to this share of the user's prompts per step. Measured
-# on the demo (8 prompts, seeds 0-2): at 4 prompts x G 32 the reward climbed as with 8 x 8; at
-# 2 x 64 it was noisy and the final policy lost 0.04-0.11 reward: too few prompts per update.
-MIN_PROMPTS_SHARE = 0.5
+TEMPERATURE_FACTOR = 1.25  # each temperature move multiplies it by this, up to autopilot.max_temperature
 # A harder level is learned over many steps, and a level taken back costs the policy some of
 # the level it knew (measured on the demo: a trial 16 steps before the end left the final policy
 # 0.04 below the run without it): no level raise with fewer than this many windows left.
 LEVEL_WINDOWS_LEFT = 5
-MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "difficulty": SET_DIFFICULTY}
+MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "temperature": SET_TEMPERATURE,
+              "difficulty": SET_DIFFICULTY}
 # Requests that leave what a step measures as it was: evidence from before them still holds
 # (any other applied request restarts the evidence window).
 NO_EVIDENCE_RESET = (SET_STEPS, SET_AUTOPILOT, STOP, CHECKPOINT, "pause", "resume")
@@ -96,7 +94,7 @@ class AutopilotState:
     moves: list = field(default_factory=list)  # {"request_id", "move", "step"} of every move it sent
     vetoed: list = field(default_factory=list)  # move kinds the user undid: never again in this run
     user_weights: dict | None = None  # the user's weights (config, or their last change): the bands' centre
-    user_grid: dict | None = None  # the user's group_size and prompts_per_step (config, or their last change)
+    user_rollouts: int | None = None  # the user's G x prompts (config, or their last change): the budget's base
     trial: dict | None = None  # the last setting move, until its first window is judged (see review)
     stopped: bool = False
 
@@ -124,8 +122,8 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
     ev = wide[wide.index >= state.last_change_step]  # only steps under the settings in force
     if state.trial is not None:  # first judge the last move on the steps after it
         revert = review(ev, state.trial, cfg)
-        if revert:
-            return revert
+        if revert is not None:
+            return [revert]
     if len(ev) < cfg.window:
         return []
     # The verdict the user sees, over the autopilot's window (ratio check) and since the change (alerts).
@@ -157,10 +155,10 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
                     continue
                 why = f"ratio {ratio_check.value:.2f} <= {hcfg.min_trainable_ratio:g} for {cfg.window} steps"
             settings = {**state.settings, "user_weights": state.user_weights or state.settings.get("weights")}
-            settings["user_grid"] = state.user_grid
+            settings["user_rollouts"] = state.user_rollouts
             move, why_not = TRIES[name](ro, ev, settings, cfg, ratio_check.value, why)
             if move is not None:
-                return move if isinstance(move, list) else [move]
+                return [move]
             skipped.append(f"{name}: {why_not}")
     near = next((a for a in v.alerts if a.kind == "near_zero"), None)
     if near is None or "stop" not in cfg.moves or "stop" in state.vetoed:
@@ -171,8 +169,8 @@ def decide(wide: pd.DataFrame, rollouts: pd.DataFrame, state: AutopilotState, cf
             Move("stop", STOP, {"reason": why}, f"{why}: checkpoint and stop")]
 
 
-def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> list[Move]:
-    """The inverse of the last move (one request per part) when it did not deliver, else [] (judged again next step
+def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
+    """The inverse of the last move when it did not deliver, else None (judged again next step
     until a full window is in). A move is taken back (and, as an undo, never made again in this
     run) when over its first window the ratio did not rise by at least min_gain / 2 over the
     ratio that made it act (weights that only looked better on past rollouts, a G that found
@@ -180,27 +178,26 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> list[Move]:
     level_keep_reward of the reward before: a level the model mostly fails shows at once, and
     every step on it pulls the policy away from the level it had learned."""
     if trial.get("ratio") is None:
-        return []
+        return None
     rew = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns and len(ev) else None
     too_hard = (trial["move"] == "difficulty" and trial.get("reward") is not None and rew is not None
                 and len(ev) >= min(LEVEL_CHECK_STEPS, cfg.window) and rew < cfg.level_keep_reward * trial["reward"])
     if len(ev) < cfg.window and not too_hard:
-        return []
+        return None
     after, _, _, k = health.window_ratio(ev, cfg.window)
     need = trial["ratio"] + cfg.min_gain / 2
     if after is None or (after >= need and not too_hard):
-        return []
-    invs = [inv for inv in map(undo_request, trial.get("parts") or [trial]) if inv is not None]
-    if not invs:
-        return []
-    back = ", ".join(request_summary(kind, payload) for kind, payload in invs)
+        return None
+    inv = undo_request(trial)
+    if inv is None:
+        return None
+    kind, payload = inv
+    back = request_summary(kind, payload)
     why = (f"reward {trial['reward']:.2f} -> {rew:.2f} over {len(ev.tail(cfg.window))} steps at the new level "
            f"(< {cfg.level_keep_reward:.0%} of before: too big a step)" if too_hard else
            f"ratio {trial['ratio']:.2f} -> {after:.2f} over {k} steps (needed >= {need:.2f})")
     reason = f"autopilot move #{trial['request_id']} did not help: {why}: back to {back}"
-    afters = {p["kind"]: p.get("after") for p in trial.get("parts") or [trial]}
-    return [Move("revert", kind, {**payload, "reason": reason}, reason, dict(afters.get(kind) or {}), None, after)
-            for kind, payload in invs]
+    return Move("revert", kind, {**payload, "reason": reason}, reason, dict(trial.get("after") or {}), None, after)
 
 
 def request_summary(kind: str, payload: dict) -> str:
@@ -208,8 +205,8 @@ def request_summary(kind: str, payload: dict) -> str:
         return "weights " + ", ".join(f"{m}={w:.2f}" for m, w in (payload.get("weights") or {}).items())
     if kind == SET_GROUP_SIZE:
         return f"group size {payload.get('group_size')}"
-    if kind == SET_PROMPTS:
-        return f"prompts per step {payload.get('prompts_per_step')}"
+    if kind == SET_TEMPERATURE:
+        return f"temperature {payload.get('temperature'):g}"
     if kind == SET_DIFFICULTY:
         return f"level {payload.get('level')}"
     return kind
@@ -324,48 +321,56 @@ def predicted_ratio_gain(ro: pd.DataFrame, g_old: int, g_new: int) -> tuple[floa
     return gain, pooled
 
 
-def user_grid(s: dict) -> tuple[int, int]:
-    """(G, prompts per step) the user set (config, or their last change); else those in force."""
-    u = s.get("user_grid") or {}
-    return (int(u.get("group_size") or s.get("group_size", 0)),
-            int(u.get("prompts_per_step") or s.get("prompts_per_step", 1)))
-
-
 def rollout_budget(s: dict, cfg: AutopilotConfig) -> int:
-    """Rollouts per step the autopilot may spend: rollout_budget x what the user set (G x prompts),
-    never above max_rollouts_per_step."""
-    g, p = user_grid(s)
-    return int(min(cfg.max_rollouts_per_step, math.floor(cfg.rollout_budget * g * p + 1e-9)))
+    """Rollouts per step the autopilot may spend: rollout_budget x what the user set (G x prompts,
+    from the config or their last change), never above max_rollouts_per_step."""
+    base = int(s.get("user_rollouts") or int(s.get("group_size", 0)) * int(s.get("prompts_per_step", 1)))
+    return int(min(cfg.max_rollouts_per_step, math.floor(cfg.rollout_budget * base + 1e-9)))
 
 
 def try_group_size(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
-    """G x group_size_factor within the compute budget: when G x prompts would pass it, fewer
-    prompts per step pay for the larger groups (not below MIN_PROMPTS_SHARE of the user's): the same rollouts then
-    go to groups that vary (a group of G completions that all score alike costs G rollouts and
-    trains nothing)."""
+    """G x group_size_factor, as far as max_group_size and the compute budget allow at the same
+    prompts per step. (Fewer prompts paying for a larger G would raise the ratio, not the signal:
+    at a fixed budget, for the rare failures of a learned task, more prompts with smaller groups
+    give more prompts with a trainable group; measured on the demo, 4 prompts x G 32 instead of
+    8 x 16 lifted the ratio by 0.2 and left seed 0's final policy 0.02 lower.)"""
     g, p = int(s.get("group_size", 0)), int(s.get("prompts_per_step", 1))
     budget = rollout_budget(s, cfg)
-    min_p = min(p, max(1, math.ceil(MIN_PROMPTS_SHARE * user_grid(s)[1])))
-    new = min(max(g + 1, math.ceil(g * cfg.group_size_factor)), cfg.max_group_size)
-    new_p = p if new * p <= budget else budget // max(new, 1)
-    if new <= g or new_p < min_p:
-        return None, f"G {g} is at the cap (max_group_size {cfg.max_group_size}, budget {budget} rollouts per " \
-                     f"step, at least {min_p} prompts)"
+    cap = min(cfg.max_group_size, budget // max(p, 1))
+    new = min(max(g + 1, math.ceil(g * cfg.group_size_factor)), cap)
+    if new <= g:
+        return None, f"G {g} is at the cap {cap} (max_group_size {cfg.max_group_size}, budget {budget} rollouts " \
+                     f"per step over {p} prompts)"
     if ro is None or ro.empty or "total" not in ro.columns:
         return None, "no rollouts in the window"
     gain, pooled = predicted_ratio_gain(ro, g, new)
     if gain < cfg.min_gain:
         return None, f"G {g} -> {new} predicts +{gain:.2f} (minority rate {pooled:.3f})"
     pred = min(1.0, ratio + gain)
-    trade = f", prompts per step {p} -> {new_p}" if new_p != p else ""
-    reason = (f"{evidence}, rare outcomes in groups (minority rate {pooled:.3f}): group size {g} -> {new}{trade} "
-              f"({new * new_p} rollouts per step, budget {budget}), predicted ratio {pred:.2f}")
-    moves = [Move("group_size", SET_GROUP_SIZE, {"group_size": new, "reason": reason}, reason, {"group_size": g},
-                  pred, ratio)]
-    if new_p != p:  # fewer prompts first: both apply at the same step boundary
-        moves.insert(0, Move("group_size", SET_PROMPTS, {"prompts_per_step": new_p, "reason": reason}, reason,
-                             {"prompts_per_step": p}, pred, ratio))
-    return moves, ""
+    reason = (f"{evidence}, rare outcomes in groups (minority rate {pooled:.3f}): group size {g} -> {new} "
+              f"({new * p} rollouts per step, budget {budget}), predicted ratio {pred:.2f}")
+    return Move("group_size", SET_GROUP_SIZE, {"group_size": new, "reason": reason}, reason, {"group_size": g},
+                pred, ratio), ""
+
+
+def try_temperature(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
+    """Sample more widely (temperature x TEMPERATURE_FACTOR, up to max_temperature) when G is at
+    its budget and groups still show rare outcomes: a policy that answers alike in most groups
+    explores again, at no extra rollouts, and each group that then varies trains it to be right
+    under wider sampling too. Judged like a larger G: taken back if the ratio did not rise."""
+    t = float(s.get("temperature") or 1.0)
+    new = round(min(cfg.max_temperature, t * TEMPERATURE_FACTOR), 4)
+    if new <= t + 1e-9:
+        return None, f"temperature {t:g} is at the cap {cfg.max_temperature:g}"
+    if ro is None or ro.empty or "total" not in ro.columns:
+        return None, "no rollouts in the window"
+    pooled = float(minority_rates(ro).mean())
+    if pooled <= 0:  # every group alike, to the last rollout: no rare outcome for wider sampling to find
+        return None, "no group shows a rare outcome (minority rate 0)"
+    reason = (f"{evidence}, G at its budget, rare outcomes in groups (minority rate {pooled:.3f}): sampling "
+              f"temperature {t:g} -> {new:g}")
+    return Move("temperature", SET_TEMPERATURE, {"temperature": new, "reason": reason}, reason, {"temperature": t},
+                None, ratio), ""
 
 
 def solved_share(ro: pd.DataFrame, s: dict, frac: float) -> tuple[float, float]:
@@ -406,7 +411,8 @@ def try_difficulty(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
                 None, ratio, reward if reward == reward else None), ""
 
 
-TRIES = {"weights": try_weights, "group_size": try_group_size, "difficulty": try_difficulty}
+TRIES = {"weights": try_weights, "group_size": try_group_size, "temperature": try_temperature,
+         "difficulty": try_difficulty}
 
 
 # =============================================================================================
@@ -422,7 +428,7 @@ def note_applied(state: AutopilotState, req: dict, applied_step: int):
         if req["kind"] == SET_WEIGHTS:
             state.user_weights = None  # the user chose weights: the next step reads them as the new centre
         if req["kind"] in (SET_GROUP_SIZE, SET_PROMPTS):
-            state.user_grid = None  # the user chose G or prompts: the budget is counted from them
+            state.user_rollouts = None  # the user chose G or prompts: the budget is counted from them
     undo = (req.get("payload") or {}).get("undo_of")
     if undo is not None:
         for m in state.moves:
@@ -431,14 +437,12 @@ def note_applied(state: AutopilotState, req: dict, applied_step: int):
 
 
 def record(state: AutopilotState, moves: list[Move], step: int, request_ids: list[int]):
-    parts = []
     for mv, rid in zip(moves, request_ids):
         state.moves.append({"request_id": rid, "move": mv.move, "step": step})
         if mv.move in MOVE_KINDS:  # a setting move: on trial until its first window is judged
-            parts.append({"request_id": rid, "kind": mv.kind, "before": mv.before,
-                          "after": {k: v for k, v in mv.payload.items() if k != "reason"}})
-            # one decision's requests (fewer prompts + a larger G) are judged, and taken back, together
-            state.trial = {**parts[-1], "move": mv.move, "ratio": mv.ratio, "reward": mv.reward, "parts": list(parts)}
+            state.trial = {"request_id": rid, "move": mv.move, "kind": mv.kind, "before": mv.before,
+                           "after": {k: v for k, v in mv.payload.items() if k != "reason"}, "ratio": mv.ratio,
+                           "reward": mv.reward}
         elif mv.move == "revert":
             state.trial = None
     if any(m.move in MOVE_KINDS for m in moves):  # reverts and stops are not rate-limited
@@ -462,8 +466,8 @@ def step_hook(store, step: int, state: AutopilotState, cfg: AutopilotConfig, hea
     ro = store.rollouts(since_step=max(since, step - cfg.window), with_text=False)
     if state.user_weights is None:
         state.user_weights = dict(state.settings.get("weights") or {})
-    if state.user_grid is None:
-        state.user_grid = {k: int(state.settings.get(k, 1)) for k in ("group_size", "prompts_per_step")}
+    if state.user_rollouts is None:
+        state.user_rollouts = int(state.settings.get("group_size", 0)) * int(state.settings.get("prompts_per_step", 1))
     judged = state.trial is not None and int((wide.index >= state.last_change_step).sum()) >= cfg.window
     moves = decide(wide, ro, state, cfg, health_cfg)
     if judged and not any(m.move == "revert" for m in moves):
@@ -487,6 +491,6 @@ def undo_request(event_payload: dict) -> tuple[str, dict] | None:
     """(kind, payload) that restores the setting before an autopilot move, or None (a stop or
     checkpoint cannot be undone)."""
     kind, before, rid = event_payload.get("kind"), event_payload.get("before") or {}, event_payload.get("request_id")
-    if kind not in (SET_WEIGHTS, SET_GROUP_SIZE, SET_PROMPTS, SET_DIFFICULTY) or not before:
+    if kind not in (SET_WEIGHTS, SET_GROUP_SIZE, SET_TEMPERATURE, SET_DIFFICULTY) or not before:
         return None
     return kind, {**before, "undo_of": int(rid), "reason": f"undo of autopilot move #{rid}"}

@@ -107,7 +107,7 @@ class CurriculumConfig:
     max_level: int = knob(4, "auto: highest level it may reach")
 
 
-AUTOPILOT_MOVES = ("weights", "group_size", "difficulty", "stop")  # in the order the autopilot tries them
+AUTOPILOT_MOVES = ("weights", "group_size", "temperature", "difficulty", "stop")  # in the order the autopilot tries them
 
 
 @dataclass
@@ -119,7 +119,8 @@ class AutopilotConfig:
                                     "ratio check with this line instead of health.min_trainable_ratio)")
     min_gain: float = knob(0.05, "A reweight or group-size move needs a predicted ratio gain of at least this")
     moves: list = knob(list(AUTOPILOT_MOVES), "Moves it may make, tried in this order: weights, group_size, "
-                                               "difficulty; stop on the verdict's near-zero alert (health.near_zero_*)")
+                                               "temperature, difficulty; stop on the verdict's near-zero alert "
+                                               "(health.near_zero_*)")
     weight_floor: float = knob(0.05, "Each metric keeps at least this share of the total weight")
     min_weights: dict = knob({}, "Per-metric weight floors (metric -> lowest weight the autopilot may set)")
     weight_band: float = knob(2.0, "Each weight stays within the user's weight / this .. x this (a metric the "
@@ -127,7 +128,9 @@ class AutopilotConfig:
     max_group_size: int = knob(64, "Cap on the group size G it may set")
     max_rollouts_per_step: int = knob(512, "Hard cap on G x prompts per step, on top of rollout_budget")
     rollout_budget: float = knob(2.0, "Compute budget relative to the run: G x prompts per step stays within this "
-                                      "x what the user set; past it, fewer prompts pay for a larger G")
+                                      "x what the user set (config, or their last change)")
+    max_temperature: float = knob(1.25, "Cap on the sampling temperature it may set (it raises it x1.25 once G is at "
+                                        "its budget; never lowers yours)")
     group_size_factor: float = knob(2.0, "Each group-size move multiplies G by this (at least +1)")
     solved_reward: float = knob(0.9, "A uniform group is solved when its reward is >= this share of the best "
                                      "reachable total")
@@ -147,8 +150,8 @@ class LogConfig:
     wandb: str = knob("off", "W&B mirror: off | offline | online (online is the only mode that touches the network)")
     wandb_project: str = knob("grpo-health", "W&B project name")
     progress: bool = knob(True, "tqdm progress bar on the terminal")
-    background_writes: bool = knob(True, "Write each step to the run store from a background thread (the loop only "
-                                         "hands it over); false: the loop writes it itself (slower, for debugging)")
+    background_writes: bool = knob(False, "Write each step to the run store from a background thread (the loop only "
+                                          "hands it over): pays off only with a CPU core to spare (docs/benchmarks.md)")
 
 
 @dataclass
@@ -358,6 +361,8 @@ def validate_autopilot(cfg: RunConfig):
         raise ConfigError(f"autopilot.weight_floor must be in [0, 1), got {a.weight_floor}")
     if a.max_group_size < 2:
         raise ConfigError(f"autopilot.max_group_size must be >= 2, got {a.max_group_size}")
+    if not (math.isfinite(a.max_temperature) and 0 < a.max_temperature <= 10):
+        raise ConfigError(f"autopilot.max_temperature must be in (0, 10], got {a.max_temperature}")
     if not a.rollout_budget >= 1:
         raise ConfigError(f"autopilot.rollout_budget must be >= 1, got {a.rollout_budget}")
     if a.max_rollouts_per_step < 2:

@@ -288,8 +288,9 @@ def autopilot_moves(s: live.LiveState, steer: bool):
         if ss.get(seen) != cur["autopilot"]:  # applied (or changed elsewhere): the switch shows it
             ss[ap_key] = ss[seen] = cur["autopilot"]
         st.toggle("Autopilot on", key=ap_key, on_change=lambda: send("set_autopilot", {"enabled": bool(ss[ap_key])}),
-                  help="acts on the health verdict with requests (reweight, raise G, raise difficulty, stop "
-                       "early); every move is listed here with its reason and can be undone")
+                  help="acts on the health verdict with requests (reweight, raise G within a budget, widen "
+                       "sampling, raise difficulty, stop early); every move is listed here with its reason and can "
+                       "be undone")
     moves = live.autopilot_moves(s)
     if not moves:
         st.caption("No autopilot moves" + ("." if cur["autopilot"] else ": it is off."))

@@ -58,7 +58,7 @@ def frames(scores: np.ndarray, weights: dict[str, float], first_step: int = 1, m
 
 def settings(weights, **kw):
     base = {"weights": dict(weights), "min_group_std": 0.01, "level": 1, "max_level": 4, "group_size": 8,
-            "prompts_per_step": 8, "outcome_metric": None, "uniform_std": 1e-3,
+            "prompts_per_step": 8, "temperature": 1.25, "outcome_metric": None, "uniform_std": 1e-3,
             "metric_max": {m: 1.0 for m in weights}}
     return {**base, **kw}
 
@@ -163,30 +163,44 @@ def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
     assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=80)), CFG, HCFG) == []
 
 
-def test_a_larger_group_past_the_budget_is_paid_for_with_fewer_prompts():
+def test_group_size_stays_within_the_compute_budget_at_the_same_prompts():
     wide, ro = rare_frames()
-    # G 16 (an earlier move) x 8 prompts = 128 = the budget (2 x the user's 64): G 32 needs 4 prompts
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), user_grid={"group_size": 8, "prompts_per_step": 8})
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
-    assert [(m.move, m.kind) for m in moves] == [("group_size", "set_prompts"), ("group_size", "set_group_size")]
-    assert moves[0].payload["prompts_per_step"] == 4 and moves[0].before == {"prompts_per_step": 8}
-    assert moves[1].payload["group_size"] == 32 and moves[1].before == {"group_size": 16}
-    assert "group size 16 -> 32, prompts per step 8 -> 4 (128 rollouts per step, budget 128)" in moves[1].reason
-    # the budget is counted from what the user set, not from the autopilot's own G: 1 x 64 at G 8 -> G 16 x 4
-    st = AP.AutopilotState(settings({"exact": 1.0}))
-    moves = AP.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=1.0), HCFG)
-    assert [m.payload.get("prompts_per_step", m.payload.get("group_size")) for m in moves] == [4, 16]
-    # max_rollouts_per_step is a hard cap on top: 88 -> G 16 over 5 prompts
-    moves = AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
-    assert [m.payload.get("prompts_per_step", m.payload.get("group_size")) for m in moves] == [5, 16]
-    # never below half the user's prompts per step (MIN_PROMPTS_SHARE): G 32 x 4 is then at the cap
-    assert AP.MIN_PROMPTS_SHARE == 0.5
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=32, prompts_per_step=4),
-                           user_grid={"group_size": 8, "prompts_per_step": 8})
+    # G 16 (an earlier move) x 8 prompts = 128 = the budget (2 x the user's 8 x 8): at the cap, and
+    # no fewer prompts to pay for a larger G
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), user_rollouts=64)
     assert AP.decide(wide, ro, st, CFG, HCFG) == []
-    # a budget of 4 x the user's: G 64 x 4 prompts
-    moves = AP.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=4.0), HCFG)
-    assert [(m.kind, m.payload.get("group_size")) for m in moves] == [("set_group_size", 64)]
+    # the budget is counted from what the user set: 4 x 64 -> G 32
+    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=4.0), HCFG)
+    assert mv.payload["group_size"] == 32 and "(256 rollouts per step, budget 256)" in mv.reason
+    # max_rollouts_per_step is a hard cap on top: 88 -> G 11 over 8 prompts
+    st = AP.AutopilotState(settings({"exact": 1.0}))
+    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
+    assert mv.payload["group_size"] == 11
+    # 80 -> G 10: predicted +0.04, under min_gain: not worth the compute
+    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=80), HCFG) == []
+    assert AP.rollout_budget(settings({"exact": 1.0}, group_size=16, user_rollouts=64), CFG) == 128
+
+
+def test_temperature_rises_once_g_is_at_its_budget_and_outcomes_are_rare():
+    wide, ro = rare_frames()
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16, temperature=1.0), user_rollouts=64)
+    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert (mv.move, mv.kind, mv.payload["temperature"], mv.before) == ("temperature", "set_temperature", 1.25,
+                                                                         {"temperature": 1.0})
+    assert "G at its budget" in mv.reason and "sampling temperature 1 -> 1.25" in mv.reason
+    # a larger G within the budget comes first (the order practice recommends)
+    st = AP.AutopilotState(settings({"exact": 1.0}, temperature=1.0))
+    assert [m.move for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
+    # up to max_temperature only, never down from the user's
+    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16, temperature=1.1), user_rollouts=64)
+    assert AP.decide(wide, ro, st, CFG, HCFG)[0].payload["temperature"] == 1.25
+    st.settings["temperature"] = 1.5
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    # every group alike to the last rollout: nothing for wider sampling to find (and the stop waits its window)
+    wide, ro = constant_frames(steps=12)
+    st = AP.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4, temperature=1.0,
+                                    metric_max={"c": None}))
+    assert AP.decide(wide, ro, st, CFG, HCFG) == []
 
 
 def test_no_setting_move_that_could_not_be_judged_before_the_run_ends():
@@ -299,41 +313,22 @@ def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
     trial = {"request_id": 7, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 8},
              "after": {"group_size": 16}, "ratio": 0.24}
     st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), trial=dict(trial), move_steps=[1, 2, 3],
-                           user_grid={"group_size": 8, "prompts_per_step": 8})
+                           user_rollouts=64)
     [mv] = AP.decide(wide, ro, st, CFG, HCFG)  # not rate-limited: it corrects, it does not add
     assert (mv.move, mv.kind) == ("revert", "set_group_size")
     assert mv.payload["group_size"] == 8 and mv.payload["undo_of"] == 7 and mv.before == {"group_size": 16}
     assert mv.reason == ("autopilot move #7 did not help: ratio 0.24 -> 0.25 over 10 steps (needed >= 0.27): "
                          "back to group size 8")
-    # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: a larger G again, paid for with
-    # fewer prompts: G 16 x 8 is already the budget, 2 x the user's 8 x 8)
-    st.trial, st.move_steps = {**trial, "ratio": 0.20}, []
-    assert [m.kind for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["set_prompts", "set_group_size"]
+    # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: G 16 x 8 is the budget, 2 x the
+    # user's 8 x 8: a wider sampling temperature)
+    st.trial, st.move_steps, st.settings["temperature"] = {**trial, "ratio": 0.20}, [], 1.0
+    assert [m.kind for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["set_temperature"]
     # the revert is an undo of the move: that kind is vetoed from then on
     AP.record(st, [mv], 12, [8])
     assert st.trial is None and st.move_steps == []
     st.moves.append({"request_id": 7, "move": "group_size", "step": 2})
     AP.note_applied(st, {"kind": "set_group_size", "payload": mv.payload, "source": "autopilot"}, 13)
     assert st.vetoed == ["group_size"]
-
-
-def test_a_move_of_two_requests_is_judged_and_taken_back_together():
-    """Fewer prompts + a larger G: one decision, one trial; if it did not help both go back."""
-    wide, ro = rare_frames()
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), user_grid={"group_size": 8, "prompts_per_step": 8})
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
-    AP.record(st, moves, 12, [21, 22])
-    assert st.move_steps == [12] and [p["kind"] for p in st.trial["parts"]] == ["set_prompts", "set_group_size"]
-    assert AP.AutopilotState.from_dict(json.loads(json.dumps(st.to_dict()))) == st  # checkpointable
-    st.trial["ratio"] = 0.24  # the window after it: 0.25 < 0.24 + 0.025
-    st.last_change_step, st.settings = 0, settings({"exact": 1.0}, group_size=32, prompts_per_step=4)
-    back = AP.decide(wide, ro, st, CFG, HCFG)
-    assert [(m.move, m.kind) for m in back] == [("revert", "set_prompts"), ("revert", "set_group_size")]
-    assert back[0].payload["prompts_per_step"] == 8 and back[1].payload["group_size"] == 16
-    assert [m.payload["undo_of"] for m in back] == [21, 22] and back[0].before == {"prompts_per_step": 4}
-    assert back[1].reason.endswith("back to prompts per step 8, group size 16")
-    AP.record(st, back, 13, [23, 24])
-    assert st.trial is None and st.move_steps == [12]  # a take-back is not rate-limited
 
 
 def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_rose():
@@ -398,8 +393,8 @@ def test_undo_request_is_the_inverse_move():
                                                    "reason": "undo of autopilot move #5"})
     assert AP.undo_request({"request_id": 6, "kind": "set_group_size", "before": {"group_size": 8}})[1][
         "group_size"] == 8
-    assert AP.undo_request({"request_id": 8, "kind": "set_prompts", "before": {"prompts_per_step": 8}})[1][
-        "prompts_per_step"] == 8
+    assert AP.undo_request({"request_id": 8, "kind": "set_temperature", "before": {"temperature": 1.0}})[1][
+        "temperature"] == 1.0
     assert AP.undo_request({"request_id": 7, "kind": "stop", "before": {}}) is None
 
 
