@@ -63,21 +63,29 @@ def evaluate(runs: Path, run_id: str, seed: int, batches: int, extra: list[str])
     from grpo_core.trainer import latest_checkpoint
     ckpt = latest_checkpoint(runs / run_id)
     eval_id = f"eval-{run_id}"
-    if (runs / eval_id / "run.db").exists():  # evaluated before (--reuse)
-        with RunStore.open(runs / eval_id, readonly=True) as st:
-            w = st.scalars_wide()
-        return {"reward": float(w[N.REWARD].mean()), "answer_f1": float(w[N.metric_mean("answer_f1")].mean())
-                if N.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name}
+    if not (runs / eval_id / "run.db").exists():  # else evaluated before (--reuse)
+        run_eval(runs, eval_id, ckpt, seed, batches, extra)
+    with RunStore.open(runs / eval_id, readonly=True) as st:
+        w = st.scalars_wide()
+    return {"reward": float(w[N.REWARD].mean()), "answer_f1": float(w[N.metric_mean("answer_f1")].mean())
+            if N.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name,
+            "batches": [float(v) for v in w[N.REWARD]]}
+
+
+def run_eval(runs: Path, eval_id: str, ckpt: Path, seed: int, batches: int, extra: list[str]):
     cmd = [sys.executable, "-m", "grpo_core", "pilot", "--run-id", eval_id, "--runs-dir", str(runs),
            "--set", f"model.path={ckpt}", "--set", f"task.seed={seed + 1000}", "--set", f"grpo.seed={seed}",
            "--set", f"grpo.steps={batches}", "--set", "log.progress=false"]
     for x in extra:
         cmd += ["--set", x]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "GRPO_TORCH_THREADS": "1"})
-    with RunStore.open(runs / eval_id, readonly=True) as st:
-        w = st.scalars_wide()
-    return {"reward": float(w[N.REWARD].mean()), "answer_f1": float(w[N.metric_mean("answer_f1")].mean())
-            if N.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name}
+
+
+def paired_se(off: dict, on: dict) -> float:
+    """Standard error of the final-reward difference: both evals score the same prompt stream
+    batch by batch (task.seed + 1000), so the per-batch differences are paired."""
+    d = np.array(on["eval"]["batches"]) - np.array(off["eval"]["batches"])
+    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
 
 
 def summarise(runs: Path, run_id: str) -> dict:
@@ -142,7 +150,9 @@ def section(off: dict, on: dict, cmd: str, steps: int, seed: int) -> str:
         + (f" ({on['stop_reason']})" if on.get("stop_reason") else "") + " |",
         f"| training time (sum of step times) | {off['wall_s']:.0f} s | {on['wall_s']:.0f} s |", "",
         f"Cumulative trainable ratio **{gain:+.3f}** with the autopilot (target ≥ +{TARGET_GAIN}), final policy's "
-        f"reward on the starting level and weights **{rew:+.3f}** (target ≥ 0): **{'met' if ok else 'NOT met'}**.", "",
+        f"reward on the starting level and weights **{rew:+.3f}** (± {paired_se(off, on):.3f} standard error, "
+        f"paired over the {EVAL_BATCHES} eval batches; target ≥ 0): **{'met' if ok else 'NOT met'}**, for "
+        f"{on['rollouts'] / off['rollouts']:.2f}x the rollouts.", "",
         "The autopilot's moves (each one a control request with source `autopilot`; ratio over up to 20 steps "
         "before / after it, from the analysis ledger):", ""]
     if on["moves"]:
@@ -153,8 +163,15 @@ def section(off: dict, on: dict, cmd: str, steps: int, seed: int) -> str:
     else:
         lines.append("(none)")
     lines += ["", "A larger group costs compute: the rollouts row above is the price of the extra trainable "
-              "groups (the autopilot's budget is `autopilot.max_group_size` and `autopilot.max_rollouts_per_step`).",
-              ""]
+              "groups. The autopilot's budget is `autopilot.rollout_budget` (2x the rollouts per step you set, at "
+              "the same prompts per step; `autopilot.max_group_size` caps G); once G is at its budget it samples "
+              "more widely instead (temperature up to `autopilot.max_temperature`), which costs no rollouts."]
+    temps = (off["settings"].get("temperature"), on["settings"].get("temperature"))
+    if temps[0] != temps[1]:
+        lines += ["", f"Training rewards are measured at the sampling temperature in force ({temps[0]:g} off, "
+                  f"{temps[1]:g} on at the end) and under the weights in force: the eval row scores both final "
+                  "policies alike (temperature 1, the starting level and weights, the same fresh prompts)."]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -209,22 +226,37 @@ def met(off: dict, on: dict) -> bool:
 
 def short(m: dict) -> str:
     """'G 8→16 (142)', 'level 2→1, taken back (376)' for the seeds table."""
-    change = m["change"].replace("group_size ", "G ")
+    change = m["change"].replace("group_size ", "G ").replace("prompts_per_step ", "prompts ")
     if m["kind"] == "set_weights":
         change = "weights"
     back = ", taken back" if "did not help" in str(m["reason"]) else ""
     return f"{change}{back} ({m['step']})"
 
 
+def moves_text(moves: list[dict]) -> str:
+    """One entry per decision: a G move paid for with fewer prompts is two requests, one reason."""
+    out, last = [], None
+    for m in moves:
+        key = (m["step"], m["reason"])
+        text = short(m)
+        if key == last:
+            out[-1] = text.rsplit(" (", 1)[0] + " + " + out[-1]
+        else:
+            out.append(text)
+        last = key
+    return "; ".join(out)
+
+
 def seeds_table(pairs: dict[int, tuple[dict, dict]]) -> str:
     lines = ["", "Other seeds, same command (`--seeds` runs them one after another):", "",
-             "| seed | cumulative ratio off → on | gain | final policy (eval) off → on | difference | autopilot moves "
-             "(step) | met |", "|---|---|---|---|---|---|---|"]
+             "| seed | cumulative ratio off → on | gain | final policy (eval) off → on | difference (± s.e.) | "
+             "rollouts off → on | autopilot moves (step) | met |", "|---|---|---|---|---|---|---|---|"]
     for seed, (off, on) in pairs.items():
         lines.append(f"| {seed} | {fmt(off['cum_ratio'])} → {fmt(on['cum_ratio'])} | "
                      f"{on['cum_ratio'] - off['cum_ratio']:+.3f} | {fmt(off['eval']['reward'])} → "
-                     f"{fmt(on['eval']['reward'])} | {on['eval']['reward'] - off['eval']['reward']:+.3f} | "
-                     f"{'; '.join(short(m) for m in on['moves']) or '–'} | {'yes' if met(off, on) else 'no'} |")
+                     f"{fmt(on['eval']['reward'])} | {on['eval']['reward'] - off['eval']['reward']:+.3f} "
+                     f"(± {paired_se(off, on):.3f}) | {off['rollouts']:,} → {on['rollouts']:,} | "
+                     f"{moves_text(on['moves']) or '–'} | {'yes' if met(off, on) else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -249,6 +281,9 @@ def main() -> int:
         "".join(f" --set {s}" for s in args.extra)
     first = args.seeds[0]
     text = section(*pairs[first], cmd, args.steps, first)
+    if args.reuse:
+        text += ("\nReported with `--reuse` from the runs of that command; on this shared 2-core box the seeds ran "
+                 "as separate processes (`--seeds N --runs-dir D` each, same settings) into one runs dir.\n")
     if len(pairs) > 1:
         text += seeds_table({s: p for s, p in pairs.items() if s != first})
         gains = [on["cum_ratio"] - off["cum_ratio"] for off, on in pairs.values()]
