@@ -136,7 +136,7 @@ def steer():
         return  # monitor() above says why
     caps = live.capabilities(s)
     cur = live.current_settings(s)
-    st.subheader("Reward weights, threshold, difficulty")
+    st.subheader("Reward weights, threshold" + (", difficulty" if "set_difficulty" in caps["accepts"] else ""))
     if not caps["steer"]:
         final = ", ".join(f"{m}={w:g}" for m, w in cur["weights"].items())
         st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "

@@ -65,6 +65,7 @@ def test_live_page_offers_a_trl_run_only_the_controls_its_callback_applies(runs_
     assert {s.key for s in at.slider} == {f"w:t:{m}" for m in store.config["reward"]["weights"]} | {"thr:t"}
     assert not at.number_input and not at.toggle  # no G / prompts / temperature / steps, no autopilot switch
     assert any("GRPOConfig" in c.value for c in at.caption)
+    assert [h.value for h in at.subheader][0] == "Reward weights, threshold"
     assert {b.key for b in at.button} >= {"apply", "pause", "stop"}
     at.slider(key="thr:t").set_value(0.05).run()
     at.button(key="apply").click().run()
