@@ -46,7 +46,6 @@ from grpo_core.writer import StoreWriter, has_pending_requests
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 CKPT_PREFIX = "step-"
 CKPT_KEEP = 2  # complete checkpoints kept on disk
-WRITER_SWITCH_S = 1e-4  # GIL switch interval while the background store writer runs (see Trainer.run)
 ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
 
 
@@ -842,14 +841,12 @@ class Trainer:
             bar = tqdm(total=cfg.grpo.steps, initial=self.step, desc=store.run_id, file=sys.stderr,
                        dynamic_ncols=True, mininterval=0.5)
         finished = False
-        switch = sys.getswitchinterval()
         try:
-            if cfg.log.background_writes:
-                self.writer = StoreWriter(store.path, gated=True)
-                # The writer's Python (JSON, row tuples) runs while this thread is inside a torch
-                # op; when the op returns, this thread gets the GIL back within WRITER_SWITCH_S,
-                # not after up to Python's default 5 ms.
-                sys.setswitchinterval(WRITER_SWITCH_S)
+            # log.background_writes: steps are handed to a thread that writes them during the next
+            # backward pass (gated: train_on lets it go there), so their JSON and rows do not take
+            # turns with the loop. Off by default: on the 2-core shared benchmark box (no core to
+            # spare) the step measured as fast or up to ~8% slower with it (docs/benchmarks.md).
+            self.writer = StoreWriter(store.path, gated=True) if cfg.log.background_writes else None
             while self.step < cfg.grpo.steps and not self.stop_reason:
                 self.poll_control()
                 self.wait_while_paused()
@@ -880,7 +877,6 @@ class Trainer:
             try:  # every step handed over is committed before the final status (or failed) is written
                 self.close_writer(raise_error=finished)
             finally:
-                sys.setswitchinterval(switch)
                 if bar is not None:
                     bar.close()
                 beat.stop()

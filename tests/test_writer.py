@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=6",
-        "log.progress=false", "log.checkpoint_every=0"]
+        "log.progress=false", "log.checkpoint_every=0", "log.background_writes=true"]
 
 
 def _store(tmp_path, run_id="w") -> S.RunStore:
