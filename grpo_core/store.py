@@ -179,6 +179,18 @@ def _score_row(scores: dict, names: list[str], where: str) -> list[float]:
                          "(or None when the metric failed)") from None
 
 
+def _group_columns(g: pd.DataFrame) -> list[list]:
+    """The groups frame's columns as Python lists, in the table's order. Series.tolist() gives
+    native ints, floats and bools (half the cost of numpy casts on a frame of a few rows);
+    a column held as objects (numpy scalars, say) is converted value by value."""
+    cols = []
+    for name, kind in (("group", int), ("prompt_id", str), ("size", int), ("reward_mean", float),
+                       ("reward_std", float), ("trainable", int), ("phantom", int)):
+        col = g[name]
+        cols.append([kind(v) for v in col] if kind is str or col.dtype == object else col.tolist())
+    return cols
+
+
 def _write_step_scores(c: sqlite3.Connection, step: int, rollouts: list[tuple]):
     """One step's rollouts as arrays into step_scores (rows in (group, idx) order). A step
     written twice (TRL logs a step per generation batch) merges as INSERT OR REPLACE does in
@@ -418,15 +430,8 @@ class RunStore:
             c.executemany("INSERT OR REPLACE INTO scalars(step, name, value) VALUES (?, ?, ?)",
                           [(step, k, _finite(v)) for k, v in scalars.items()])
             if groups is not None and len(groups):
-                g = groups
-
-                def ints(col):  # numpy, not Series.astype: the frame is a handful of rows, pandas' overhead is all
-                    return np.asarray(g[col]).astype(np.int64).tolist()
-                c.executemany(
-                    "INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    zip([step] * len(g), ints("group"), g["prompt_id"].astype(str).tolist(), ints("size"),
-                        np.asarray(g["reward_mean"], np.float64).tolist(),
-                        np.asarray(g["reward_std"], np.float64).tolist(), ints("trainable"), ints("phantom")))
+                c.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                              zip([step] * len(groups), *_group_columns(groups)))
             if rollouts is not None:
                 rollouts = list(rollouts)
                 c.executemany("INSERT OR REPLACE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?)",

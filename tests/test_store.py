@@ -389,3 +389,14 @@ def test_a_score_that_is_not_a_number_is_refused_naming_it(runs_dir):
         s.log_step(0, {"train/reward": 1.0}, rollouts=[(0, 0, 1.0, {"exact": 1.0}, None, None),
                                                        (0, 1, 1.0, {"exact": "yes"}, None, None)])
     assert s.last_step() is None and s.rollouts().empty  # nothing half-written
+
+
+def test_groups_frame_of_any_column_types_is_written_as_the_table_wants(runs_dir):
+    s = RunStore.create("grp-types", {})
+    g = pd.DataFrame({"group": np.arange(2), "prompt_id": [7, 8], "size": [4, 4],
+                      "reward_mean": np.array([np.float64(0.5), np.float32(0.25)], dtype=object),
+                      "reward_std": [0.1, 0.0], "trainable": [True, False], "phantom": np.array([0, 1], dtype=object)})
+    s.log_step(0, {"train/reward": 0.4}, g)
+    back = s.groups()
+    assert back["prompt_id"].tolist() == ["7", "8"] and back["reward_mean"].tolist() == [0.5, 0.25]
+    assert back["trainable"].tolist() == [True, False] and back["phantom"].tolist() == [False, True]
