@@ -613,6 +613,11 @@ class RunStore:
                             (time.time(), kind, _dumps(payload or {}), PENDING, source))
             return cur.lastrowid
 
+    def has_pending(self) -> bool:
+        """A pending control request exists: one indexed read, no write lock (so a trainer can
+        ask every step without waiting behind another writer's transaction)."""
+        return self.conn.execute("SELECT 1 FROM control WHERE status = ? LIMIT 1", (PENDING,)).fetchone() is not None
+
     def claim_pending(self) -> list[dict]:
         """Take every pending request (in id order) for applying. Two claimers racing for
         the same rows: the conditional UPDATE lets exactly one of them have each row."""

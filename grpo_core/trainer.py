@@ -41,7 +41,7 @@ from grpo_core.config import (ConfigError, RunConfig, apply_overrides, from_dict
 from grpo_core.control import validate_request
 from grpo_core.rewards import CompositeReward
 from grpo_core.tasks import build_metrics, make_task
-from grpo_core.writer import StoreWriter, has_pending_requests
+from grpo_core.writer import StoreWriter
 
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 CKPT_PREFIX = "step-"
@@ -603,7 +603,7 @@ class Trainer:
             # over (run()), not a read now, which would trade the GIL with the writer thread.
             pending = self.requests_waiting
         else:
-            pending = has_pending_requests(self.store)  # a read: never waits behind a write transaction
+            pending = self.store.has_pending()  # a read: never waits behind a write transaction
         if not pending:
             return
         # What a request does refers to the steps so far (applied / paused / stopped at step N):
@@ -856,7 +856,7 @@ class Trainer:
                 self.step += 1
                 events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
                 t0 = time.perf_counter()
-                self.requests_waiting = has_pending_requests(store)  # for the next poll_control (see there)
+                self.requests_waiting = store.has_pending()  # for the next poll_control (see there)
                 self.log_step(scalars, groups, rollouts, events)
                 if mirror is not None:
                     self.flush_writes()  # the mirror reads this step's events back from the store

@@ -129,11 +129,3 @@ class StoreWriter:
             self.thread.join()
         if raise_error:
             self._raise()
-
-
-def has_pending_requests(store: S.RunStore) -> bool:
-    """A pending control request exists: one indexed read, no write lock. The trainer asks
-    this before claiming, so a step never waits behind the writer's transaction just to
-    find nothing to claim. (Belongs in store.py as RunStore.has_pending(); kept here until
-    the store's owner adds it.)"""
-    return store.conn.execute("SELECT 1 FROM control WHERE status = ? LIMIT 1", (S.PENDING,)).fetchone() is not None

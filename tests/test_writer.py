@@ -13,7 +13,7 @@ from grpo_core import names as N
 from grpo_core import store as S
 from grpo_core import trainer as T
 from grpo_core.config import load_config
-from grpo_core.writer import StoreWriter, has_pending_requests
+from grpo_core.writer import StoreWriter
 
 torch.set_num_threads(1)
 
@@ -121,14 +121,14 @@ def test_a_gated_writer_writes_when_let_go_or_after_its_wait(tmp_path):
 def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
     store = _store(tmp_path)
     store.set_status(S.RUNNING)
-    assert not has_pending_requests(store)
+    assert not store.has_pending()
     rid = store.request(S.PAUSE, {})
     blocker = S.RunStore(store.path)
     blocker.conn.execute("BEGIN IMMEDIATE")  # a writer mid-transaction does not hold the check up
-    assert has_pending_requests(store)
+    assert store.has_pending()
     blocker.conn.execute("ROLLBACK")
     blocker.close()
-    assert [r["id"] for r in store.claim_pending()] == [rid] and not has_pending_requests(store)
+    assert [r["id"] for r in store.claim_pending()] == [rid] and not store.has_pending()
 
 
 # ---- inside the trainer loop -----------------------------------------------------------------------
