@@ -10,8 +10,11 @@ from grpo_core import charts, control, live, presets, runner
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, runs_dir
 from grpo_core.safety import require_token
+from app import through_app
 
-require_token()  # here too: on a fresh server a URL naming this file runs it without app.py
+if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
+    st.stop()
+require_token()  # here too: what opens this file directly (AppTest) meets the gate
 
 ss = st.session_state
 run_id = live.resolve_run(ss.get("run_id"), st.query_params.get("run"))
