@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-STEPS = 6
+STEPS = 30  # long enough that a request sent after step 1 lands before the run ends (~20 ms a step)
 
 
 def train_demo(runs_dir: Path) -> Path:
@@ -41,7 +41,7 @@ def train_demo(runs_dir: Path) -> Path:
                 with RunStore.open(run, readonly=True) as s:
                     if (s.last_step() or 0) >= 1:
                         break
-            time.sleep(0.3)
+            time.sleep(0.05)
         control.send(run, "set_weights", {"weights": {"answer_f1": 0.6, "length": 0.2}}, source="cli")
         proc.wait(timeout=max(5, deadline - time.time()))
     finally:
