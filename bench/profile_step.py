@@ -95,11 +95,12 @@ def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_n
     return out[:, prompt_ids.shape[1]:]
 
 
-def make_trainer(runs_dir: str, steps: int):
+def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
+    """The demo run's trainer (overrides: `section.key=value` strings, as `--set` takes them)."""
     from grpo_core import store as S
-    from grpo_core.config import RunConfig, validate
+    from grpo_core.config import load_config, validate
     from grpo_core.trainer import Trainer, set_threads
-    cfg = RunConfig()
+    cfg = load_config(None, list(overrides))
     cfg.grpo.steps = steps
     cfg.log.progress, cfg.log.checkpoint_every = False, 0
     cfg = validate(cfg)
