@@ -41,17 +41,22 @@ lint-docker: $(TEST_STAMP)
 	$(PY) -m tests.check_dockerfile
 
 BENCH_TMP ?= /tmp/grpo-bench
+# a larger built-in model (33.6M parameters) for the store's share of a bigger step
+BIG_MODEL = --set model.hidden_size=512 --set model.num_layers=8 --set model.num_heads=8 \
+	--set model.intermediate_size=2048 --set model.warm_start_steps=0
+
 bench: $(TEST_STAMP)  ## all benchmarks (long: ~1 h on 2 cores); figures land in docs/ (not part of make test)
-	$(PY) bench/health_bench.py
+	$(PY) bench/health_bench.py --repeats 20
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/demo_curves.py
-	$(PY) bench/profile_step.py
-	$(PY) bench/monitoring_overhead.py
-	$(PY) bench/store_scale.py --repeats 3
+	GRPO_TORCH_THREADS=1 $(PY) bench/profile_step.py --steps 40
+	GRPO_TORCH_THREADS=1 $(PY) bench/monitoring_overhead.py --steps 240
+	GRPO_TORCH_THREADS=1 $(PY) bench/monitoring_overhead.py --steps 60 --segment 6 $(BIG_MODEL)
+	$(PY) bench/store_scale.py --repeats 5
 	mkdir -p $(BENCH_TMP)
 	for s in 0 1 2; do GRPO_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --no-write --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
 	$(PY) bench/trainer_vs_trl.py --from-json $(BENCH_TMP)/trl-s0.json,$(BENCH_TMP)/trl-s1.json,$(BENCH_TMP)/trl-s2.json
-	$(PY) bench/autopilot_demo.py
+	$(PY) bench/autopilot_demo.py --seeds 0 1 2
 
 bench-gpu: $(TEST_STAMP)  ## on a machine with CUDA: tokens/s and memory of a ~100M-parameter built-in model (< 5 min)
 	$(PY) bench/gpu_check.py --out docs/gpu_check.json
