@@ -346,46 +346,6 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
 
 
 # =============================================================================================
-# Alerts over the trainer's own recent steps
-# =============================================================================================
-def alert_kinds(history: list[dict], h) -> set[str] | None:
-    """The kinds health.alerts() raises at the last of these steps (dicts of one step's
-    scalars, oldest first), from plain arrays; None when it cannot say (a value missing or
-    not finite): then ask health.alerts(). The trainer calls this
-    every step and needs alerts()' messages only on a step an alert starts: its pandas
-    frames cost ~1 ms a step (2.3 ms on a loaded box), this ~0.1 ms. Same rules, same
-    thresholds, pinned against health.alerts() in tests/test_trainer.py."""
-    try:
-        steps = np.array([r["step"] for r in history], np.float64)
-        sub, tr, ratio, rstd = (np.array([r[n] for r in history], np.float64) for n in
-                                (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.TRAINABLE_RATIO, N.REWARD_STD))
-    except (KeyError, TypeError, ValueError):
-        return None
-    if not len(steps) or not all(np.isfinite(a).all() for a in (sub, tr, ratio, rstd)):
-        return None
-    w = h.trend_window
-    kinds = set()
-    if health._trailing_run(tr == 0) >= h.zero_trainable_steps:
-        kinds.add("zero_trainable")
-    a, b = (sub[-w:], tr[-w:]) if w > 0 else (sub[:0], tr[:0])
-    if not (len(a) and a.sum() > 0):  # no groups in the window: alerts() falls back to other columns
-        return None
-    if int(b.sum()) / int(a.sum()) < h.min_trainable_ratio:  # pooled over the window, as window_ratio()
-        kinds.add("low_ratio")
-    if float(rstd[-w:].mean() if w > 0 else np.nan) < h.min_reward_std:
-        kinds.add("low_reward_std")
-    win = ratio[-w:] if w > 0 else ratio[:0]
-    x = steps[-len(win):] if len(win) else steps[:0]
-    if len(x) > 1 and not (np.diff(x) == 1).all():  # steps missing (not the loop's case): slope per step
-        win = pd.Series(win, index=x)
-    if health.reward_trend(win, h.min_trend_points).sign < 0:
-        kinds.add("declining_ratio")
-    if health._trailing_run(ratio <= h.near_zero_ratio) >= h.near_zero_steps:
-        kinds.add("near_zero")
-    return kinds
-
-
-# =============================================================================================
 # Checkpoints: temp dir + atomic rename; a half-written one is never loaded
 # =============================================================================================
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
@@ -709,7 +669,7 @@ class Trainer:
         keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
         self.history.append({"step": step, **scalars})
         del self.history[:-keep]
-        held = alert_kinds(self.history, h)
+        held = health.alert_kinds(self.history, h)
         is_new = lambda kind: step - self.active_alerts.get(kind, -ALERT_REARM - 1) > ALERT_REARM  # noqa: E731
         if held is not None and not any(map(is_new, held)):  # nothing starts: no message to write
             self.active_alerts.update(dict.fromkeys(held, step))
@@ -856,7 +816,8 @@ class Trainer:
                 self.step += 1
                 events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
                 t0 = time.perf_counter()
-                self.requests_waiting = store.has_pending()  # for the next poll_control (see there)
+                if self.writer is not None:  # for the next poll_control, while the writer commits (see there)
+                    self.requests_waiting = store.has_pending()
                 self.log_step(scalars, groups, rollouts, events)
                 if mirror is not None:
                     self.flush_writes()  # the mirror reads this step's events back from the store

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_core import models
+from grpo_core import health, models
 from grpo_core import names as N
 from grpo_core import store as S
 from grpo_core import trainer as T
@@ -600,11 +600,11 @@ def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
         wide = pd.DataFrame({c: [r[c] for r in hist] for c in health.ALERT_INPUTS},
                             index=pd.Index([r["step"] for r in hist], name="step"))
         want = {a.kind for a in health.alerts(wide, cfg)}
-        assert T.alert_kinds(hist, cfg) == want, (i, want)
+        assert health.alert_kinds(hist, cfg) == want, (i, want)
         seen |= want
     assert seen == {"zero_trainable", "low_ratio", "low_reward_std", "declining_ratio", "near_zero"}
-    assert T.alert_kinds([{"step": 1, N.REWARD: 0.5}], cfg) is None  # a value missing: ask health.alerts()
-    assert T.alert_kinds([{**hist[0], N.REWARD_STD: float("nan")}], cfg) is None
+    assert health.alert_kinds([{"step": 1, N.REWARD: 0.5}], cfg) is None  # a value missing: ask health.alerts()
+    assert health.alert_kinds([{**hist[0], N.REWARD_STD: float("nan")}], cfg) is None
 
 
 @pytest.mark.parametrize("background", [True, False])
