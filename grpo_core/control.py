@@ -36,24 +36,16 @@ def parse_cli_request(action: str, values: list[str]) -> dict:
             except ValueError:
                 raise ConfigError(f"weight for {k.strip()!r} must be a number, got {v!r}") from None
         return {"weights": weights}
-    if kind in (SET_THRESHOLD, SET_DIFFICULTY):
+    if kind in (SET_THRESHOLD, SET_DIFFICULTY, SET_TEMPERATURE) or kind in INT_SETTINGS:
         if len(values) != 1:
             raise ConfigError(f"{action} takes one value, got {len(values)}")
         try:
             v = float(values[0])
         except ValueError:
             raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
-        return {"min_group_std": v} if kind == SET_THRESHOLD else {"level": v}
-    if kind in INT_SETTINGS or kind == SET_TEMPERATURE:
-        if len(values) != 1:
-            raise ConfigError(f"{action} takes one value, got {len(values)}")
-        try:
-            v = float(values[0])
-        except ValueError:
-            raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
-        if kind == SET_TEMPERATURE:
-            return {"temperature": v}
-        return {INT_SETTINGS[kind][0]: int(v) if v.is_integer() else v}  # 2.5 stays, to be refused by name
+        if kind in INT_SETTINGS:
+            return {INT_SETTINGS[kind][0]: int(v) if v.is_integer() else v}  # 2.5 stays, to be refused by name
+        return {{SET_THRESHOLD: "min_group_std", SET_DIFFICULTY: "level", SET_TEMPERATURE: "temperature"}[kind]: v}
     if kind == SET_AUTOPILOT:
         if len(values) != 1 or values[0].lower() not in ON_OFF:
             raise ConfigError(f"{action} takes on or off, got {' '.join(values)!r}")
