@@ -400,3 +400,80 @@ def test_groups_frame_of_any_column_types_is_written_as_the_table_wants(runs_dir
     back = s.groups()
     assert back["prompt_id"].tolist() == ["7", "8"] and back["reward_mean"].tolist() == [0.5, 0.25]
     assert back["trainable"].tolist() == [True, False] and back["phantom"].tolist() == [False, True]
+
+
+def _table(s: RunStore, table: str) -> list[tuple]:
+    return s.conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+
+
+def test_the_trainers_columns_store_exactly_what_tuples_and_frames_store(runs_dir):
+    """StepRollouts / StepGroups (the trainer's fast path) against tuples and a frame: the same
+    rows in every table, byte for byte (the scores JSON included), and the same frames back."""
+    names = ["answer_f1", "exact", "length"]
+    rng = np.random.default_rng(0)
+    scores = np.concatenate([rng.random((6, 3)), [[0.1 + 0.2, -0.0, 1e-300], [1 / 3, 1.0, -2.5e17]]])
+    group, idx = np.repeat(np.arange(4), 2), np.tile(np.arange(2), 4)
+    total = scores @ np.array([1.0, 0.5, 0.1])
+    total[3] = np.inf  # a non-finite total is stored as NULL either way
+    texts = [f"t{k}" if k < 4 else None for k in range(8)]
+    errors = [None] * 5 + ["exact: boom", None, None]
+    mean, std = rng.random(4), rng.random(4)
+    trainable, phantom = np.array([True, False, True, True]), np.array([False, False, True, False])
+    fast, slow = RunStore.create("fast", {}), RunStore.create("slow", {})
+    for step in (1, 2):
+        fast.log_step(step, {"train/reward": 0.5},
+                      S.StepGroups(np.arange(4), [f"q{i}" for i in range(4)], 2, mean, std, trainable, phantom),
+                      S.StepRollouts(names, group, idx, total, scores, texts, errors))
+        slow.log_step(step, {"train/reward": 0.5},
+                      pd.DataFrame({"group": np.arange(4), "prompt_id": [f"q{i}" for i in range(4)], "size": 2,
+                                    "reward_mean": mean, "reward_std": std, "trainable": trainable,
+                                    "phantom": phantom}),
+                      [(int(g), int(i), float(t), dict(zip(names, map(float, row))), x, e)
+                       for g, i, t, row, x, e in zip(group, idx, total, scores, texts, errors)])
+    for table in ("scalars", "groups", "rollouts", "step_scores"):
+        assert _table(fast, table) == _table(slow, table), table
+    for text in (True, False):
+        pd.testing.assert_frame_equal(fast.rollouts(with_text=text), slow.rollouts(with_text=text), check_exact=True)
+    pd.testing.assert_frame_equal(fast.groups(), slow.groups())
+    # iterating the columns gives the tuples (what the W&B mirror reads)
+    r = S.StepRollouts(names, group, idx, total, scores, texts, errors)
+    assert list(r)[7] == (3, 1, total[7], dict(zip(names, scores[7].tolist())), None, None) and len(r) == 8
+    # rows out of (group, idx) order and a step written twice merge as tuples do
+    order = np.array([7, 0, 5, 2, 1, 6, 3, 4])
+    fast.log_step(3, {}, None, S.StepRollouts(names, group[order], idx[order], total[order], scores[order],
+                                              [texts[k] for k in order], [errors[k] for k in order]))
+    slow.log_step(3, {}, None, [(int(group[k]), int(idx[k]), float(total[k]), dict(zip(names, scores[k].tolist())),
+                                 texts[k], errors[k]) for k in order])
+    again = np.array([1, 4])
+    fast.log_step(3, {}, None, S.StepRollouts(names, group[again], idx[again], total[again] + 1, scores[again] / 2,
+                                              ["new", "new"], [None, "late"]))
+    slow.log_step(3, {}, None, [(int(group[k]), int(idx[k]), float(total[k] + 1), dict(zip(names, (scores[k] / 2).tolist())),
+                                 "new", e) for k, e in zip(again, [None, "late"])])
+    for table in ("rollouts", "step_scores"):
+        assert _table(fast, table) == _table(slow, table), table
+    assert fast.rollouts(step=3, with_text=False)["error"].tolist()[4] == "late"
+    # a non-finite score in the columns is stored as null, as a failed metric (None) is
+    nan_scores = scores.copy()
+    nan_scores[0, 1] = np.nan
+    fast.log_step(4, {}, None, S.StepRollouts(names, group, idx, total, nan_scores, texts, errors))
+    assert json.loads(fast.conn.execute("SELECT scores FROM rollouts WHERE step = 4 AND grp = 0 AND idx = 0")
+                      .fetchone()[0])["exact"] is None
+    assert np.isnan(fast.rollouts(step=4, with_text=False)["exact"].iloc[0])
+    with pytest.raises(ValueError, match="different lengths"):
+        S.StepRollouts(names, group, idx, total, scores, texts[:3], errors)
+    with pytest.raises(ValueError, match="different lengths"):
+        S.StepGroups(np.arange(4), ["q"], 2, mean, std, trainable, phantom)
+
+
+def test_several_steps_in_one_transaction_are_all_there_or_none(runs_dir):
+    s = RunStore.create("batch", {})
+    good = [(k, {"train/reward": k / 10}, None, [(0, 0, 0.5, {"exact": 1.0}, "x", None)], [("lifecycle", {"k": k})])
+            for k in (1, 2)]
+    bad = (3, {"train/reward": 0.3}, None, [(0, 0, 0.5, {"exact": "yes"}, "x", None)], [])
+    with pytest.raises(StoreError, match="must be a number"):
+        s.log_steps(good + [bad])
+    assert s.last_step() is None and s.rollouts().empty and s.events().empty  # nothing of the batch
+    s.log_steps(good + [(5, {"train/reward": 0.5}, None, None, [("lifecycle", {"k": 5})], 123.0)])
+    assert s.scalars_wide()["train/reward"].tolist() == [0.1, 0.2, 0.5]
+    ev = s.events()
+    assert ev["step"].tolist() == [1, 2, 5] and ev["time"].iloc[2] == 123.0  # a step's own event time, when given
