@@ -150,6 +150,9 @@ class LogConfig:
     wandb: str = knob("off", "W&B mirror: off | offline | online (online is the only mode that touches the network)")
     wandb_project: str = knob("grpo-health", "W&B project name")
     progress: bool = knob(True, "tqdm progress bar on the terminal")
+    commit_every_s: float = knob(0.25, "Commit the steps the loop writes together, at most this often (seconds): whole "
+                                       "steps in one transaction, so a reader sees a step up to this much (plus one "
+                                       "step) later and a killed trainer loses at most these; 0 = a commit per step")
     background_writes: bool = knob(False, "Write each step to the run store from a background thread (the loop only "
                                           "hands it over): pays off only with a CPU core to spare (docs/benchmarks.md)")
 
@@ -323,6 +326,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(lg.keep_text in ("all", "sample"), f"log.keep_text must be 'all' or 'sample', got {lg.keep_text!r}")
     need(lg.wandb in ("off", "offline", "online"), f"log.wandb must be off, offline or online, got {lg.wandb!r}")
     need(lg.checkpoint_every >= 0, f"log.checkpoint_every must be >= 0, got {lg.checkpoint_every}")
+    need(math.isfinite(lg.commit_every_s) and 0 <= lg.commit_every_s <= 10,
+         f"log.commit_every_s must be between 0 and 10 seconds, got {lg.commit_every_s} (0 = a commit per step)")
     need(0 <= h.min_trainable_ratio <= 1, f"health.min_trainable_ratio must be in [0, 1], got {h.min_trainable_ratio}")
     need(h.trend_window >= 2, f"health.trend_window must be >= 2, got {h.trend_window}")
     for key in ("min_reward_std", "uniform_std"):

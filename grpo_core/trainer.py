@@ -41,7 +41,7 @@ from grpo_core.config import (ConfigError, RunConfig, apply_overrides, from_dict
 from grpo_core.control import validate_request
 from grpo_core.rewards import CompositeReward
 from grpo_core.tasks import build_metrics, make_task
-from grpo_core.writer import StoreWriter
+from grpo_core.writer import BatchedWrites, StoreWriter
 
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 CKPT_PREFIX = "step-"
@@ -459,7 +459,7 @@ class Trainer:
         self.autopilot_on = cfg.autopilot.enabled  # set_autopilot switches it mid-run
         self.autopilot = AP.AutopilotState()
         self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
-        self.writer: StoreWriter | None = None  # during run() with log.background_writes: writes the steps
+        self.writer: StoreWriter | BatchedWrites | None = None  # during run(): how steps reach the store
         self.requests_waiting = False  # a control request was pending when the last step was handed over
 
         torch.manual_seed(g.seed)
@@ -505,7 +505,7 @@ class Trainer:
         raw = np.concatenate(raws)
         return roll, raw, errors, batches, t_gen, t_score
 
-    def train_step(self, update: bool = True) -> tuple[dict, pd.DataFrame, list[tuple]]:
+    def train_step(self, update: bool = True) -> tuple[dict, S.StepGroups, S.StepRollouts]:
         """One step; update=False samples, scores and logs without training (the pilot)."""
         g = self.cfg.grpo
         t_start = time.perf_counter()
@@ -543,22 +543,18 @@ class Trainer:
         if not update:  # nothing trained: log no loss at all rather than empty values
             for k in (N.LOSS_POLICY, N.LOSS_KL, N.LOSS_ENTROPY, N.GRAD_NORM, N.CLIP_RATIO):
                 scalars.pop(k)
-        groups = pd.DataFrame({
-            "group": np.arange(P), "prompt_id": [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
-            "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
-            "trainable": stats.trainable, "phantom": stats.phantom})
+        groups = S.StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
+                              G, stats.mean, stats.std, stats.trainable, stats.phantom)
         keep_all = self.cfg.log.keep_text == "all"
         n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
-        names = self.reward.names
-        flat_totals = totals.reshape(-1).tolist()
-        raw_rows = raw.tolist()
-        rollouts = [(i // G, i % G, flat_totals[i], dict(zip(names, raw_rows[i])),
-                     roll.texts[i] if i // G < n_text else None, errors[i]) for i in range(P * G)]
+        n = P * G
+        rollouts = S.StepRollouts(self.reward.names, np.arange(n) // G, np.arange(n) % G, totals.reshape(-1), raw,
+                                  roll.texts[:n_text * G] + [None] * (n - n_text * G), errors)
         return scalars, groups, rollouts
 
     # ---- control requests -------------------------------------------------------------------
     def poll_control(self):
-        if self.writer is not None and self.writer.busy():
+        if self.writer is not None and self.writer.threaded and self.writer.busy():
             # The writer is committing the last step: use the read made just before it was handed
             # over (run()), not a read now, which would trade the GIL with the writer thread.
             pending = self.requests_waiting
@@ -802,11 +798,14 @@ class Trainer:
                        dynamic_ncols=True, mininterval=0.5)
         finished = False
         try:
+            # The loop writes its steps and commits those of the last log.commit_every_s together
+            # (BatchedWrites: one commit per batch, not per step; writer.py says why).
             # log.background_writes: steps are handed to a thread that writes them during the next
             # backward pass (gated: train_on lets it go there), so their JSON and rows do not take
             # turns with the loop. Off by default: on the 2-core shared benchmark box (no core to
             # spare) the step measured as fast or up to ~8% slower with it (docs/benchmarks.md).
-            self.writer = StoreWriter(store.path, gated=True) if cfg.log.background_writes else None
+            self.writer = (StoreWriter(store.path, gated=True) if cfg.log.background_writes
+                           else BatchedWrites(store, cfg.log.commit_every_s) if cfg.log.commit_every_s > 0 else None)
             while self.step < cfg.grpo.steps and not self.stop_reason:
                 self.poll_control()
                 self.wait_while_paused()
@@ -816,7 +815,7 @@ class Trainer:
                 self.step += 1
                 events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
                 t0 = time.perf_counter()
-                if self.writer is not None:  # for the next poll_control, while the writer commits (see there)
+                if self.writer is not None and self.writer.threaded:  # for the next poll_control (see there)
                     self.requests_waiting = store.has_pending()
                 self.log_step(scalars, groups, rollouts, events)
                 if mirror is not None:
@@ -853,9 +852,10 @@ class Trainer:
         return status
 
     # ---- the store writes of the loop ---------------------------------------------------------
-    def log_step(self, scalars: dict, groups: pd.DataFrame, rollouts: list[tuple], events: list[tuple]):
-        """Step self.step into the store: handed to the background writer (run() with
-        log.background_writes), else written here. One transaction either way."""
+    def log_step(self, scalars: dict, groups: S.StepGroups, rollouts: S.StepRollouts, events: list[tuple]):
+        """Step self.step into the store: in run(), kept and committed with the steps of the last
+        log.commit_every_s (BatchedWrites) or handed to the background writer (log.background_writes);
+        else written here. Each step is whole in the store either way."""
         if self.writer is not None:
             self.writer.submit("log_step", self.step, scalars, groups, rollouts, events)
         else:
@@ -867,7 +867,7 @@ class Trainer:
             self.writer.go()
 
     def flush_writes(self):
-        """Every step handed over is committed (raises the writer's error, e.g. a full disk)."""
+        """Every step submitted is committed (raises the writer's error, e.g. a full disk)."""
         if self.writer is not None:
             self.writer.flush()
 
@@ -885,10 +885,10 @@ class Trainer:
         return WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
                            self.store.run_dir, self.cfg.to_dict())
 
-    def mirror_step(self, mirror, scalars: dict, groups: pd.DataFrame, rollouts: list[tuple]):
+    def mirror_step(self, mirror, scalars: dict, groups: S.StepGroups, rollouts: S.StepRollouts):
         """Mirror the step just stored, and every event since the last one (applied and
         rejected requests come from the store, so the mirror sees exactly what readers see)."""
-        mirror.log_step(self.step, scalars, groups, rollouts)
+        mirror.log_step(self.step, scalars, groups.frame(), rollouts)
         ev = self.store.events(since_id=self._mirrored_event,
                                kinds=[S.EV_CHANGE, S.EV_REJECTED, S.EV_ALERT, S.EV_CHECKPOINT])
         for kind, payload, step in zip(ev["kind"], ev["payload"], ev["step"]):

@@ -1,13 +1,23 @@
-"""The trainer's background store writer: the training thread hands each step over, a thread
-commits it.
+"""How the trainer's steps reach the run store when the loop does not write each one itself:
+BatchedWrites (the default: the loop writes, several steps per commit) and StoreWriter (opt-in,
+log.background_writes: the training thread hands each step over, a thread commits it).
 
-Why: writing a step (every scalar, group and rollout with its scores JSON-encoded and its
+BatchedWrites. Why: a step's write is mostly fixed cost: BEGIN, COMMIT, and the WAL copy of every
+page the step touched, ~45 of them because `scalars` is keyed by (name, step) (DESIGN.md), so
+each metric's newest page is rewritten each step. On the demo's ~50 ms step that was a third
+of the write. Committing the steps of the last log.commit_every_s together pays it once per
+batch; each step stays whole (a reader sees all of a batch or none of it). What it costs: a
+reader sees a step up to commit_every_s (plus one step) later, and a killed trainer loses the
+uncommitted steps, which a resume redoes from its checkpoint anyway (a checkpoint flushes
+first). Slow steps (longer than commit_every_s) are committed as they come, as before.
+
+StoreWriter. Why: writing a step (every scalar, group and rollout with its scores JSON-encoded and its
 text) cost ~2.5 ms of a ~70-140 ms demo step in the training loop (docs/benchmarks.md,
 "Monitoring overhead"). SQLite releases the GIL while it works and torch releases it in its
 ops, so a thread with its own connection commits step N while the trainer samples step N+1;
 the JSON encoding happens in that thread too (inside RunStore.log_step).
 
-What the trainer relies on:
+What the trainer relies on (BatchedWrites gives the first two and raises a failure from flush):
 - Whole steps, in order: each submitted call is one RunStore method call (log_step: one
   transaction per step), run in submit order by one thread.
 - flush() returns once everything submitted is committed. A checkpoint at step N flushes
@@ -32,11 +42,67 @@ QUEUE_STEPS = 4  # steps that may wait for the writer (each is a few hundred kB 
 GATE_WAIT_S = 0.25  # gated: a step is written by then even if the gate stays shut (a long sampling pass)
 
 
+class BatchedWrites:
+    """The loop's own store writes, batched by time: submit() keeps a step and commits every kept
+    step once commit_every_s has passed since the last commit. The trainer flushes wherever
+    something must see the steps so far (a request's answer, a checkpoint, the autopilot, the
+    W&B mirror, the end of the run). Same calls as StoreWriter; no thread."""
+
+    threaded = False
+
+    def __init__(self, store: S.RunStore, commit_every_s: float):
+        self.store, self.every_s = store, commit_every_s
+        self.kept: list[tuple] = []
+        self.last_commit = time.monotonic()
+        self.calls = 0
+        self.cpu_s = 0.0  # nothing runs off the loop
+
+    def submit(self, name: str, *args):
+        if name != "log_step":
+            raise ValueError(f"BatchedWrites takes log_step calls only, not {name!r}")
+        self.kept.append((*args, time.time()))  # the events keep the time of their step
+        if time.monotonic() - self.last_commit >= self.every_s:
+            self.flush()
+
+    def go(self):
+        """Commits happen in submit() and flush(), where the loop times its store writes."""
+
+    def busy(self) -> bool:
+        return bool(self.kept)
+
+    def flush(self):
+        """Commit every kept step (one transaction). When that fails, the steps are written one
+        by one, so every step before the one that fails is kept (as commits per step would keep
+        them) and that step's error (a full disk, a bad score) is raised here; the failed step
+        and those after it stay kept, never half written."""
+        if self.kept:
+            try:
+                self.store.log_steps(self.kept)
+            except Exception:
+                if len(self.kept) == 1:
+                    raise
+                while self.kept:
+                    self.store.log_steps(self.kept[:1])
+                    del self.kept[0]
+            self.calls += len(self.kept)
+            self.kept = []
+        self.last_commit = time.monotonic()
+
+    def close(self, raise_error: bool = True):
+        try:
+            self.flush()
+        except BaseException:
+            if raise_error:
+                raise
+
+
 class StoreWriter:
     """gated=True: a submitted call waits for go() (or a flush, close, full queue, or
     GATE_WAIT_S) before it is written, so the owner can choose when the thread runs: the
     trainer opens the gate as its backward pass starts, a long stretch in which torch holds
     no GIL, so the writer's Python (row tuples, JSON) does not take turns with the loop's."""
+
+    threaded = True
 
     def __init__(self, db_path: str | Path, maxsize: int = QUEUE_STEPS, gated: bool = False,
                  gate_wait_s: float = GATE_WAIT_S):

@@ -90,6 +90,7 @@ def test_set_overrides(tmp_path):
     ("health.near_zero_ratio=2", "health.near_zero_ratio must be in [0, 1], got 2.0"),
     ("health.zero_trainable_steps=0", "health.zero_trainable_steps must be >= 1, got 0"),
     ("health.min_reward_std=inf", "health.min_reward_std must be a finite number >= 0, got inf"),
+    ("log.commit_every_s=-1", "log.commit_every_s must be between 0 and 10 seconds, got -1.0 (0 = a commit per step)"),
     ("grpo.group_size", "--set expects section.key=value"),
     ("group_size=4", "--set expects section.key=value (e.g. grpo.group_size=8)"),
 ])

@@ -288,7 +288,7 @@ def test_dynamic_sampling_draws_batches_until_enough_trainable_groups(tmp_path):
     assert len(groups) == 9 and len(rollouts) == 36 and groups["group"].tolist() == list(range(9))
     tr.cfg.grpo.dynamic_min_trainable = 1
     s, groups, _ = _one_step(tr)  # stops after the first batch with a trainable group
-    per_batch = groups["trainable"].to_numpy().reshape(-1, 3).sum(1)
+    per_batch = groups["trainable"].reshape(-1, 3).sum(1)
     k = int(s[N.SAMPLING_BATCHES])
     assert len(per_batch) == k and (per_batch[:-1] == 0).all() and (per_batch[-1] >= 1 or k == 3)
 
@@ -615,23 +615,25 @@ def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path
     import threading
     import time
     seen, calls = [], []
-    real_checkpoint, real_log_step = S.RunStore.checkpoint, S.RunStore.log_step
+    real_checkpoint, real_log_steps = S.RunStore.checkpoint, S.RunStore.log_steps
 
     def counted(self):
         out = real_checkpoint(self)
         calls.append((threading.current_thread().name, out))
         return out
 
-    def spy(self, *a, **kw):
-        seen.append((threading.current_thread().name, self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]))
+    def spy(self, steps):
+        seen.append((threading.current_thread().name, self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0],
+                     len(steps)))
         time.sleep(0.05)  # let a beat happen between steps
-        return real_log_step(self, *a, **kw)
+        return real_log_steps(self, steps)
     monkeypatch.setattr(S.RunStore, "checkpoint", counted)
-    monkeypatch.setattr(S.RunStore, "log_step", spy)
+    monkeypatch.setattr(S.RunStore, "log_steps", spy)
     monkeypatch.setattr(T.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
-    tr, store = _trainer(tmp_path, ["grpo.steps=4", f"log.background_writes={str(background).lower()}"])
+    tr, store = _trainer(tmp_path, ["grpo.steps=4", f"log.background_writes={str(background).lower()}",
+                                    "log.commit_every_s=0"])  # a commit per step: 4 writes, each between beats
     tr.run()
-    assert seen == [("grpo-writer" if background else "MainThread", 0)] * 4
+    assert seen == [("grpo-writer" if background else "MainThread", 0, 1)] * 4
     assert store.last_step() == 4
     assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     beats = [out for name, out in calls if name == "grpo-heartbeat"]

@@ -1,7 +1,10 @@
-"""The background store writer (grpo_core/writer.py) on real run stores, alone and inside the
-real trainer loop: whole steps in order, back-pressure, a failure raised in the training
-thread (the same failed status as when the loop writes itself), checkpoints and control
-answers never ahead of the steps they refer to, and a drained queue before the final status."""
+"""How steps reach the store (grpo_core/writer.py), on real run stores, alone and inside the
+real trainer loop: the background writer (whole steps in order, back-pressure, a failure
+raised in the training thread) and the default batched commits (steps kept until
+commit_every_s has passed, one transaction for them, a failure that keeps every step before
+it). For all of them: the same failed status as when the loop commits each step itself,
+checkpoints and control answers never ahead of the steps they refer to, and every step
+stored before the final status."""
 import threading
 import time
 
@@ -13,7 +16,7 @@ from grpo_core import names as N
 from grpo_core import store as S
 from grpo_core import trainer as T
 from grpo_core.config import load_config
-from grpo_core.writer import StoreWriter
+from grpo_core.writer import BatchedWrites, StoreWriter
 
 torch.set_num_threads(1)
 
@@ -131,7 +134,60 @@ def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
     assert [r["id"] for r in store.claim_pending()] == [rid] and not store.has_pending()
 
 
+def test_batched_writes_commit_the_kept_steps_together_once_their_time_is_up(tmp_path, monkeypatch):
+    store = _store(tmp_path)
+    commits = []
+    real = S.RunStore.log_steps
+    monkeypatch.setattr(S.RunStore, "log_steps", lambda self, steps: (commits.append([s[0] for s in steps]),
+                                                                     real(self, steps))[1])
+    w = BatchedWrites(store, commit_every_s=3600)
+    for k in range(1, 4):
+        w.submit("log_step", k, *_step(k))
+        time.sleep(0.01)
+    with _reader(store) as r:
+        assert r.last_step() is None and w.busy()  # kept: nothing committed before its time
+    w.flush()
+    assert commits == [[1, 2, 3]] and not w.busy()  # one transaction for the three
+    with _reader(store) as r:
+        assert r.scalars_wide()[N.REWARD].round(3).tolist() == [0.1, 0.2, 0.3]
+        assert r.rollouts()["completion"].tolist() == [f"text {k}.{i}" for k in (1, 2, 3) for i in range(2)]
+        ev = r.events(kinds=[S.EV_ALERT])
+        assert ev["step"].tolist() == [1, 2, 3] and ev["time"].is_monotonic_increasing
+        assert ev["time"].iloc[2] - ev["time"].iloc[0] >= 0.015  # each event keeps its own step's time
+    now = BatchedWrites(store, commit_every_s=0)  # 0: a commit per step
+    now.submit("log_step", 4, *_step(4))
+    assert store.last_step() == 4 and commits[-1] == [4]
+    soon = BatchedWrites(store, commit_every_s=0.05)
+    soon.submit("log_step", 5, *_step(5))
+    time.sleep(0.06)
+    soon.submit("log_step", 6, *_step(6))  # the time is up: 5 and 6 go together
+    assert commits[-1] == [5, 6] and store.last_step() == 6
+    with pytest.raises(ValueError, match="log_step calls only"):
+        soon.submit("add_event", "x", {})
+
+
+def test_a_failed_batch_keeps_every_step_before_the_bad_one_and_raises_its_error(tmp_path):
+    store = _store(tmp_path)
+    w = BatchedWrites(store, commit_every_s=3600)
+    w.submit("log_step", 1, *_step(1))
+    w.submit("log_step", 2, *_step(2))
+    w.submit("log_step", 3, *_step(3, score=object()))  # the store refuses it (not a number)
+    w.submit("log_step", 4, *_step(4))
+    with pytest.raises(Exception) as e:
+        w.flush()
+    assert "not JSON serialisable" in str(e.value) or "must be a number" in str(e.value)
+    assert store.last_step() == 2  # 1 and 2 kept, nothing after the failed step: contiguous
+    assert [k[0] for k in w.kept] == [3, 4] and w.busy()  # the failed step and those after it, not lost silently
+    w.close(raise_error=False)  # a close while the error is on its way out does not raise again
+    assert store.last_step() == 2
+
+
 # ---- inside the trainer loop -----------------------------------------------------------------------
+# How the loop's steps reach the store: a background thread, batched commits (10 s: nothing
+# commits on time in these short runs, only where the trainer flushes), a commit per step.
+WRITES = {"background": ["log.background_writes=true"],
+          "batched": ["log.background_writes=false", "log.commit_every_s=10"],
+          "per step": ["log.background_writes=false", "log.commit_every_s=0"]}
 def _trainer(tmp_path, extra=(), run_id="r"):
     cfg = load_config(None, TINY + list(extra))
     store = S.RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
@@ -140,17 +196,19 @@ def _trainer(tmp_path, extra=(), run_id="r"):
 
 @pytest.fixture
 def slow_writes(monkeypatch):
-    """A slow disk: every step's write takes 60 ms, so the writer is always behind the loop."""
-    real = S.RunStore.log_step
+    """A slow disk: every write of steps takes 60 ms, so the writer is always behind the loop."""
+    real = S.RunStore.log_steps
 
     def slow(self, *a, **kw):
         time.sleep(0.06)
         return real(self, *a, **kw)
-    monkeypatch.setattr(S.RunStore, "log_step", slow)
+    monkeypatch.setattr(S.RunStore, "log_steps", slow)
 
 
-def test_checkpoints_and_control_answers_are_never_ahead_of_the_stored_steps(tmp_path, monkeypatch, slow_writes):
-    tr, store = _trainer(tmp_path, ["grpo.steps=6", "log.checkpoint_every=2"])
+@pytest.mark.parametrize("writes", list(WRITES))
+def test_checkpoints_and_control_answers_are_never_ahead_of_the_stored_steps(tmp_path, monkeypatch, slow_writes,
+                                                                              writes):
+    tr, store = _trainer(tmp_path, ["grpo.steps=6", "log.checkpoint_every=2"] + WRITES[writes])
     reader = _reader(store)
     at_ckpt, at_answer, at_status = [], [], []
     save = T.models.save_pretrained
@@ -179,8 +237,9 @@ def test_checkpoints_and_control_answers_are_never_ahead_of_the_stored_steps(tmp
     reader.close()
 
 
-def test_a_stop_drains_the_queue_before_the_final_status(tmp_path, monkeypatch, slow_writes):
-    tr, store = _trainer(tmp_path, ["grpo.steps=50"])
+@pytest.mark.parametrize("writes", list(WRITES))
+def test_a_stop_drains_the_queue_before_the_final_status(tmp_path, monkeypatch, slow_writes, writes):
+    tr, store = _trainer(tmp_path, ["grpo.steps=50"] + WRITES[writes])
     step = tr.train_step
 
     def step_then_signal():  # SIGTERM during step 4: the handler sets stop_reason
@@ -194,17 +253,18 @@ def test_a_stop_drains_the_queue_before_the_final_status(tmp_path, monkeypatch, 
     assert T.latest_checkpoint(store.run_dir).name == "step-000004"
 
 
-@pytest.mark.parametrize("background", [True, False])
-def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, background):
-    """The store refuses step 3 (in the writer thread or in the loop): status failed, the same
-    last error line, steps 1-2 kept, the open request rejected, and no checkpoint past step 2."""
-    tr, store = _trainer(tmp_path, ["grpo.steps=8", "log.checkpoint_every=3",
-                                    f"log.background_writes={str(background).lower()}"])
+@pytest.mark.parametrize("writes", list(WRITES))
+def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, writes):
+    """The store refuses step 3 (in the writer thread, in a batch with steps 1-2, or in the
+    loop): status failed, the same last error line, steps 1-2 kept, the open request rejected,
+    and no checkpoint past step 2."""
+    tr, store = _trainer(tmp_path, ["grpo.steps=8", "log.checkpoint_every=3"] + WRITES[writes])
     step = tr.train_step
 
     def bad_step3():
         scalars, groups, rollouts = step()
-        if tr.step == 2:  # the step being made is step 3
+        if tr.step == 2:  # the step being made is step 3: as tuples, one with a score that is not a number
+            rollouts = list(rollouts)
             rollouts[0] = rollouts[0][:3] + ({**rollouts[0][3], "exact": object()},) + rollouts[0][4:]
         return scalars, groups, rollouts
     tr.train_step = bad_step3
@@ -218,20 +278,22 @@ def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, 
     assert tr.writer is None
 
 
-def test_background_writes_store_what_the_loop_writing_itself_stores(tmp_path):
-    """Same seed, same steps: the stored scalars (but timings), groups, rollouts and events are equal."""
+def test_every_way_of_writing_stores_what_a_commit_per_step_stores(tmp_path):
+    """Same seed, same steps: the stored scalars (but timings), groups, rollouts (with and
+    without text: the rollouts table and step_scores) and events are equal."""
     runs = {}
-    for bg in (True, False):
-        tr, store = _trainer(tmp_path / str(bg), ["grpo.steps=4", f"log.background_writes={str(bg).lower()}",
-                                                  "health.zero_trainable_steps=1"])
+    for name, extra in WRITES.items():
+        tr, store = _trainer(tmp_path / name.replace(" ", "-"), ["grpo.steps=4", "health.zero_trainable_steps=1"]
+                             + extra)
         assert tr.run() == S.FINISHED
         w = store.scalars_wide()
-        runs[bg] = (w[[c for c in w.columns if not c.startswith(("time/", "throughput/"))]],
-                    store.groups(), store.rollouts(),
-                    [(k, p) for k, p in zip(store.events()["kind"], store.events()["payload"]) if k != "checkpoint"])
-    a, b = runs[True], runs[False]
-    pd.testing.assert_frame_equal(a[0], b[0])
-    pd.testing.assert_frame_equal(a[1], b[1])
-    pd.testing.assert_frame_equal(a[2], b[2])
+        runs[name] = (w[[c for c in w.columns if not c.startswith(("time/", "throughput/"))]],
+                      store.groups(), store.rollouts(), store.rollouts(with_text=False),
+                      [(k, p) for k, p in zip(store.events()["kind"], store.events()["payload"]) if k != "checkpoint"])
     strip = lambda evs: [(k, {x: y for x, y in p.items() if x not in ("model",)}) for k, p in evs]  # noqa: E731
-    assert strip(a[3]) == strip(b[3])
+    base = runs["per step"]
+    for name in ("background", "batched"):
+        for got, want in zip(runs[name][:4], base[:4]):
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert strip(runs[name][4]) == strip(base[4])
+    assert len(base[2]) == 4 * 2 * 4 and base[4]  # 4 steps of 2 x 4 rollouts, and alerts to compare
