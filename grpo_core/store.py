@@ -12,7 +12,9 @@ it was rejected.
 """
 from __future__ import annotations
 
+import functools
 import json
+import math
 import operator
 import os
 import re
@@ -326,21 +328,49 @@ def _write_step_scores(c: sqlite3.Connection, step: int, rollouts: list[tuple]):
 
 
 def _insert_step_scores(c: sqlite3.Connection, step: int, r: StepRollouts):
-    """StepRollouts into step_scores straight from its arrays. A step already there (a resumed
-    or TRL run writing a step twice) merges through _write_step_scores, as tuples would."""
-    order = np.lexsort((r.idx, r.group))
-    if (np.diff(order) < 0).any():  # rows in (group, idx) order, as _write_step_scores keeps them
+    """StepRollouts into step_scores straight from its arrays, in few numpy calls (each costs
+    microseconds on the cold caches after a backward pass). A step already there (a resumed or
+    TRL run writing a step twice) merges through _write_step_scores, as tuples would."""
+    key = r.group * (int(r.idx.max(initial=0)) + 1) + r.idx
+    if len(key) > 1 and not (key[1:] > key[:-1]).all():  # rows in (group, idx) order, as _write_step_scores keeps them
+        order = np.lexsort((r.idx, r.group))
         r = StepRollouts(r.names, r.group[order], r.idx[order], r.total[order], r.scores[order],
                          [r.texts[k] for k in order], [r.errors[k] for k in order])
-    total = np.where(np.isfinite(r.total), r.total, np.nan)
+    total = r.total if np.isfinite(r.total).all() else np.where(np.isfinite(r.total), r.total, np.nan)
     errors = [[pos, e] for pos, e in enumerate(r.errors) if e is not None]
+    f8 = np.dtype("<f8")  # float64 arrays are stored as they are on a little-endian machine (no copy)
     try:
         c.execute("INSERT INTO step_scores VALUES (?, ?, ?, ?, ?, ?, ?)",
-                  (step, json.dumps(r.names), r.group.astype("<i4").tobytes(), r.idx.astype("<i4").tobytes(),
-                   total.astype("<f8").tobytes(), r.scores.astype("<f8").tobytes(),
+                  (step, _names_json(tuple(r.names)), r.group.astype("<i4").tobytes(), r.idx.astype("<i4").tobytes(),
+                   total.astype(f8, copy=False).tobytes(), r.scores.astype(f8, copy=False).tobytes(),
                    json.dumps(errors) if errors else None))
     except sqlite3.IntegrityError:  # the step is there: merge (the later write of a (group, idx) wins)
         _write_step_scores(c, step, list(r))
+
+
+@functools.lru_cache(maxsize=64)
+def _names_json(names: tuple) -> str:
+    return json.dumps(list(names))
+
+
+# Multi-row INSERT statements: one statement step inserts many rows, where executemany steps a
+# one-row statement per row (~30% cheaper for a step's 64 rollouts; not for the scalars, whose
+# rows land on a different page each). SQLite binds at most 32766 parameters per statement.
+ROWS_PER_STATEMENT = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: str, width: int, n: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"INSERT OR REPLACE INTO {table} VALUES " + ", ".join([row] * n)
+
+
+def _insert_rows(c: sqlite3.Connection, table: str, rows: list[tuple]):
+    """INSERT OR REPLACE rows into table, ROWS_PER_STATEMENT rows per statement. Rows apply in
+    order, so a later row replaces an earlier one with the same key, as with executemany."""
+    for k in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[k:k + ROWS_PER_STATEMENT]
+        c.execute(_insert_sql(table, len(chunk[0]), len(chunk)), [v for row in chunk for v in row])
 
 
 def _decode_step(metrics, grp, idx, total, scores, errors) -> dict:
@@ -390,7 +420,7 @@ _ENCODER = json.JSONEncoder(default=_json_default, allow_nan=False)
 
 def _finite(v) -> float | None:
     v = float(v)
-    return v if np.isfinite(v) else None
+    return v if math.isfinite(v) else None  # math, not numpy: ~20x cheaper on one float (45 per step)
 
 
 def _build_store(db: Path, meta: dict, exist_ok: bool):
@@ -568,7 +598,7 @@ class RunStore:
             c.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           groups.rows(step) if isinstance(groups, StepGroups) else _group_rows(step, groups))
         if isinstance(rollouts, StepRollouts):  # the trainer's columns: no dict per rollout
-            c.executemany("INSERT OR REPLACE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?)", rollouts.rows(step))
+            _insert_rows(c, "rollouts", rollouts.rows(step))
             if len(rollouts) and self._score_blobs():
                 _insert_step_scores(c, step, rollouts)
         elif rollouts is not None:

@@ -477,3 +477,17 @@ def test_several_steps_in_one_transaction_are_all_there_or_none(runs_dir):
     assert s.scalars_wide()["train/reward"].tolist() == [0.1, 0.2, 0.5]
     ev = s.events()
     assert ev["step"].tolist() == [1, 2, 5] and ev["time"].iloc[2] == 123.0  # a step's own event time, when given
+
+
+def test_a_step_larger_than_one_insert_statement_is_stored_whole(runs_dir):
+    """More rollouts than one multi-row statement takes (S.ROWS_PER_STATEMENT): every row, in
+    order, as the tuples store them."""
+    n = 2 * S.ROWS_PER_STATEMENT + 7
+    group, idx = np.arange(n) // 8, np.arange(n) % 8
+    scores = np.random.default_rng(1).random((n, 2))
+    fast, slow = RunStore.create("big-fast", {}), RunStore.create("big-slow", {})
+    fast.log_step(1, {}, None, S.StepRollouts(["a", "b"], group, idx, scores.sum(1), scores, ["t"] * n, [None] * n))
+    slow.log_step(1, {}, None, [(int(g), int(i), float(a + b), {"a": float(a), "b": float(b)}, "t", None)
+                                for g, i, (a, b) in zip(group, idx, scores)])
+    assert len(_table(fast, "rollouts")) == n and _table(fast, "rollouts") == _table(slow, "rollouts")
+    assert _table(fast, "step_scores") == _table(slow, "step_scores")
