@@ -150,7 +150,7 @@ class LogConfig:
     wandb: str = knob("off", "W&B mirror: off | offline | online (online is the only mode that touches the network)")
     wandb_project: str = knob("grpo-health", "W&B project name")
     progress: bool = knob(True, "tqdm progress bar on the terminal")
-    commit_every_s: float = knob(0.25, "Commit the steps the loop writes together, at most this often (seconds): whole "
+    commit_every_s: float = knob(1.0, "Commit the steps the loop writes together, at most this often (seconds): whole "
                                        "steps in one transaction, so a reader sees a step up to this much (plus one "
                                        "step) later and a killed trainer loses at most these; 0 = a commit per step")
     background_writes: bool = knob(False, "Write each step to the run store from a background thread (the loop only "

@@ -929,8 +929,8 @@ class Trainer:
         if latest_checkpoint(self.store.run_dir) is None:
             return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}, before any "
                     "complete checkpoint; free space, then start the run again")
-        return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}; every finished "
-                f"step is kept. Free space, then continue: python -m grpo_core train --resume "
+        return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}; every step up to "
+                f"it is kept. Free space, then continue: python -m grpo_core train --resume "
                 f"--run-id {self.store.run_id} --runs-dir {self.runs_root}")
 
 

@@ -1,8 +1,8 @@
 """Faults, black-box: the real trainer (`python -m grpo_core train`) SIGKILLed at random and
 targeted moments, a disk that fills up, a runs dir that cannot be written, damaged stores.
 
-After every kill: the store opens and passes integrity_check, holds every finished step
-whole (each step's groups and rollouts, steps contiguous from 1), shows stale within 10 s,
+After every kill: the store opens and passes integrity_check, holds every committed step
+whole (each step's groups and rollouts, steps contiguous from 1; none the store showed before the kill is lost), shows stale within 10 s,
 every checkpoint folder under its final name is complete, and `--resume` continues from
 the newest complete checkpoint. GRPO_FAULT_KILLS=20 runs the 20-kill version
 (docs/reliability.md has its numbers); the default suite does 5.

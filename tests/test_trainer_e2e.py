@@ -107,7 +107,7 @@ def test_kill_9_leaves_a_readable_store_and_resume_continues_from_the_checkpoint
     assert S.display_status(meta) == S.STALE  # ... and readers see that the process is gone
     killed_at = store.last_step()
     w = store.scalars_wide()
-    assert w.index.tolist() == list(range(1, killed_at + 1))  # every finished step, no gap
+    assert w.index.tolist() == list(range(1, killed_at + 1))  # every committed step, no gap
     cols = [n for n in N.STEP_SCALARS if n != N.LOSS_ENTROPY]  # entropy is empty on a zero-trainable step
     assert set(N.STEP_SCALARS) <= set(w.columns) and w[cols].notna().all().all()
     assert store.groups()["step"].value_counts().eq(4).all()
