@@ -2,14 +2,17 @@
 
 The real loop (`Trainer.run()`, demo config) in one process, alternating segments of:
   full      as shipped: every scalar, group and rollout (with text) written to the run store
-            each step by the loop, alerts, control polling, heartbeat thread
+            by the loop, the steps of each log.commit_every_s committed together (BatchedWrites),
+            alerts, control polling, heartbeat thread
+  per step  the same with a commit per step (log.commit_every_s = 0: the write before batching)
   writer    the same, but a background thread writes each step (log.background_writes =
             true, grpo_core/writer.py): the loop only hands it over
   no store  Trainer.log_step a no-op (the store writes nothing)
   bare      no store writes, no alerts/curriculum, no control polling
 Readings of the overhead, because a 2% difference drowns in a shared box's noise:
   direct    the time the monitoring calls take in the training thread per step (timed
-            around the calls) over the median step: the cost, measured where it is paid
+            around the calls, and around the commit of the last batch when a segment's run
+            ends) over the median step: the cost, measured where it is paid
   thread    (writer variant) the hand-over's time in the loop and the thread's CPU time per
             step: work moved off the loop, not gone; with a free core the loop pays only the
             moments both threads want the GIL, with none the thread competes for CPU
@@ -68,7 +71,7 @@ def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
         tr.history.append({"step": step, **scalars})
         del tr.history[:-64]
         return []
-    off = {"full": (), "writer": (), "no store": ("log_step",),
+    off = {"full": (), "per step": (), "writer": (), "no store": ("log_step",),
            "bare": ("log_step", "new_alerts", "curriculum", "poll_control")}
     for name, fn in real.items():
         if name in off[variant]:
@@ -78,16 +81,25 @@ def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
     close = tr.close_writer
 
     def close_writer(*a, **kw):  # the writer thread's CPU time, read before it goes
-        if tr.writer is not None:
+        if tr.writer is not None and tr.writer.threaded:
             spent["writer cpu"] = spent.get("writer cpu", 0.0) + tr.writer.cpu_s
-        return close(*a, **kw)
+        t = time.perf_counter()
+        try:
+            return close(*a, **kw)
+        finally:  # the segment's last batch is committed here, in the loop's thread: a store write
+            if variant != "writer":
+                spent["log_step"] = spent.get("log_step", 0.0) + time.perf_counter() - t
     tr.close_writer = close_writer
     tr.cfg.grpo.steps = tr.step + n
     tr.cfg.log.background_writes = variant == "writer"
+    every = tr.cfg.log.commit_every_s
+    if variant == "per step":
+        tr.cfg.log.commit_every_s = 0.0
     try:
         tr.run()
     finally:
         tr.cfg.log.background_writes = False
+        tr.cfg.log.commit_every_s = every
         for name in real:
             setattr(tr, name, real[name])
         tr.close_writer = close
@@ -107,36 +119,53 @@ def main(argv=None) -> int:
 
     tr = make_trainer(args.runs_dir, 3, args.set)
     tr.run()  # warm-up
-    variants = ["full", "writer", "no store", "bare"]
+    variants = ["full", "per step", "writer", "no store", "bare"]
     steps = {v: [] for v in variants}
     per_seg = {v: [] for v in variants}
     spent = {v: {} for v in variants}
     segs = max(1, -(-args.steps // (args.segment - 1)))
+    seg_share = {"full": [], "per step": []}  # the store write's share of each segment's median step
     for _ in range(segs):
         for v in variants:
+            before = spent[v].get("log_step", 0.0)
             dts = run_segment(tr, args.segment, v, spent[v])
             steps[v] += dts
             per_seg[v].append(statistics.median(dts))
+            if v in seg_share:
+                seg_share[v].append((spent[v]["log_step"] - before) / args.segment / statistics.median(dts))
+    # One continuous run in the full variant, as a real run goes: commits every commit_every_s and
+    # one end-of-run commit, where the segments above end a run (and commit a partial batch) every
+    # few steps. Its direct reading is the cost a run pays; the segments' is an upper bound.
+    cont_spent: dict = {}
+    cont = run_segment(tr, args.steps + 1, "full", cont_spent)
+    cont_store = cont_spent["log_step"] / (args.steps + 1) / statistics.median(cont)
     n_full = len(steps["full"]) + segs  # steps run in the full variant (intervals + 1 per segment)
     med = {v: statistics.median(steps[v]) for v in variants}
     calls = {k[6:]: statistics.median(v) for k, v in spent["full"].items() if k.startswith("calls:")}
     direct = {k: s / n_full for k, s in spent["full"].items() if not k.startswith("calls:")}  # s per step
     direct_store = direct.get("log_step", 0.0) / med["full"]
+    n_per = len(steps["per step"]) + segs
+    per_step_store = spent["per step"].get("log_step", 0.0) / n_per / med["per step"]
+    per_step_call = statistics.median(spent["per step"]["calls:log_step"])
     direct_all = sum(direct.values()) / med["full"]
     n_writer = len(steps["writer"]) + segs
     writer_cpu = spent["writer"].pop("writer cpu", 0.0) / n_writer  # s per step, in the writer thread
     handover = spent["writer"].get("log_step", 0.0) / n_writer
     pairs = {v: summary([a / b - 1 for a, b in zip(per_seg["full"], per_seg[v])])
-             for v in ("writer", "no store", "bare")}
+             for v in ("per step", "writer", "no store", "bare")}
     vs_full = summary([b / a - 1 for a, b in zip(per_seg["full"], per_seg["writer"])])  # writer's step vs full's
-    ok = "meets" if direct_store < TARGET else "MISSES"
+    spread = {v: summary(x) for v, x in seg_share.items()}
+    ok = "meets" if cont_store < TARGET else "MISSES"  # judged on the run as a user runs it (see the text)
     if args.set:  # another model or config: its own section, a short one
-        return publish_variant(args, tr, med, direct_store, calls, pairs)
+        return publish_variant(args, tr, med, direct_store, cont_store, per_step_store, pairs)
     lines = [
         HEADING, "",
         "The real loop (`Trainer.run()`, demo config, built-in model: 8 prompts x 8 completions, every rollout's "
         "scores and text written) in one process, alternating segments of "
-        f"{args.segment} steps: **full** (as shipped: the loop writes each step), **writer** "
+        f"{args.segment} steps: **full** (as shipped: the loop writes each step, and the steps of each "
+        f"`log.commit_every_s` = {tr.cfg.log.commit_every_s:g} s are committed together in one transaction), "
+        "**per step** (the same with "
+        "a commit per step, `log.commit_every_s = 0`: the write before batching), **writer** "
         "(`log.background_writes = true`: a background thread writes each step, the loop hands it over), "
         "**no store** (`Trainer.log_step` a no-op), **bare** (no store writes, no alerts/curriculum, no "
         "control polling).",
@@ -145,18 +174,26 @@ def main(argv=None) -> int:
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}; {len(steps['full'])} step intervals per variant",
         f"- Target: writing everything to the store costs < {TARGET:.0%} of a step. Result (direct): "
-        f"**{direct_store:.2%}** of the median step: **{ok}**" + (
+        f"**{cont_store:.2%}** of the median step in one continuous run of {args.steps + 1} steps (median step "
+        f"{statistics.median(cont) * 1000:.1f} ms), **{direct_store:.2%}** of the median step in the alternating "
+        f"segments (per segment: median {spread['full']['median']:.2%}, p25-p75 "
+        f"{spread['full']['p25']:.2%} to {spread['full']['p75']:.2%}): **{ok}**" + (
             "" if ok == "meets" else "; what limits it: the write's own CPU time (RunStore.log_step: SQLite "
             "inserts, JSON encoding, the groups frame)") + f". All monitoring (store + alerts + control polling): "
-        f"{direct_all:.2%}. The median call (what a call costs when nothing preempts it): log_step "
-        f"{calls.get('log_step', 0) * 1000:.2f} ms = {calls.get('log_step', 0) / med['full']:.2%} of the median step.",
+        f"{direct_all:.2%}. With a commit per step (per step variant) the write costs "
+        f"**{per_step_store:.2%}** of its median step (per segment p25-p75 {spread['per step']['p25']:.2%} to "
+        f"{spread['per step']['p75']:.2%}; median call {per_step_call * 1000:.2f} ms): batching the "
+        "commits is what brings it under the target (the commit and the WAL copy of the pages it touches, 50-70 "
+        "for a demo step committed alone, are paid once per batch). The target is judged on the continuous run, which commits as a run does; "
+        "the segments' figures are an upper bound: each segment is a run of its own, which ends with a commit "
+        f"of its last steps every {args.segment} steps.",
         f"- Background writer (writer variant): the loop spends {handover * 1000:.2f} ms per step handing the step "
         f"over and the thread {writer_cpu * 1000:.2f} ms of CPU committing it, during the next backward pass; its "
         f"step is {vs_full['median']:+.1%} against full's (per segment pair, median; p25-p75 {vs_full['p25']:+.1%} "
         f"to {vs_full['p75']:+.1%}). It can only gain where a core is free for the thread" + (
             "; this box's load average is above its cores." if os.getloadavg()[0] > (os.cpu_count() or 1) else "."),
         "",
-        "| monitoring call (full variant) | mean ms per step | share of the median step | median call ms |",
+        "| monitoring call (full variant, segments) | mean ms per step | share of the median step | median call ms |",
         "| --- | --- | --- | --- |",
         *[f"| {k} | {v * 1000:.2f} | {v / med['full']:.2%} | {calls.get(k, 0) * 1000:.2f} |"
           for k, v in sorted(direct.items(), key=lambda kv: -kv[1])],
@@ -166,7 +203,8 @@ def main(argv=None) -> int:
         f"| full | {med['full']:.4f} | - | - |",
         *[f"| {label} | {med[v]:.4f} | {med['full'] / med[v] - 1:+.1%} | {pairs[v]['median']:+.1%} "
           f"({pairs[v]['p25']:+.1%} to {pairs[v]['p75']:+.1%}) |"
-          for v, label in (("writer", "writer"), ("no store", "no store"), ("bare", "bare"))],
+          for v, label in (("per step", "per step"), ("writer", "writer"), ("no store", "no store"),
+                           ("bare", "bare"))],
         "",
         "The A/B rows are differences of noisy medians on a shared box: their spread is the noise floor "
         "of that reading, wider than the monitoring cost itself; the direct reading is the cost.",
@@ -177,7 +215,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def publish_variant(args, tr, med, direct_store, calls, pairs) -> int:
+def publish_variant(args, tr, med, direct_store, cont_store, per_step_store, pairs) -> int:
     """The same measurement on another config (--set): how the store's share scales with the
     step. The write's cost depends on the rollouts and metrics, not on the model."""
     sets = " ".join(f"--set {x}" for x in args.set)
@@ -192,9 +230,10 @@ def publish_variant(args, tr, med, direct_store, calls, pairs) -> int:
         f"--segment {args.segment} {sets}`",
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Median step {med['full'] * 1000:.0f} ms; the store write (direct) **{direct_store:.2%}** of it "
-        f"(median call {calls.get('log_step', 0) * 1000:.2f} ms; {'under' if direct_store < TARGET else 'over'} "
-        f"the {TARGET:.0%} target); A/B full vs no store {med['full'] / med['no store'] - 1:+.1%} (per segment "
+        f"- Median step {med['full'] * 1000:.0f} ms; the store write (direct) **{cont_store:.2%}** of it in one "
+        f"continuous run ({'under' if cont_store < TARGET else 'over'} the {TARGET:.0%} target; in the alternating "
+        f"segments {direct_store:.2%}; with a commit per step "
+        f"{per_step_store:.2%}); A/B full vs no store {med['full'] / med['no store'] - 1:+.1%} (per segment "
         f"pair {pairs['no store']['median']:+.1%}, p25-p75 {pairs['no store']['p25']:+.1%} to "
         f"{pairs['no store']['p75']:+.1%}). The A/B reading is not resolved at this length (its per-pair "
         "spread is wider than the difference, and repeats move by several percent): the direct figure is the "

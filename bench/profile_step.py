@@ -144,8 +144,14 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
     writers = []
     close = tr.close_writer
 
+    end_commit = []
+
     def close_writer(*a, **kw):
         writers.append(tr.writer)
+        t = time.perf_counter()
+        if tr.writer is not None and not tr.writer.threaded:
+            tr.writer.flush()  # the segment's kept steps (batched commits): a store write the loop pays
+        end_commit.append(time.perf_counter() - t)
         return close(*a, **kw)
     tr.close_writer = close_writer
     try:
@@ -154,11 +160,15 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
         tr.log_step = log_step
         tr.close_writer = close
     w = writers[0] if writers else None
+    # The commit at the segment's end comes after its last interval: spread it over the intervals,
+    # as the commits of a run are spread over its steps (a segment commits more often than a run).
+    extra = sum(end_commit) / max(len(snaps) - 1, 1)
     rows = []
     for (t0, a0), (t1, a1) in zip(snaps, snaps[1:]):
         d = {k: a1.get(k, 0.0) - a0.get(k, 0.0) for k in a1}
         d["tokenise + decode"] = d.pop("_rollout", 0.0) - d.get("sampling pass", 0.0)
-        d["step"] = t1 - t0
+        d[STORE_STAGE] = d.get(STORE_STAGE, 0.0) + extra
+        d["step"] = t1 - t0 + extra
         d["rest (glue, frames)"] = d["step"] - sum(v for k, v in d.items() if k != "step")
         d["_writer cpu"] = w.cpu_s / max(w.calls, 1) if w is not None else 0.0
         rows.append(d)
@@ -272,6 +282,12 @@ def main(argv=None) -> int:
               f"{outside / step['median']:.1%} of the median step. The per-step share above is the stricter reading "
               "(its median over steps); on a loaded box the short Python stages between the two torch passes are "
               "the ones a preemption lands in, which is what widens their p75."]
+    store_mean = statistics.mean(r.get(STORE_STAGE, 0.0) for r in cur)
+    lines += ["", f"The store write commits the steps of each `log.commit_every_s` ({tr.cfg.log.commit_every_s:g} s) "
+              f"together; each segment here is a run of its own, whose kept steps are committed when it ends, and "
+              f"that commit is spread over the segment's steps (a run commits less often). Its mean is "
+              f"{store_mean * 1000:.2f} ms per step ({store_mean / step['median']:.1%} of the median step). Averaged "
+              f"over steps, outside the floor is {statistics.mean(else_share):.1%}."]
     bg = rows.get(WRITER_VARIANT)
     if bg:  # the background writer: the store write is a hand-over, the commit runs in its thread
         wcpu = statistics.median(r["_writer cpu"] for r in bg)
