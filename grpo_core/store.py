@@ -331,8 +331,9 @@ def _insert_step_scores(c: sqlite3.Connection, step: int, r: StepRollouts):
     """StepRollouts into step_scores straight from its arrays, in few numpy calls (each costs
     microseconds on the cold caches after a backward pass). A step already there (a resumed or
     TRL run writing a step twice) merges through _write_step_scores, as tuples would."""
+    # Rows in (group, idx) order, as _write_step_scores keeps them (the trainer's already are).
     key = r.group * (int(r.idx.max(initial=0)) + 1) + r.idx
-    if len(key) > 1 and not (key[1:] > key[:-1]).all():  # rows in (group, idx) order, as _write_step_scores keeps them
+    if len(key) > 1 and not (key[1:] > key[:-1]).all():
         order = np.lexsort((r.idx, r.group))
         r = StepRollouts(r.names, r.group[order], r.idx[order], r.total[order], r.scores[order],
                          [r.texts[k] for k in order], [r.errors[k] for k in order])

@@ -6,10 +6,11 @@ BatchedWrites. Why: a step's write is mostly fixed cost: BEGIN, COMMIT, and the 
 page the commit touched. `scalars` is keyed by (name, step) (DESIGN.md), so each metric's newest
 page is rewritten by every commit: a demo step committed alone writes 50-70 WAL pages, a step in
 a 1 s batch about 11 (docs/benchmarks.md). Committing the steps of the last log.commit_every_s
-together pays the fixed part once per batch; each step stays whole (a reader sees all of a batch or none of it). What it costs: a
-reader sees a step up to commit_every_s (plus one step) later, and a killed trainer loses the
-uncommitted steps, which a resume redoes from its checkpoint anyway (a checkpoint flushes
-first). Slow steps (longer than commit_every_s) are committed as they come, as before.
+together pays the fixed part once per batch; each step stays whole (a reader sees all of a
+batch or none of it). What it costs: a reader sees a step up to commit_every_s (plus one step)
+later, and a killed trainer loses the uncommitted steps, which a resume redoes from its
+checkpoint anyway (a checkpoint flushes first). Slow steps (longer than commit_every_s) are
+committed as they come, as before.
 
 StoreWriter. Why: writing a step (every scalar, group and rollout with its scores JSON-encoded and its
 text) cost ~2.5 ms of a ~70-140 ms demo step in the training loop (docs/benchmarks.md,
