@@ -17,7 +17,8 @@ difference by design: TRL trains near-constant groups (0 < std <= 0.01) with +-1
 Timing runs the two in one process, alternating segments (TRL drives; a callback runs our
 trainer's real `Trainer.run()` for a segment every --segment TRL steps), so both see the same
 load on a shared box. Per-step time: the interval between consecutive steps inside a segment
-(ours: between `log_step` ends, i.e. the whole loop incl. store writes and control polling;
+(ours: between `Trainer.log_step` ends, i.e. the whole loop incl. store writes and control
+polling, with the commit made when a segment's run ends added to its last interval;
 TRL: between `on_step_begin` calls, i.e. its whole loop incl. logging); the first interval of
 each segment is left out. Checkpoints are off for both (ours: log.checkpoint_every = 0,
 TRL: save_strategy = "no").
@@ -122,13 +123,20 @@ def run(args) -> dict:
     models.save_pretrained(ours.model, ours.tokenizer, tmp / "model")  # the same starting weights for TRL
 
     clock_ours, clock_trl = StepClock(), StepClock()
-    orig_log_step = store.log_step
+    orig_log_step, orig_close = ours.log_step, ours.close_writer
 
-    def timed_log_step(*a, **kw):
+    def timed_log_step(*a, **kw):  # the loop's store call (steps are committed together, log.commit_every_s)
         out = orig_log_step(*a, **kw)
         clock_ours.tick()
         return out
-    store.log_step = timed_log_step
+
+    def timed_close(*a, **kw):  # the segment's run ends: its kept steps are committed after its last tick,
+        t = time.perf_counter()  # so that commit is added to the segment's last interval (ours pays it)
+        out = orig_close(*a, **kw)
+        if clock_ours.last is not None and clock_ours.dts:
+            clock_ours.dts[-1] += time.perf_counter() - t
+        return out
+    ours.log_step, ours.close_writer = timed_log_step, timed_close
 
     def our_segment(upto: int):
         cfg.grpo.steps = upto
