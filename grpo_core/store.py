@@ -183,31 +183,16 @@ def _score_row(scores: dict, names: list[str], where: str) -> list[float]:
 
 
 GROUP_COLUMNS = ("group", "prompt_id", "size", "reward_mean", "reward_std", "trainable", "phantom")
-# The Python types each groups column may bind as, as _group_columns would convert it.
-_GROUP_TYPES = ((int,), (str,), (int,), (float, int), (float, int), (bool, int), (bool, int))
 
 
-def _group_rows(step: int, g) -> list[tuple]:
-    """The groups table's rows for step `step` (g: a frame, or a mapping of column -> values).
-    A frame with the table's columns in order converts in one to_numpy call, which gives
-    native ints, floats, bools and strings for typed columns (~4x cheaper than column by
-    column); a value of another type (a numpy scalar in an object column, a missing prompt
-    id) sends the frame column by column, as before."""
-    if isinstance(g, pd.DataFrame) and tuple(g.columns) == GROUP_COLUMNS:
-        rows = g.to_numpy(dtype=object).tolist()
-        if all(type(v) in ok for r in rows for v, ok in zip(r, _GROUP_TYPES)):
-            return [(step, *r) for r in rows]
-    return list(zip([step] * len(g), *_group_columns(g)))
-
-
-def _group_columns(g) -> list[list]:
+def _group_columns(g: pd.DataFrame) -> list[list]:
     """The groups' columns as Python lists, in the table's order. Series.tolist() gives native
     ints, floats and bools; a column held as objects (numpy scalars, say) or the prompt ids
     are converted value by value."""
     cols = []
     for name, kind in zip(GROUP_COLUMNS, (int, str, int, float, float, int, int)):
         col = g[name]
-        cols.append([kind(v) for v in col] if kind is str or getattr(col, "dtype", object) == object
+        cols.append([kind(v) for v in col] if kind is str or col.dtype == object
                     else col.tolist())
     return cols
 
@@ -597,7 +582,8 @@ class RunStore:
                       [(step, k, _finite(v)) for k, v in scalars.items()])
         if groups is not None and len(groups):
             c.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          groups.rows(step) if isinstance(groups, StepGroups) else _group_rows(step, groups))
+                          groups.rows(step) if isinstance(groups, StepGroups)
+                          else zip([step] * len(groups), *_group_columns(groups)))
         if isinstance(rollouts, StepRollouts):  # the trainer's columns: no dict per rollout
             _insert_rows(c, "rollouts", rollouts.rows(step))
             if len(rollouts) and self._score_blobs():
