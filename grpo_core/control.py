@@ -130,10 +130,9 @@ TRL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, PAUSE, RESUME, STOP, CHECKPOINT)  # int
 def accepted_kinds(meta: dict) -> tuple[str, ...]:
     """The request kinds the process behind a run applies, from the run's meta: the built-in
     trainer takes every kind (set_difficulty only on a task with levels: the demo), a pilot only a
-    stop; the TRL
-    callback takes weights, threshold, pause/resume, stop and checkpoint (G, prompts, temperature
-    and steps are fixed in TRL's GRPOConfig, and the autopilot runs in the built-in trainer
-    only); an imported run has no process behind it: none."""
+    stop; the TRL callback takes weights, threshold, pause/resume, stop and checkpoint (G,
+    prompts, temperature and steps are fixed in TRL's GRPOConfig, and the autopilot runs in the
+    built-in trainer only); an imported run has no process behind it: none."""
     kind, source = meta.get("kind") or "train", meta.get("source") or "grpo_core"
     if kind == "trl":
         return TRL_KINDS
