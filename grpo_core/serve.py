@@ -28,6 +28,7 @@ APP = Path(__file__).resolve().parent.parent / "app.py"
 def streamlit_command(port: int, app: Path = APP, host: str = "127.0.0.1") -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
             "--server.address", host, "--server.headless", "true",
+            "--server.fileWatcherType", "none",  # see .streamlit/config.toml
             "--browser.gatherUsageStats", "false"]
 
 

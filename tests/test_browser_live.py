@@ -214,6 +214,33 @@ def test_charts_keep_updating_while_the_run_trains(served, browser):
     ctx.close()
 
 
+def _inotify_watches(pid: int) -> int:
+    """Inotify watches held by a process and its children (Linux /proc)."""
+    n = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == "anon_inode:inotify":
+                n += (Path(f"/proc/{pid}/fdinfo") / fd.name).read_text().count("inotify wd:")
+        except OSError:
+            continue  # closed meanwhile
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            n += _inotify_watches(int(child))
+    return n
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc")
+def test_the_dashboard_watches_no_source_files(served, browser):
+    # Streamlit's default watcher adds an inotify watch per folder of the checkout, .venv
+    # included, and on every queue overflow (which the imports of a trainer started from that
+    # .venv cause) walks the whole tree again: half a core, and a live page that lagged for a
+    # minute under CI's load. `serve` (and .streamlit/config.toml) turn it off.
+    server, rid = served
+    ctx, _ = open_live(browser, server.url, rid)  # Streamlit starts its watchers with a session
+    assert _inotify_watches(server.proc.pid) == 0
+    ctx.close()
+
+
 def test_closing_the_browser_and_restarting_streamlit_leave_the_trainer_alone(served, browser):
     server, rid = served
     ctx, page = open_live(browser, server.url, rid)
