@@ -148,9 +148,11 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
             # serve and its Streamlit; the trainer is serve's child too, but a process of its own
             server = [p for p in process_tree(proc.pid)
                       if p == proc.pid or b"streamlit" in Path(f"/proc/{p}/cmdline").read_bytes()]
-            c0, w0 = cpu_seconds(server), time.perf_counter()
+            chrome = [p for p in process_tree(os.getpid()) if b"chrom" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            c0, b0, w0 = cpu_seconds(server), cpu_seconds(chrome), time.perf_counter()
             time.sleep(watch_s)
             out["server_cpu"] = (cpu_seconds(server) - c0) / (time.perf_counter() - w0)
+            out["browser_cpu"] = (cpu_seconds(chrome) - b0) / (time.perf_counter() - w0)
             out["watch_s"] = watch_s
             b.close()
     finally:
@@ -253,7 +255,8 @@ def main():
         f"{'meets it' if up['moving'] < 90 else 'misses it on this loaded box'}. A second start in the same "
         "runs dir reuses the warm-start cache. One measurement, not a distribution.", "",
         f"With that one live page open and refreshing every 2 s, the dashboard server (serve and its Streamlit, "
-        f"not the trainer) used {up['server_cpu']:.0%} of one core over {up['watch_s']:.0f} s. Streamlit's "
+        f"not the trainer) used {up['server_cpu']:.0%} of one core over {up['watch_s']:.0f} s; headless Chromium "
+        f"drawing that page used {up['browser_cpu']:.0%} of a core (software rendering, --disable-gpu). Streamlit's "
         "source watcher is off (`.streamlit/config.toml`). With it on (Streamlit's default, and ours before "
         "2026-11-30), this bench measured 83% of a core once: the watcher re-walked the checkout, `.venv` "
         "included, after every inotify queue overflow.", ""] if up else []))
