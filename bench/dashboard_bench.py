@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from grpo_core import charts, live  # noqa: E402
 from grpo_core.store import RunStore  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
-from tests.helpers_dashboard import synth_run  # noqa: E402
+from tests.helpers_dashboard import process_tree, synth_run  # noqa: E402
 
 HEADING = "## Dashboard"
 STEPS, ROLLOUT_STEPS = 20_000, 500
@@ -83,15 +83,6 @@ def apptest_times(run_dir: Path, repeats: int):
         at.run()  # same session: the cached state, nothing new -> what a rerun costs
         again.append(time.perf_counter() - t)
     return first, again
-
-
-def process_tree(pid: int) -> list[int]:
-    """A process and its descendants (Linux /proc)."""
-    out = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            out += process_tree(int(child))
-    return out
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -101,6 +101,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def process_tree(pid: int) -> list[int]:
+    """A process and its descendants (Linux /proc)."""
+    out = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            out += process_tree(int(child))
+    return out
+
+
 def wait_for(pred, timeout: float, every: float = 0.25, what: str = "condition"):
     """Poll pred() until it returns something other than None/False (exceptions: not yet)."""
     deadline = time.time() + timeout

@@ -18,7 +18,7 @@ import pytest
 
 from grpo_core import runner
 from grpo_core.store import RunStore, list_runs, pid_alive
-from tests.helpers_dashboard import REPO, free_port, wait_for
+from tests.helpers_dashboard import REPO, free_port, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -217,17 +217,15 @@ def test_charts_keep_updating_while_the_run_trains(served, browser):
 
 
 def _inotify_watches(pid: int) -> int:
-    """Inotify watches held by a process and its children (Linux /proc)."""
+    """Inotify watches held by a process and its descendants (Linux /proc)."""
     n = 0
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            if os.readlink(fd) == "anon_inode:inotify":
-                n += (Path(f"/proc/{pid}/fdinfo") / fd.name).read_text().count("inotify wd:")
-        except OSError:
-            continue  # closed meanwhile
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            n += _inotify_watches(int(child))
+    for p in process_tree(pid):
+        for fd in Path(f"/proc/{p}/fd").iterdir():
+            try:
+                if os.readlink(fd) == "anon_inode:inotify":
+                    n += (Path(f"/proc/{p}/fdinfo") / fd.name).read_text().count("inotify wd:")
+            except OSError:
+                continue  # closed meanwhile
     return n
 
 
@@ -235,8 +233,8 @@ def _inotify_watches(pid: int) -> int:
 def test_the_dashboard_watches_no_source_files(served, browser):
     # Streamlit's default watcher adds an inotify watch per folder of the checkout, .venv
     # included, and on every queue overflow (which the imports of a trainer started from that
-    # .venv cause) walks the whole tree again: half a core, and a live page that lagged for a
-    # minute under CI's load. `serve` (and .streamlit/config.toml) turn it off.
+    # .venv cause) walks the whole tree again: half a core, and CI's live-page test timed out.
+    # `serve` (and .streamlit/config.toml) turn it off.
     server, rid = served
     ctx, _ = open_live(browser, server.url, rid)  # Streamlit starts its watchers with a session
     assert _inotify_watches(server.proc.pid) == 0
