@@ -590,9 +590,8 @@ class RunStore:
                 _insert_step_scores(c, step, rollouts)
         elif rollouts is not None:
             rollouts = list(rollouts)
-            c.executemany("INSERT OR REPLACE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          [(step, int(gi), int(i), _finite(t), _dumps(s), text, err)
-                           for gi, i, t, s, text, err in rollouts])
+            _insert_rows(c, "rollouts", [(step, int(gi), int(i), _finite(t), _dumps(s), text, err)
+                                         for gi, i, t, s, text, err in rollouts])
             if rollouts and self._score_blobs():
                 _write_step_scores(c, step, rollouts)
         if events:

@@ -79,13 +79,14 @@ class BatchedWrites:
         if self.kept:
             try:
                 self.store.log_steps(self.kept)
+                self.calls += len(self.kept)
             except Exception:
                 if len(self.kept) == 1:
                     raise
                 while self.kept:
                     self.store.log_steps(self.kept[:1])
                     del self.kept[0]
-            self.calls += len(self.kept)
+                    self.calls += 1
             self.kept = []
         self.last_commit = time.monotonic()
 

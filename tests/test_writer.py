@@ -147,7 +147,7 @@ def test_batched_writes_commit_the_kept_steps_together_once_their_time_is_up(tmp
     with _reader(store) as r:
         assert r.last_step() is None and w.busy()  # kept: nothing committed before its time
     w.flush()
-    assert commits == [[1, 2, 3]] and not w.busy()  # one transaction for the three
+    assert commits == [[1, 2, 3]] and not w.busy() and w.calls == 3  # one transaction for the three
     with _reader(store) as r:
         assert r.scalars_wide()[N.REWARD].round(3).tolist() == [0.1, 0.2, 0.3]
         assert r.rollouts()["completion"].tolist() == [f"text {k}.{i}" for k in (1, 2, 3) for i in range(2)]
@@ -178,6 +178,7 @@ def test_a_failed_batch_keeps_every_step_before_the_bad_one_and_raises_its_error
     assert "not JSON serialisable" in str(e.value) or "must be a number" in str(e.value)
     assert store.last_step() == 2  # 1 and 2 kept, nothing after the failed step: contiguous
     assert [k[0] for k in w.kept] == [3, 4] and w.busy()  # the failed step and those after it, not lost silently
+    assert w.calls == 2  # the two steps written one by one are counted
     w.close(raise_error=False)  # a close while the error is on its way out does not raise again
     assert store.last_step() == 2
 
