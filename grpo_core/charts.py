@@ -172,15 +172,19 @@ def reward_std_chart(df, changes=None, min_reward_std: float = 0.1) -> go.Figure
 
 
 def phantom_chart(df, changes=None, outcome_metric: str | None = None) -> go.Figure | None:
-    """Groups that pass the std gate only through shaping terms (outcome metric uniform).
-    Without an outcome gate (reward.outcome_metric) there are none, and the title says so."""
+    """Groups that pass the std gate only through shaping terms (outcome metric uniform), and
+    those that pass it on float rounding alone (a TRL run's near-ties: TRL trains them).
+    Without an outcome gate (reward.outcome_metric) there are no phantoms, and the title says so."""
     if not _has(df, N.PHANTOM_GROUPS):
         return None
-    top = max(1.0, float(df[N.PHANTOM_GROUPS].max()) * 1.1)
+    have = [n for n in (N.PHANTOM_GROUPS, N.NOISE_GROUPS) if _has(df, n)]
+    top = max(1.0, float(df[have].max().max()) * 1.1)
     title = (f"Phantom groups (pass the std gate, {outcome_metric} uniform)" if outcome_metric else
              "Phantom groups (no outcome gate set: reward.outcome_metric)")
-    return _figure([_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])], title, "groups per step",
-                   [0, top], key="phantom", changes=changes)
+    traces = [_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])]
+    if _has(df, N.NOISE_GROUPS):
+        traces.append(_line(df, N.NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5]))
+    return _figure(traces, title, "groups per step", [0, top], key="phantom", changes=changes)
 
 
 def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
@@ -212,5 +216,6 @@ CHART_HELP = {
     "metric_std": "Per metric, the mean std of its raw score inside a group; ~0 = uniform = bottleneck.",
     "reward": "Weighted total reward and each metric's raw mean.",
     "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",
-    "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform.",
+    "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
+               "counted trainable whose reward spread is float rounding (TRL trains those).",
 }

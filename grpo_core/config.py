@@ -76,10 +76,11 @@ class GRPOConfig:
     beta: float = knob(0.0, "KL coefficient to the frozen reference model (0 = no reference kept)")
     epsilon_low: float = knob(0.2, "Lower clip range of the importance ratio")
     epsilon_high: float = knob(0.2, "Upper clip range of the importance ratio (DAPO clip-higher when > low)")
-    loss_type: str = knob("token", "token (normalise over all completion tokens) | sequence (mean per sequence)")
+    loss_type: str = knob("token", "token (sum over all completion tokens / their count: TRL's bnpo, and dapo on one process) | sequence (mean of per-sequence means: TRL's grpo)")
     scale: str = knob("group", "Advantage scaling: group (by group std) | batch (by batch std) | none")
+    advantage_std: str = knob("unbiased", "Std the advantages divide by: unbiased (n-1, TRL's and verl's) | population (n)")
     min_group_std: float = knob(0.01, "A group is trainable when its total-reward std > this (0 = ART's 'not all equal')")
-    drop_untrainable: bool = knob(True, "Drop non-trainable groups from forward/backward (with beta > 0 also drops their KL term)")
+    drop_untrainable: bool = knob(True, "Drop non-trainable groups from forward/backward (beta = 0 only: with beta > 0 every row's KL term has a gradient, so all rows train, as in TRL)")
     dynamic_sampling: bool = knob(False, "Sample more prompt batches until enough trainable groups (DAPO-style)")
     dynamic_max_batches: int = knob(4, "Dynamic sampling: cap on prompt batches per step")
     dynamic_min_trainable: int = knob(4, "Dynamic sampling: stop once this many trainable groups")
@@ -309,6 +310,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(g.epsilon_low >= 0 and g.epsilon_high >= 0, "grpo.epsilon_low and grpo.epsilon_high must be >= 0")
     need(g.loss_type in ("token", "sequence"), f"grpo.loss_type must be 'token' or 'sequence', got {g.loss_type!r}")
     need(g.scale in ("group", "batch", "none"), f"grpo.scale must be 'group', 'batch' or 'none', got {g.scale!r}")
+    need(g.advantage_std in ("unbiased", "population"),
+         f"grpo.advantage_std must be 'unbiased' or 'population', got {g.advantage_std!r}")
     need(math.isfinite(g.min_group_std) and 0 <= g.min_group_std < 1,
          f"grpo.min_group_std must be in [0, 1), got {g.min_group_std}")
     need(g.dynamic_max_batches >= 1, f"grpo.dynamic_max_batches must be >= 1, got {g.dynamic_max_batches}")

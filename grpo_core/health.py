@@ -10,6 +10,7 @@ these on tens of thousands of rollouts per refresh.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,32 +20,62 @@ from grpo_core import names as N
 
 # Float noise: a group of identical rewards has std ~1e-17, not 0; "not all equal" must say no.
 STD_EPS = 1e-8  # torch.isclose(std, 0) in TRL uses atol 1e-8
+# A spread within 8 float32 ulps of the rewards' size is rounding, not a difference between
+# completions: summing the same partial credits in another order moves a float32 total by an
+# ulp or two. TRL (float32 sums, zero-std test |std| <= 1e-8) still trains such a group.
+FLOAT_NOISE_RTOL = 8 * float(np.finfo(np.float32).eps)
 
 
 @dataclass
 class GroupStats:
-    mean: np.ndarray  # [P] mean total reward per group
-    std: np.ndarray  # [P] population std of the total reward per group
+    mean: np.ndarray  # [P] mean total reward per group (NaN rows, unscorable completions, left out)
+    std: np.ndarray  # [P] population std of the total reward per group (NaN rows left out)
     trainable: np.ndarray  # [P] bool
     phantom: np.ndarray  # [P] bool: passes the std gate, outcome metric uniform
     metric_std: np.ndarray | None  # [P, K] within-group std of each raw metric
+    noise: np.ndarray | None = None  # [P] bool: passes the std gate on float rounding alone (float_noise)
+
+
+def float_noise(totals: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """[P] bool: the group's spread is float32 rounding (std <= FLOAT_NOISE_RTOL x its largest
+    |reward|), or undefined (fewer than two scorable completions)."""
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN group: its std is NaN, which counts
+        size = np.nanmax(np.abs(totals), axis=1)
+        count = np.isfinite(totals).sum(axis=1)
+    return ~(std > FLOAT_NOISE_RTOL * size) | (count < 2)
+
+
+def _nan_stat(fn, x: np.ndarray, axis: int) -> np.ndarray:
+    """np.nanmean / np.nanstd without the warning for an all-NaN slice (its result is NaN)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(x, axis=axis)
 
 
 def group_stats(totals: np.ndarray, scores: np.ndarray | None = None, *, min_group_std: float = 0.01,
-                outcome_index: int | None = None, uniform_std: float = 1e-3) -> GroupStats:
-    """totals [P, G] weighted rewards; scores [P, G, K] raw metric scores (optional)."""
+                outcome_index: int | None = None, uniform_std: float = 1e-3,
+                nonzero: np.ndarray | None = None) -> GroupStats:
+    """totals [P, G] weighted rewards; scores [P, G, K] raw metric scores (optional). NaN
+    totals (completions no metric could score) are left out of their group.
+
+    nonzero [P]: the trainer's own verdict that a group's rewards are not all equal (the TRL
+    callback passes TRL's); min_group_std > 0 then gates on top. Default: std > STD_EPS."""
     totals = np.asarray(totals, dtype=np.float64)
-    mean = totals.mean(axis=1)
-    std = totals.std(axis=1)  # ddof=0, as TRL and ART compute it
-    passes = std > max(min_group_std, STD_EPS)
-    metric_std = None if scores is None else np.asarray(scores, dtype=np.float64).std(axis=1)
+    mean = _nan_stat(np.nanmean, totals, 1)
+    std = _nan_stat(np.nanstd, totals, 1)  # ddof=0: the product's gate (DESIGN); advantages use their own
+    if nonzero is None:
+        passes = std > max(min_group_std, STD_EPS)
+    else:
+        passes = np.asarray(nonzero, dtype=bool) & ((std > min_group_std) if min_group_std > 0 else True)
+    metric_std = None if scores is None else _nan_stat(np.nanstd, np.asarray(scores, dtype=np.float64), 1)
     phantom = np.zeros_like(passes)
     trainable = passes
     if outcome_index is not None and metric_std is not None:
         outcome_varies = metric_std[:, outcome_index] > max(uniform_std, STD_EPS)
         phantom = passes & ~outcome_varies
         trainable = passes & outcome_varies
-    return GroupStats(mean, std, trainable, phantom, metric_std)
+    return GroupStats(mean, std, trainable, phantom, metric_std, passes & float_noise(totals, std))
 
 
 def trainable_ratio(submitted: float, trainable: float) -> float:
@@ -64,12 +95,14 @@ def step_scalars(stats: GroupStats, scores: np.ndarray, metric_names: list[str],
         N.CUM_GROUPS_SUBMITTED: cs, N.CUM_GROUPS_TRAINABLE: ct,
         N.TRAINABLE_RATIO: trainable_ratio(p, t), N.CUM_TRAINABLE_RATIO: trainable_ratio(cs, ct),
         N.PHANTOM_GROUPS: int(stats.phantom.sum()),
-        N.REWARD: float(stats.mean.mean()), N.REWARD_STD: float(stats.std.mean()),
-        N.FRAC_REWARD_ZERO_STD: float((stats.std <= STD_EPS).mean()),
+        N.NOISE_GROUPS: int(stats.noise.sum()) if stats.noise is not None else 0,
+        N.REWARD: float(_nan_stat(np.nanmean, stats.mean, 0)), N.REWARD_STD: float(_nan_stat(np.nanmean, stats.std, 0)),
+        N.FRAC_REWARD_ZERO_STD: float((~(stats.std > STD_EPS)).mean()),
     }
     scores = np.asarray(scores, dtype=np.float64)
-    means = scores.reshape(-1, scores.shape[-1]).mean(axis=0)
-    mstd = stats.metric_std.mean(axis=0) if stats.metric_std is not None else scores.std(axis=1).mean(axis=0)
+    means = _nan_stat(np.nanmean, scores.reshape(-1, scores.shape[-1]), 0)
+    mstd = _nan_stat(np.nanmean, stats.metric_std if stats.metric_std is not None
+                     else _nan_stat(np.nanstd, scores, 1), 0)
     for k, name in enumerate(metric_names):
         out[N.metric_mean(name)] = float(means[k])
         out[N.metric_group_std(name)] = float(mstd[k])

@@ -17,6 +17,9 @@ SAMPLING_BATCHES = "data/sampling_batches"  # prompt batches drawn (dynamic samp
 TRAINABLE_RATIO = "health/trainable_ratio"
 CUM_TRAINABLE_RATIO = "health/cum_trainable_ratio"
 PHANTOM_GROUPS = "health/phantom_groups"
+# Groups counted trainable whose reward spread is float rounding (health.float_noise): TRL
+# trains them, on advantages made of rounding error. The stricter view beside TRL's count.
+NOISE_GROUPS = "health/float_noise_groups"
 MIN_GROUP_STD = "health/min_group_std"  # the threshold in force at this step
 DIFFICULTY = "health/difficulty"  # the task level in force at this step
 
@@ -83,7 +86,7 @@ THROUGHPUT_TOKENS = "throughput/tokens_per_s"
 # The names every step of the embedded trainer logs (per-metric names come on top).
 STEP_SCALARS = (
     GROUPS_SUBMITTED, GROUPS_TRAINABLE, CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE,
-    TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, PHANTOM_GROUPS, REWARD, REWARD_STD,
+    TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
     FRAC_REWARD_ZERO_STD, LOSS_POLICY, LOSS_KL, LOSS_ENTROPY, GRAD_NORM, CLIP_RATIO,
     COMPLETION_MEAN_LENGTH, TIME_STEP, TIME_GENERATE, TIME_SCORE, TIME_TRAIN,
     THROUGHPUT_TOKENS,

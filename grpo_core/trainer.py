@@ -177,18 +177,23 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 # =============================================================================================
 # Advantages and loss
 # =============================================================================================
-def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", eps: float = ADV_EPS) -> np.ndarray:
+def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", eps: float = ADV_EPS,
+               std: str = "unbiased") -> np.ndarray:
     """totals [P, G], trainable [P] -> advantages [P, G].
 
     group: (r - group mean) / (group std + eps); batch: divided by the whole batch's std
-    instead; none: r - group mean. Non-trainable groups get 0: a near-constant group's noise
-    is never blown up into +-1 advantages."""
+    instead; none: r - group mean. std "unbiased" is the Bessel-corrected std (n - 1), as TRL
+    (`nanstd`) and verl (`torch.std`) divide by; "population" divides by n. Non-trainable
+    groups get 0: a near-constant group's noise is never blown up into +-1 advantages."""
     totals = np.asarray(totals, dtype=np.float64)
+    if std not in ("unbiased", "population"):
+        raise ConfigError(f"grpo.advantage_std must be 'unbiased' or 'population', got {std!r}")
+    ddof = 1 if std == "unbiased" else 0
     centered = totals - totals.mean(axis=1, keepdims=True)
     if scale == "group":
-        adv = centered / (totals.std(axis=1, keepdims=True) + eps)
+        adv = centered / (totals.std(axis=1, ddof=ddof, keepdims=True) + eps)
     elif scale == "batch":
-        adv = centered / (totals.std() + eps)
+        adv = centered / (totals.std(ddof=ddof) + eps)
     elif scale == "none":
         adv = centered
     else:
@@ -224,8 +229,9 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     so masking a non-trainable row and dropping it give the same gradient when beta = 0. A
     step with few trainable groups therefore takes a small step, not a full one built from
     a couple of prompts (measured: the full step collapses the demo's policy within ~30
-    steps of a level change). The KL term averages over the rows in the batch. Returns
-    (loss, stats) with stats as floats."""
+    steps of a level change). The KL term averages over every row's tokens
+    (train_on forwards every row when beta > 0), as TRL's. Returns (loss, stats) with stats as
+    floats."""
     mask = mask.to(logp.dtype)
     pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - old_logp)
@@ -265,9 +271,14 @@ def _completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Ten
             cpos = pos[:, prompt_len - 1:prompt_len] + 1 + torch.arange(lc, device=pos.device)  # as in sample_tokens
             rest = model(input_ids=input_ids[:, prompt_len:], attention_mask=attention_mask, position_ids=cpos,
                          past_key_values=cache, use_cache=True).logits[:, :-1]
-            return torch.cat([first, rest], 1).float()
-    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
-                 logits_to_keep=lc + 1).logits[:, :-1].float()
+            return _upcast(torch.cat([first, rest], 1))
+    return _upcast(model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
+                         logits_to_keep=lc + 1).logits[:, :-1])
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to float32 for the log-softmax; float64 (the exactness tests) stays."""
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
@@ -311,20 +322,23 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     called as the backward pass starts (the trainer lets its store writer run then)."""
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
-    if not bool(row_trainable.any()):
+    with_kl = gcfg.beta > 0 and ref_model is not None
+    if not bool(row_trainable.any()) and not with_kl:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0}
-    rows = row_trainable if gcfg.drop_untrainable else torch.ones_like(row_trainable)
+    # With a KL term every row has a gradient (TRL averages the KL over all tokens): dropping
+    # the non-trainable rows would change it, so they are only dropped when beta = 0.
+    rows = row_trainable if gcfg.drop_untrainable and not with_kl else torch.ones_like(row_trainable)
     idx = rows.nonzero().squeeze(-1)
     device = roll.input_ids.device
     ids, attn, lp = trim(roll.input_ids[idx], roll.attention_mask[idx], roll.prompt_len)
     cmask = attn[:, lp:]
-    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float32, device=device)[idx.to(device)]
+    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float64, device=device)[idx.to(device)]  # cast to logp's dtype in grpo_loss
     prow = row_trainable.to(device)[idx.to(device)]
     logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
                                with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
     ref = None
-    if gcfg.beta > 0 and ref_model is not None:
+    if with_kl:
         with torch.no_grad():
             ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
                                     group_size=G)
@@ -497,7 +511,10 @@ class Trainer:
             errors += scored.errors
             if not g.dynamic_sampling or batches >= g.dynamic_max_batches:
                 break
-            st = health.group_stats(scored.totals.reshape(-1, g.group_size), min_group_std=self.min_group_std)
+            # The step's own rule: with an outcome gate, a phantom group does not count toward the target.
+            st = health.group_stats(scored.totals.reshape(-1, g.group_size), scored.raw.reshape(-1, g.group_size,
+                                    scored.raw.shape[1]), min_group_std=self.min_group_std,
+                                    outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
             trainable_so_far += int(st.trainable.sum())
             if trainable_so_far >= g.dynamic_min_trainable:
                 break
@@ -516,7 +533,7 @@ class Trainer:
         scores = raw.reshape(P, G, K)
         stats = health.group_stats(totals, scores, min_group_std=self.min_group_std,
                                    outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
-        adv = advantages(totals, stats.trainable, g.scale)
+        adv = advantages(totals, stats.trainable, g.scale, std=g.advantage_std)
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
         loss = train_on(self.model, self.optimizer, roll, adv, stats.trainable, g, ref_model=self.ref_model,

@@ -22,12 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-STEPS = 30  # long enough that a request sent after step 1 lands before the run ends (~20 ms a step)
+STEPS = 30
 
 
 def train_demo(runs_dir: Path) -> Path:
     """The built-in demo, small and without warm-start; one weight change sent from the CLI
-    side while it trains (applied by the trainer between steps, as in real use)."""
+    side while it trains (applied by the trainer between steps, as in real use). Sent once
+    the trainer says running: its loop claims requests before each of its 30 steps, so the
+    change lands however fast the steps go (after step 1 it raced a fast run's end)."""
     cmd = [sys.executable, "-m", "grpo_core", "train", "--run-id", "demo",
            "--set", f"grpo.steps={STEPS}", "--set", "grpo.prompts_per_step=4", "--set", "grpo.group_size=4",
            "--set", "model.warm_start_steps=0", "--set", "log.progress=false", "--set", "log.checkpoint_every=0"]
@@ -36,10 +38,10 @@ def train_demo(runs_dir: Path) -> Path:
     run = runs_dir / "demo"
     try:
         deadline = time.time() + 150
-        while time.time() < deadline and proc.poll() is None:  # wait for the first logged step
+        while time.time() < deadline and proc.poll() is None:  # wait for the training loop
             if (run / "run.db").is_file():
                 with RunStore.open(run, readonly=True) as s:
-                    if (s.last_step() or 0) >= 1:
+                    if s.get_meta().get("status") == "running":
                         break
             time.sleep(0.05)
         control.send(run, "set_weights", {"weights": {"answer_f1": 0.6, "length": 0.2}}, source="cli")

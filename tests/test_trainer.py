@@ -34,20 +34,30 @@ TRAINABLE = np.array([True, False, True])
 
 
 def test_advantages_group_scale_by_hand():
+    """Default: the Bessel-corrected group std (n - 1), as TRL and verl divide by."""
     adv = advantages(TOTALS, TRAINABLE, "group")
-    g0 = 0.5 / (0.5 + ADV_EPS)  # mean 0.5, std 0.5
-    s2 = math.sqrt(0.25 * 0.75)  # mean 0.25, std sqrt(p(1-p)) with p = 1/4
+    g0 = 0.5 / (math.sqrt(1 / 3) + ADV_EPS)  # mean 0.5, squared deviations 4 x 0.25 over n - 1 = 3
+    s2 = 0.5  # mean 0.25, squared deviations 3 x 0.0625 + 0.5625 = 0.75 over 3
     expected = np.array([[g0, -g0, g0, -g0],
                          [0, 0, 0, 0],  # masked group: 0, not its noise blown up
                          [-0.25 / (s2 + ADV_EPS)] * 3 + [0.75 / (s2 + ADV_EPS)]])
     np.testing.assert_allclose(adv, expected, rtol=1e-12)
 
 
+def test_advantages_population_std_on_request():
+    adv = advantages(TOTALS, TRAINABLE, "group", std="population")
+    g0 = 0.5 / (0.5 + ADV_EPS)  # mean 0.5, std 0.5
+    s2 = math.sqrt(0.25 * 0.75)  # mean 0.25, std sqrt(p(1-p)) with p = 1/4
+    np.testing.assert_allclose(adv[0], [g0, -g0, g0, -g0], rtol=1e-12)
+    np.testing.assert_allclose(adv[2], [-0.25 / (s2 + ADV_EPS)] * 3 + [0.75 / (s2 + ADV_EPS)], rtol=1e-12)
+
+
 def test_advantages_batch_and_none_scale_by_hand():
-    batch_std = math.sqrt(4 / 12 - (5 / 12) ** 2)  # all 12 rewards: E[x^2] = 4/12, mean 5/12
-    adv = advantages(TOTALS, TRAINABLE, "batch")
-    np.testing.assert_allclose(adv[0], np.array([0.5, -0.5, 0.5, -0.5]) / (batch_std + ADV_EPS))
-    np.testing.assert_allclose(adv[1], 0)
+    batch_var = 4 / 12 - (5 / 12) ** 2  # all 12 rewards: E[x^2] = 4/12, mean 5/12
+    for std, var in (("unbiased", batch_var * 12 / 11), ("population", batch_var)):
+        adv = advantages(TOTALS, TRAINABLE, "batch", std=std)
+        np.testing.assert_allclose(adv[0], np.array([0.5, -0.5, 0.5, -0.5]) / (math.sqrt(var) + ADV_EPS))
+        np.testing.assert_allclose(adv[1], 0)
     adv = advantages(TOTALS, TRAINABLE, "none")
     np.testing.assert_allclose(adv, [[0.5, -0.5, 0.5, -0.5], [0, 0, 0, 0], [-0.25, -0.25, -0.25, 0.75]])
 
@@ -168,6 +178,33 @@ def test_dropping_untrainable_groups_gives_the_masked_gradient(policy):
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_with_a_kl_term_every_row_trains_whatever_drop_untrainable_says(policy):
+    """beta > 0: a non-trainable row's KL term has a gradient, and TRL averages the KL over
+    every token, so drop_untrainable must not drop it: both settings give TRL's gradient."""
+    model, _ = policy
+    ref = type(model)(model.config)
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():  # a reference the policy differs from, so the KL term is not 0
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    roll = _roll(policy, P=3)
+    totals = np.array([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.2, 0.2], [0.0, 1.0, 1.0, 0.0]])
+    trainable = np.array([True, False, True])
+    adv = advantages(totals, trainable)
+    grads = []
+    for drop in (True, False):
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        st = train_on(model, opt, roll, adv, trainable, GRPOConfig(drop_untrainable=drop, beta=0.1), ref_model=ref)
+        assert st["rows"] == 12 and st["kl"] > 0
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    # no trainable group at all: the KL term alone still trains, as TRL's step would
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    st = train_on(model, opt, roll, np.zeros((3, 4)), np.zeros(3, bool), GRPOConfig(beta=0.1), ref_model=ref)
+    assert st["rows"] == 12 and st["policy"] == 0.0 and st["kl"] > 0 and st["grad_norm"] > 0
 
 
 def test_an_update_moves_toward_higher_advantage(policy):

@@ -374,3 +374,49 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
     assert "fixed dataset" in ctl["message"].iloc[1]
     assert wide.index.tolist() == [1, 2, 3, 4]  # stopped right after step 4, of 8
     assert wide["health/min_group_std"].tolist() == [0.0, 0.0, 0.5, 0.5]
+
+
+def test_trls_edge_cases_give_trls_ratio_every_step(trl_run, tmp_path):
+    """A real 3-step TRL run whose reward functions produce the three cases where float64 sums
+    and the population std disagree with TRL: a completion every function returns None for,
+    permuted partial credits (0.1 + 0.2 + 0.4 vs 0.1 + 0.4 + 0.2: equal in exact arithmetic,
+    an ulp apart in float32, so TRL trains the group), and a 5e-8 shaping term on 1.0 (lost in
+    TRL's float32 sum: TRL does not train it). Each step holds one group of each case and a
+    plain one. The store's ratio must be 1 - TRL's frac_reward_zero_std at every step."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    from grpo_core.integrations.trl import GRPOHealthCallback
+    from grpo_core.store import RunStore
+    G = 4
+    credits = {"none": [(None, None, None), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0)],
+               "permuted": [(0.1, 0.2, 0.4), (0.1, 0.4, 0.2)] * 2,
+               "shaping": [(1.0, 0.0, 0.0), (1.0, 5e-8, 0.0)] * 2,
+               "plain": [(0.0, 0.0, 0.0), (1.0, 0.0, 0.0), (0.5, 0.0, 0.0), (0.0, 0.0, 0.0)]}
+
+    def part(k):
+        def fn(completions, case, **kw):  # rows come in groups of G, one prompt each (TRL's order)
+            return [credits[c][i % G][k] for i, c in enumerate(case)]
+        fn.__name__ = f"part{k}"
+        return fn
+
+    ds = Dataset.from_list([{"prompt": f"q{i}:", "prompt_id": c, "case": c} for i, c in enumerate(credits)])
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=len(credits) * G,
+                      num_generations=G, max_completion_length=8, max_steps=3, logging_steps=1, report_to="none",
+                      use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0)
+    trainer = GRPOTrainer(model=str(trl_run["model_dir"]), reward_funcs=[part(0), part(1), part(2)], args=args,
+                          train_dataset=ds)
+    GRPOHealthCallback.attach(trainer, run_id="edges", root=tmp_path / "runs")
+    trainer.train()
+    logged = _logged(trainer.state.log_history)
+    with RunStore.open(tmp_path / "runs" / "edges", readonly=True) as s:
+        wide, groups, rollouts = s.scalars_wide(), s.groups(), s.rollouts()
+    assert sorted(logged) == wide.index.tolist() == [1, 2, 3]
+    for step, e in logged.items():
+        assert e["frac_reward_zero_std"] == 0.5  # none and shaping are zero-std for TRL
+        assert wide.loc[step, "health/trainable_ratio"] == 1 - e["frac_reward_zero_std"]
+        assert wide.loc[step, "train/reward"] == pytest.approx(e["reward"], abs=1e-6)
+        assert wide.loc[step, "health/float_noise_groups"] == 1  # the permuted credits
+    g = groups.set_index(["step", "prompt_id"])["trainable"]
+    assert all(g[(step, "permuted")] and not g[(step, "none")] and not g[(step, "shaping")] for step in logged)
+    unscorable = rollouts[rollouts["total"].isna()]
+    assert len(unscorable) == 3 and unscorable["error"].str.contains("returned None").all()

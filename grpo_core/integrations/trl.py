@@ -18,9 +18,11 @@ Where it hooks, and why there (TRL 1.16, trl/trainer/grpo_trainer.py):
   and broadcasts the decision so that every process applies the same weights.
 - Only rank 0 touches the store; a heartbeat thread keeps a slow step from looking stale.
 
-"Trainable" here defaults to TRL's own rule (a group trains iff its rewards are not all
-equal: min_group_std = 0), so the store's trainable ratio equals 1 - TRL's logged
-frac_reward_zero_std at every step; pass min_group_std > 0 for the stricter product rule.
+"Trainable" here defaults to TRL's own rule, in TRL's own arithmetic (`trl_rewards`: float32
+sums, unscorable completions left out, the Bessel std's isclose-to-0 test), so the store's
+trainable ratio equals 1 - TRL's logged frac_reward_zero_std at every step; pass
+min_group_std > 0 for the stricter product rule on top. Beside it, `health/float_noise_groups`
+counts the groups TRL trains whose spread is float rounding (health.float_noise).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import math
 import os
 import threading
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -63,6 +66,23 @@ def _prompt_id(example: dict, prompt) -> str:
         if key in example:
             return str(example[key])
     return hashlib.sha1(_text(prompt).encode()).hexdigest()[:12]
+
+
+def trl_rewards(scores: torch.Tensor, weights: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL 1.16's reward arithmetic (GRPOTrainer._generate_and_score_completions, the default
+    sum_then_normalize): scores [N, K] and weights [K] in float32 -> (rewards [N], zero [P]).
+
+    A reward is the weighted nansum in float32; a completion every function returned None
+    for is NaN and left out of its group's mean and std. A group is zero-std, the groups that
+    `frac_reward_zero_std` counts, when torch.isclose(its Bessel-corrected nanstd, 0), i.e.
+    std <= 1e-8; a group with fewer than two scorable completions has a NaN std, which TRL
+    does not count as zero."""
+    from trl.trainer.utils import nanstd
+
+    rewards = (scores * weights.unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(scores).all(dim=1)] = torch.nan
+    std = nanstd(rewards.view(-1, group_size), dim=1)
+    return rewards, torch.isclose(std, torch.zeros_like(std))
 
 
 class GRPOHealthCallback(TrainerCallback):
@@ -123,8 +143,9 @@ class GRPOHealthCallback(TrainerCallback):
             return
         if len(rows) != scores.shape[0]:  # would mean TRL changed how it gathers: refuse to mislabel
             raise RuntimeError(f"GRPO health: {scores.shape[0]} gathered scores but {len(rows)} completions")
-        weights = self.trainer.reward_weights.detach().float().cpu().numpy().astype(np.float64)
-        self._pending.append((scores.detach().float().cpu().numpy().astype(np.float64), rows, weights))
+        # Kept in float32, as TRL computes with them: the health counts must be TRL's, rounding included.
+        weights = self.trainer.reward_weights.detach().float().cpu().clone()
+        self._pending.append((scores.detach().float().cpu(), rows, weights))
 
     def _wrap_train(self):
         """A training error is recorded as the run's failure (else the run would show 'running')."""
@@ -316,22 +337,30 @@ class GRPOHealthCallback(TrainerCallback):
     def _write_step(self, state):
         batches, self._pending = self._pending, []
         g = self.trainer.num_generations
-        scores = np.concatenate([b[0] for b in batches])
         rows = [r for b in batches for r in b[1]]
-        weights = batches[-1][2]
-        if scores.shape[0] % g:
-            raise RuntimeError(f"GRPO health: {scores.shape[0]} completions is not a multiple of "
+        scores32 = torch.cat([b[0] for b in batches])
+        if scores32.shape[0] % g:
+            raise RuntimeError(f"GRPO health: {scores32.shape[0]} completions is not a multiple of "
                                f"num_generations={g}")
+        # Each generation batch with the weights it was scored with, in TRL's arithmetic.
+        views = [trl_rewards(b[0], b[2], g) for b in batches]
+        totals = torch.cat([v[0] for v in views]).numpy().astype(np.float64)
+        zero = torch.cat([v[1] for v in views]).numpy()
+        scores = scores32.numpy().astype(np.float64)
+        weights = batches[-1][2].numpy().astype(np.float64)
         errors = [None if np.isfinite(s).all() else ", ".join(
             f"{n}: returned None" for n, v in zip(self.names, s) if not np.isfinite(v)) for s in scores]
-        clean = np.nan_to_num(scores, nan=0.0)  # TRL sums with nansum: a None score adds nothing
-        totals = clean @ weights
         p = scores.shape[0] // g
-        stats = health.group_stats(totals.reshape(p, g), clean.reshape(p, g, -1), min_group_std=self.min_group_std,
-                                   outcome_index=self.outcome_index, uniform_std=self.health_cfg.uniform_std)
+        stats = health.group_stats(totals.reshape(p, g), scores.reshape(p, g, -1), min_group_std=self.min_group_std,
+                                   outcome_index=self.outcome_index, uniform_std=self.health_cfg.uniform_std,
+                                   nonzero=~zero)
         wdict = dict(zip(self.names, map(float, weights)))
-        scalars = health.step_scalars(stats, clean.reshape(p, g, -1), self.names, wdict, *self._cum)
+        scalars = health.step_scalars(stats, scores.reshape(p, g, -1), self.names, wdict, *self._cum)
         self._cum = [int(scalars[N.CUM_GROUPS_SUBMITTED]), int(scalars[N.CUM_GROUPS_TRAINABLE])]
+        with warnings.catch_warnings():  # a step no function could score: NaN, as TRL logs it
+            warnings.simplefilter("ignore", RuntimeWarning)
+            scalars[N.REWARD] = float(np.nanmean(totals))  # TRL's: over the scorable completions
+        scalars[N.FRAC_REWARD_ZERO_STD] = float(zero.mean())
         scalars[N.MIN_GROUP_STD] = self.min_group_std
         scalars[N.SCORING_ERRORS] = sum(e is not None for e in errors)
         groups = pd.DataFrame({"group": np.arange(p), "prompt_id": [rows[i * g][0] for i in range(p)],
