@@ -11,9 +11,19 @@ that names no file in pages/ gets a "Page not found" pop-up on top of the right 
 the page URLs are the file names (/runs, /analysis, /pilot; the live monitor is the start
 page, /, and a link to one run is /?run=<id>), and a page file that legacy routing runs on
 its own hands over to main() here (see `through_app` at the top of each page).
+
+How a page knows, with public API and plain Python only: main() runs the page inside
+`_IN_APP` (a context variable: its value belongs to the thread running this session's
+script, and main() resets it on the way out, however the page ends), so a page that
+finds it unset was not run by main() in this script run. Then either Streamlit's legacy
+routing ran it with app.py as the entry point, or the page file itself is the entry point
+(AppTest.from_file("pages/x.py")); st.Page resolves a relative path against the entry
+point's folder and raises when no such file is there, which tells the two apart.
 """
+import contextvars
+
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
+from streamlit.errors import StreamlitAPIException
 
 from grpo_core import live
 from grpo_core.safety import require_token
@@ -55,23 +65,48 @@ def pick_run():
             st.caption("No runs yet: start one on the Runs page.")
 
 
+# True while main() runs the page st.navigation picked. A ContextVar, not a module global:
+# the module is shared by every session's script thread, a context variable's value is not.
+_IN_APP = contextvars.ContextVar("grpo_health_in_app", default=False)
+
+
 def main():
     st.set_page_config(page_title="GRPO Health", page_icon=":material/monitoring:", layout="wide")
     require_token()  # with serve --token / $GRPO_HEALTH_TOKEN: nothing below shows until it matches
     pick_run()
-    st.navigation(pages()).run()
+    page = st.navigation(pages())
+    token = _IN_APP.set(True)
+    try:
+        page.run()
+    finally:  # st.stop / st.rerun / st.switch_page / an error in the page: unset all the same
+        _IN_APP.reset(token)
 
 
-def through_app():
-    """The first lines of every page: a page file that Streamlit's legacy pages/ routing ran
-    on its own (a fresh server's first request, before any st.navigation call) runs the app
-    instead, which runs this page through st.navigation in the same script run. True when it
-    did: the page file then stops (st.stop()); what it would draw has been drawn."""
-    if not getattr(PagesManager, "uses_pages_directory", False):
+def app_is_the_entry_point() -> bool:
+    """Whether this session's entry point is app.py (`streamlit run app.py`, AppTest of
+    app.py) rather than a page file run as its own app (AppTest of pages/x.py): a relative
+    st.Page path resolves against the entry point's folder, StreamlitAPIException when no
+    such file is there. Builds Page objects only; st.navigation never sees them."""
+    try:
+        st.Page("app.py")
+        st.Page("pages/live.py")
+    except StreamlitAPIException:
         return False
-    main()  # its st.navigation clears the legacy flag, for this and every later session
     return True
 
 
-if __name__ == "__main__":  # Streamlit runs this file as __main__; pages import it for through_app
-    main()
+def through_app() -> bool:
+    """The first lines of every page: a page file that Streamlit's legacy pages/ routing ran
+    on its own (a fresh server's first request, before any st.navigation call) runs the app
+    instead, which runs this page through st.navigation in the same script run. True when it
+    did: the page file then stops (st.stop()); what it would draw has been drawn. False when
+    main() is running this page, or when the page file is the entry point itself."""
+    if _IN_APP.get() or not app_is_the_entry_point():
+        return False
+    main()  # its st.navigation ends legacy routing, for this and every later session
+    return True
+
+
+if __name__ == "__main__":  # Streamlit runs this file in a fresh __main__ module each run ...
+    import app  # ... and the pages import the module `app`: one main(), one _IN_APP for both
+    app.main()

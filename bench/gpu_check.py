@@ -81,7 +81,7 @@ def median_s(fn, device, n: int = 3) -> float:
 
 def fast_path_checks(tr, device) -> dict:
     """Each fast path against what it replaces, on the trainer's model and a real batch."""
-    from grpo_core import trainer as T
+    from grpo_core import grpo
     from profile_step import reference_sample_tokens
     g, tok = tr.cfg.grpo, tr.tokenizer
     exs = tr.task.batch(g.prompts_per_step)
@@ -89,14 +89,14 @@ def fast_path_checks(tr, device) -> dict:
     kw = dict(max_new_tokens=g.max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
               suppress_ids=tr.suppress_ids)
     args = (tr.model, enc["input_ids"], enc["attention_mask"], g.group_size)
-    out = {"sampling_loop_s": median_s(lambda: T.sample_tokens(*args, **kw), device),
+    out = {"sampling_loop_s": median_s(lambda: grpo.sample_tokens(*args, **kw), device),
            "generate_s": median_s(lambda: reference_sample_tokens(*args, **kw), device)}
-    roll = T.rollout(tr.model, tok, exs, g.group_size, max_new_tokens=g.max_new_tokens, suppress_ids=tr.suppress_ids)
-    ids, attn, lp = T.trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
+    roll = grpo.rollout(tr.model, tok, exs, g.group_size, max_new_tokens=g.max_new_tokens, suppress_ids=tr.suppress_ids)
+    ids, attn, lp = grpo.trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
 
     def fwd_bwd(G):
         tr.model.zero_grad(set_to_none=True)
-        logp, _ = T.token_logprobs(tr.model, ids, attn, lp, suppress_ids=tr.suppress_ids, group_size=G)
+        logp, _ = grpo.token_logprobs(tr.model, ids, attn, lp, suppress_ids=tr.suppress_ids, group_size=G)
         (logp.sum() / attn.sum()).backward()
     out["shared_prompt_fwd_bwd_s"] = median_s(lambda: fwd_bwd(g.group_size), device)
     out["full_fwd_bwd_s"] = median_s(lambda: fwd_bwd(1), device)
@@ -130,9 +130,9 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     # Tokens per step: count them where they are made (rollout / train_on), not from the logs.
-    from grpo_core import trainer as T
+    from grpo_core import grpo
     counts = []
-    rollout, train_on = T.rollout, T.train_on
+    rollout, train_on = grpo.rollout, grpo.train_on
 
     def counted_rollout(*a, **kw):
         r = rollout(*a, **kw)
@@ -143,13 +143,13 @@ def main(argv=None) -> int:
         out = train_on(model, opt, roll, *a, **kw)
         counts[-1]["train_tokens"] = int(roll.attention_mask.sum()) if out.get("rows") else 0
         return out
-    T.rollout, T.train_on = counted_rollout, counted_train_on
+    grpo.rollout, grpo.train_on = counted_rollout, counted_train_on
     try:
         t0 = time.perf_counter()
         tr.run()
         run_s = time.perf_counter() - t0
     finally:
-        T.rollout, T.train_on = rollout, train_on
+        grpo.rollout, grpo.train_on = rollout, train_on
     w = store.scalars_wide(names=[N.TIME_STEP, N.TIME_GENERATE, N.TIME_TRAIN, N.REWARD, N.TRAINABLE_RATIO])
     w, c = w.iloc[warm:], counts[warm:]
     gen_tps = [x["completion_tokens"] / t for x, t in zip(c, w[N.TIME_GENERATE])]

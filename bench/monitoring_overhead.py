@@ -5,18 +5,13 @@ The real loop (`Trainer.run()`, demo config) in one process, alternating segment
             by the loop, the steps of each log.commit_every_s committed together (BatchedWrites),
             alerts, control polling, heartbeat thread
   per step  the same with a commit per step (log.commit_every_s = 0: the write before batching)
-  writer    the same, but a background thread writes each step (log.background_writes =
-            true, grpo_core/writer.py): the loop only hands it over
   no store  Trainer.log_step a no-op (the store writes nothing)
   bare      no store writes, no alerts/curriculum, no control polling
 Readings of the overhead, because a 2% difference drowns in a shared box's noise:
   direct    the time the monitoring calls take in the training thread per step (timed
             around the calls, and around the commit of the last batch when a segment's run
             ends) over the median step: the cost, measured where it is paid
-  thread    (writer variant) the hand-over's time in the loop and the thread's CPU time per
-            step: work moved off the loop, not gone; with a free core the loop pays only the
-            moments both threads want the GIL, with none the thread competes for CPU
-  A/B       the ratio of median step times, full vs no store (and vs writer, bare), with the
+  A/B       the ratio of median step times, full vs no store (and vs per step, bare), with the
             spread of the per-segment-pair ratios: a check that nothing else (cache effects,
             the heartbeat's lock) hides outside the timed calls
 Target: writing everything to the store costs < 2% of a step.
@@ -71,7 +66,7 @@ def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
         tr.history.append({"step": step, **scalars})
         del tr.history[:-64]
         return []
-    off = {"full": (), "per step": (), "writer": (), "no store": ("log_step",),
+    off = {"full": (), "per step": (), "no store": ("log_step",),
            "bare": ("log_step", "new_alerts", "curriculum", "poll_control")}
     for name, fn in real.items():
         if name in off[variant]:
@@ -80,25 +75,20 @@ def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
         setattr(tr, name, timed(name, fn))
     close = tr.close_writer
 
-    def close_writer(*a, **kw):  # the writer thread's CPU time, read before it goes
-        if tr.writer is not None and tr.writer.threaded:
-            spent["writer cpu"] = spent.get("writer cpu", 0.0) + tr.writer.cpu_s
+    def close_writer(*a, **kw):
         t = time.perf_counter()
         try:
             return close(*a, **kw)
         finally:  # the segment's last batch is committed here, in the loop's thread: a store write
-            if variant != "writer":
-                spent["log_step"] = spent.get("log_step", 0.0) + time.perf_counter() - t
+            spent["log_step"] = spent.get("log_step", 0.0) + time.perf_counter() - t
     tr.close_writer = close_writer
     tr.cfg.grpo.steps = tr.step + n
-    tr.cfg.log.background_writes = variant == "writer"
     every = tr.cfg.log.commit_every_s
     if variant == "per step":
         tr.cfg.log.commit_every_s = 0.0
     try:
         tr.run()
     finally:
-        tr.cfg.log.background_writes = False
         tr.cfg.log.commit_every_s = every
         for name in real:
             setattr(tr, name, real[name])
@@ -119,7 +109,7 @@ def main(argv=None) -> int:
 
     tr = make_trainer(args.runs_dir, 3, args.set)
     tr.run()  # warm-up
-    variants = ["full", "per step", "writer", "no store", "bare"]
+    variants = ["full", "per step", "no store", "bare"]
     steps = {v: [] for v in variants}
     per_seg = {v: [] for v in variants}
     spent = {v: {} for v in variants}
@@ -148,12 +138,8 @@ def main(argv=None) -> int:
     per_step_store = spent["per step"].get("log_step", 0.0) / n_per / med["per step"]
     per_step_call = statistics.median(spent["per step"]["calls:log_step"])
     direct_all = sum(direct.values()) / med["full"]
-    n_writer = len(steps["writer"]) + segs
-    writer_cpu = spent["writer"].pop("writer cpu", 0.0) / n_writer  # s per step, in the writer thread
-    handover = spent["writer"].get("log_step", 0.0) / n_writer
     pairs = {v: summary([a / b - 1 for a, b in zip(per_seg["full"], per_seg[v])])
-             for v in ("per step", "writer", "no store", "bare")}
-    vs_full = summary([b / a - 1 for a, b in zip(per_seg["full"], per_seg["writer"])])  # writer's step vs full's
+             for v in ("per step", "no store", "bare")}
     spread = {v: summary(x) for v, x in seg_share.items()}
     ok = "meets" if cont_store < TARGET else "MISSES"  # judged on the run as a user runs it (see the text)
     if args.set:  # another model or config: its own section, a short one
@@ -165,8 +151,7 @@ def main(argv=None) -> int:
         f"{args.segment} steps: **full** (as shipped: the loop writes each step, and the steps of each "
         f"`log.commit_every_s` = {tr.cfg.log.commit_every_s:g} s are committed together in one transaction), "
         "**per step** (the same with "
-        "a commit per step, `log.commit_every_s = 0`: the write before batching), **writer** "
-        "(`log.background_writes = true`: a background thread writes each step, the loop hands it over), "
+        "a commit per step, `log.commit_every_s = 0`: the write before batching), "
         "**no store** (`Trainer.log_step` a no-op), **bare** (no store writes, no alerts/curriculum, no "
         "control polling).",
         "",
@@ -179,7 +164,7 @@ def main(argv=None) -> int:
         f"segments (per segment: median {spread['full']['median']:.2%}, p25-p75 "
         f"{spread['full']['p25']:.2%} to {spread['full']['p75']:.2%}): **{ok}**" + (
             "" if ok == "meets" else "; what limits it: the write's own CPU time (RunStore.log_step: SQLite "
-            "inserts, JSON encoding, the groups frame)") + f". All monitoring (store + alerts + control polling): "
+            "inserts, the score arrays, the groups)") + f". All monitoring (store + alerts + control polling): "
         f"{direct_all:.2%}. With a commit per step (per step variant) the write costs "
         f"**{per_step_store:.2%}** of its median step (per segment p25-p75 {spread['per step']['p25']:.2%} to "
         f"{spread['per step']['p75']:.2%}; median call {per_step_call * 1000:.2f} ms): batching the "
@@ -187,11 +172,6 @@ def main(argv=None) -> int:
         "for a demo step committed alone, are paid once per batch). The target is judged on the continuous run, which commits as a run does; "
         "the segments' figures are an upper bound: each segment is a run of its own, which ends with a commit "
         f"of its last steps every {args.segment} steps.",
-        f"- Background writer (writer variant): the loop spends {handover * 1000:.2f} ms per step handing the step "
-        f"over and the thread {writer_cpu * 1000:.2f} ms of CPU committing it, during the next backward pass; its "
-        f"step is {vs_full['median']:+.1%} against full's (per segment pair, median; p25-p75 {vs_full['p25']:+.1%} "
-        f"to {vs_full['p75']:+.1%}). It can only gain where a core is free for the thread" + (
-            "; this box's load average is above its cores." if os.getloadavg()[0] > (os.cpu_count() or 1) else "."),
         "",
         "| monitoring call (full variant, segments) | mean ms per step | share of the median step | median call ms |",
         "| --- | --- | --- | --- |",
@@ -203,8 +183,7 @@ def main(argv=None) -> int:
         f"| full | {med['full']:.4f} | - | - |",
         *[f"| {label} | {med[v]:.4f} | {med['full'] / med[v] - 1:+.1%} | {pairs[v]['median']:+.1%} "
           f"({pairs[v]['p25']:+.1%} to {pairs[v]['p75']:+.1%}) |"
-          for v, label in (("per step", "per step"), ("writer", "writer"), ("no store", "no store"),
-                           ("bare", "bare"))],
+          for v, label in (("per step", "per step"), ("no store", "no store"), ("bare", "bare"))],
         "",
         "The A/B rows are differences of noisy medians on a shared box: their spread is the noise floor "
         "of that reading, wider than the monitoring cost itself; the direct reading is the cost.",

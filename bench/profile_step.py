@@ -15,10 +15,8 @@ process in alternating segments, so a shared box's load hits both alike:
   sampler   the sampling loop vs `model.generate` (before: 64 prompt rows prefilled)
   shared    the shared-prompt forward/backward vs one forward over all rows
   threads   1 vs 2 torch threads
-  writer    a background thread writes each step (log.background_writes = true; the store
-            write stage is then the hand-over, and the thread's CPU time is reported)
 
-    .venv/bin/python bench/profile_step.py [--steps 40] [--ablate sampler,shared,threads,writer]
+    .venv/bin/python bench/profile_step.py [--steps 40] [--ablate sampler,shared,threads]
         [--cprofile 25] [--no-write]
 """
 from __future__ import annotations
@@ -48,8 +46,7 @@ HEADING = "## Where the time goes"
 TARGET_SHARE = 0.10
 FLOOR = ("sampling pass", "forward/backward/update")
 STORE_STAGE = "store write (log_step)"
-ABLATE = "sampler,shared,threads,writer"
-WRITER_VARIANT = "a background thread writes each step"
+ABLATE = "sampler,shared,threads"
 
 
 class Timers:
@@ -113,15 +110,15 @@ def instrument(tr, timers: Timers):
     """Stage timers on the functions the loop calls (looked up at call time, so patching the
     module attribute is enough)."""
     from grpo_core import health
-    from grpo_core import trainer as T
+    from grpo_core import grpo
     from grpo_core.rewards import CompositeReward
-    timers.wrap(T, "sample_tokens", "sampling pass")
-    timers.wrap(T, "rollout", "_rollout")  # minus the sampling pass = tokenise + decode
-    timers.wrap(T, "train_on", "forward/backward/update")
+    timers.wrap(grpo, "sample_tokens", "sampling pass")
+    timers.wrap(grpo, "rollout", "_rollout")  # minus the sampling pass = tokenise + decode
+    timers.wrap(grpo, "train_on", "forward/backward/update")
     timers.wrap(CompositeReward, "score", "scoring")
     for fn in ("group_stats", "step_scalars"):
         timers.wrap(health, fn, "health")
-    timers.wrap(T, "advantages", "health")
+    timers.wrap(grpo, "advantages", "health")
     for m in ("new_alerts", "curriculum"):
         timers.wrap(tr, m, "alerts + curriculum")
     timers.wrap(tr, "log_step", STORE_STAGE)
@@ -130,8 +127,7 @@ def instrument(tr, timers: Timers):
 
 
 def run_segment(tr, n: int, timers: Timers) -> list[dict]:
-    """n more steps of the real loop; per-step stage deltas for the n - 1 intervals inside it
-    (and the background writer's CPU seconds per step, key "_writer cpu")."""
+    """n more steps of the real loop; per-step stage deltas for the n - 1 intervals inside it."""
     snaps = []
     log_step = tr.log_step
 
@@ -141,15 +137,13 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
         return out
     tr.log_step = tick
     tr.cfg.grpo.steps = tr.step + n
-    writers = []
     close = tr.close_writer
 
     end_commit = []
 
     def close_writer(*a, **kw):
-        writers.append(tr.writer)
         t = time.perf_counter()
-        if tr.writer is not None and not tr.writer.threaded:
+        if tr.writer is not None:
             tr.writer.flush()  # the segment's kept steps (batched commits): a store write the loop pays
         end_commit.append(time.perf_counter() - t)
         return close(*a, **kw)
@@ -159,7 +153,6 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
     finally:
         tr.log_step = log_step
         tr.close_writer = close
-    w = writers[0] if writers else None
     # The commit at the segment's end comes after its last interval: spread it over the intervals,
     # as the commits of a run are spread over its steps (a segment commits more often than a run).
     extra = sum(end_commit) / max(len(snaps) - 1, 1)
@@ -170,7 +163,6 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
         d[STORE_STAGE] = d.get(STORE_STAGE, 0.0) + extra
         d["step"] = t1 - t0 + extra
         d["rest (glue, frames)"] = d["step"] - sum(v for k, v in d.items() if k != "step")
-        d["_writer cpu"] = w.cpu_s / max(w.calls, 1) if w is not None else 0.0
         rows.append(d)
     return rows
 
@@ -178,25 +170,21 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
 def variants(ablate: list[str], timers: Timers, tr):
     """(name, setup, teardown) per variant; 'current' always first. Applied after `instrument`,
     so the stage timers still time the swapped-in function."""
-    from grpo_core import trainer as T
+    from grpo_core import grpo
     out = [("current", lambda: None, lambda: None)]
     if "sampler" in ablate:
-        cur = timers.inner[(id(T), "sample_tokens")]
+        cur = timers.inner[(id(grpo), "sample_tokens")]
         out.append(("model.generate over P*G rows (before)",
-                    lambda: timers.swap(T, "sample_tokens", reference_sample_tokens),
-                    lambda: timers.swap(T, "sample_tokens", cur)))
+                    lambda: timers.swap(grpo, "sample_tokens", reference_sample_tokens),
+                    lambda: timers.swap(grpo, "sample_tokens", cur)))
     if "shared" in ablate:
-        cur_lp = T.token_logprobs
+        cur_lp = grpo.token_logprobs
 
         def full(*a, **kw):
             kw["group_size"] = 1
             return cur_lp(*a, **kw)
         out.append(("one forward over all rows (before)",
-                    lambda: setattr(T, "token_logprobs", full), lambda: setattr(T, "token_logprobs", cur_lp)))
-    if "writer" in ablate:
-        log = tr.cfg.log
-        out.append((WRITER_VARIANT, lambda: setattr(log, "background_writes", True),
-                    lambda: setattr(log, "background_writes", False)))
+                    lambda: setattr(grpo, "token_logprobs", full), lambda: setattr(grpo, "token_logprobs", cur_lp)))
     if "threads" in ablate:
         n0 = torch.get_num_threads()
         out.append(("2 torch threads instead of 1", lambda: torch.set_num_threads(2),
@@ -245,7 +233,7 @@ def main(argv=None) -> int:
     prof = cprofile_top(tr, 10, args.cprofile) if args.cprofile else ""
 
     cur = rows["current"]
-    stages = [k for k in cur[0] if k not in ("step", "_writer cpu")]
+    stages = [k for k in cur[0] if k != "step"]
     step = summary([r["step"] for r in cur])
     floor = [sum(r.get(k, 0.0) for k in FLOOR) for r in cur]
     else_share = [1 - f / r["step"] for f, r in zip(floor, cur)]
@@ -288,17 +276,6 @@ def main(argv=None) -> int:
               f"that commit is spread over the segment's steps (a run commits less often). Its mean is "
               f"{store_mean * 1000:.2f} ms per step ({store_mean / step['median']:.1%} of the median step). Averaged "
               f"over steps, outside the floor is {statistics.mean(else_share):.1%}."]
-    bg = rows.get(WRITER_VARIANT)
-    if bg:  # the background writer: the store write is a hand-over, the commit runs in its thread
-        wcpu = statistics.median(r["_writer cpu"] for r in bg)
-        ratio = statistics.median(x["step"] for x in bg) / step["median"]
-        lines += ["", f"With `log.background_writes = true` (ablation \"{WRITER_VARIANT}\", `grpo_core/writer.py`) "
-                  f"the store write stage is the hand-over and the thread commits the step during the next "
-                  f"backward pass ({wcpu * 1000:.1f} ms of CPU, median): the loop's own share outside the floor "
-                  f"drops, and the step is {ratio:.2f}x the current one. The thread can only gain where a core is "
-                  "free for it; where none is (a load average above the cores) it competes with the floor stages "
-                  "for CPU" + ("; here it gained." if ratio < 0.95 else ", as here." if ratio > 1.05 else
-                               "; here the two are within 5% of each other, inside this reading's noise.")]
     if len(vs) > 1:
         lines += ["", "Ablations (same process, alternating segments; ratio of medians, the step and the stage it "
                   "changes):", "", "| variant | median s/step | vs current | sampling pass ms | "

@@ -3,7 +3,11 @@
 A synthetic run of 20,000 steps x 64 groups x 8 rollouts (10,240,000 rollout rows, 5 demo
 metrics, a completion text per rollout), written step by step through RunStore.log_step as
 the trainer writes, with a weight change every 4,000 steps. Built once and cached under
---cache (default /tmp/grpo-store-scale; the build time is recorded there and reported).
+--cache (default /tmp/grpo-store-scale; the build time is recorded there and reported). A
+cached store is reused only if it was built at the current store version (build.json and the
+file's own meta schema_version); any other is deleted and rebuilt, never migrated (a writable
+open would migrate a version-1 file in place, slowly, and the timings would be of a migrated
+file, not of one written as the trainer writes now).
 
 Measured on it (targets in brackets):
 - live page first render: grpo_core.live first load + cards + chart frame + figures + the
@@ -11,14 +15,19 @@ Measured on it (targets in brackets):
 - live page refresh after one new step (dashboard_bench.refresh) [< 100 ms]
 - analysis report: report.build_report(run) [< 5 s]
 - what-if on the last 50 steps, reading them from the store: RunStore.rollouts + health.what_if
-  [< 50 ms]; the same read from the rollouts' JSON scores (how stores made before step_scores
-  are read), as context
+  [< 50 ms]; the window's read alone (without and with the texts) and the bytes per rollout of
+  its step_scores arrays, as context. (Up to store version 1 this also timed the same window
+  read from the rollouts' JSON scores; version 2 keeps the scores as step_scores arrays only,
+  so that comparison is gone.)
 - store size on disk per million rollouts, keep_text = all and = sample (a smaller store
   built the same way for each)
 - every step-range read uses an index (EXPLAIN QUERY PLAN: SEARCH, never SCAN)
 
     .venv/bin/python bench/store_scale.py [--steps 20000] [--groups 64] [--group-size 8]
-        [--repeats 5] [--build-only] [--no-write]
+        [--size-steps 2000] [--repeats 5] [--cache DIR] [--build-only] [--no-write]
+
+A reduced run (--steps, --groups, --group-size or --size-steps other than the defaults) says so in the section it
+writes; --no-write only prints it.
 """
 from __future__ import annotations
 
@@ -41,7 +50,7 @@ import pandas as pd  # noqa: E402
 from grpo_core import health  # noqa: E402
 from grpo_core import names as N  # noqa: E402
 from grpo_core.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
-from grpo_core.store import FINISHED, RunStore  # noqa: E402
+from grpo_core.store import FINISHED, SCHEMA_VERSION, RunStore, StoreError  # noqa: E402
 from perf_common import fmt_ms, machine, summary, timeit, publish  # noqa: E402
 
 HEADING = "## Store at scale"
@@ -49,6 +58,7 @@ METRICS = list(DEMO_WEIGHTS)
 VALUES = ["hot", "red", "big", "old", "wet", "dry", "tall", "cold", "dark", "blue"]
 TARGETS = {"first": 1.0, "refresh": 0.1, "report": 5.0, "whatif": 0.05}
 WHATIF_STEPS = 50
+DEFAULTS = {"steps": 20_000, "groups": 64, "group_size": 8, "size_steps": 2_000}
 
 
 def synth_scores(rng: np.random.Generator, P: int, G: int, step: int, steps: int) -> np.ndarray:
@@ -66,13 +76,26 @@ def synth_scores(rng: np.random.Generator, P: int, G: int, step: int, steps: int
     return out
 
 
+def cached(path: Path) -> dict | None:
+    """The build facts of a finished cached store at the current SCHEMA_VERSION, else None.
+    Read-only (a read-only open never migrates), so an older store is left for build to delete."""
+    try:
+        facts = json.loads((path / "build.json").read_text())
+        if facts.get("schema_version") != SCHEMA_VERSION:
+            return None
+        with RunStore.open(path, readonly=True) as s:
+            ok = s.version == SCHEMA_VERSION and s.get_meta().get("schema_version") == SCHEMA_VERSION
+        return facts if ok else None
+    except (OSError, ValueError, StoreError, sqlite3.Error):  # no cache, a torn build.json, an unreadable store
+        return None
+
+
 def build(path: Path, steps: int, P: int, G: int, keep_text: str, seed: int = 0) -> dict:
     """Write the run through RunStore.log_step (as the trainer does); returns build facts."""
-    if (path / "build.json").exists():
-        facts = json.loads((path / "build.json").read_text())
-        if facts.get("score_blobs"):  # a cache built before step_scores existed is rebuilt
-            return facts
-    shutil.rmtree(path, ignore_errors=True)
+    facts = cached(path)
+    if facts is not None:
+        return facts
+    shutil.rmtree(path, ignore_errors=True)  # absent, half-built, or another store version: rebuilt
     cfg = RunConfig()
     cfg.grpo.steps, cfg.grpo.prompts_per_step, cfg.grpo.group_size = steps, P, G
     cfg.log.keep_text = keep_text
@@ -114,7 +137,7 @@ def build(path: Path, steps: int, P: int, G: int, keep_text: str, seed: int = 0)
     store.close()
     facts = {"steps": steps, "groups": P, "group_size": G, "rollouts": steps * P * G, "keep_text": keep_text,
              "build_s": time.time() - t0, "bytes": os.path.getsize(path / "run.db"),
-             "built": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(), "score_blobs": True}
+             "built": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(), "schema_version": SCHEMA_VERSION}
     (path / "build.json").write_text(json.dumps(facts))
     return facts
 
@@ -131,13 +154,15 @@ RANGE_QUERIES = {
         "SELECT step / 16 AS bin, SUM(value), COUNT(value) FROM scalars "
         "WHERE name = 'train/reward' AND step > ? AND step <= ? GROUP BY bin",
     "groups by step range": "SELECT * FROM groups WHERE step > ? AND step <= ? ORDER BY step, grp",
-    "rollouts by step range (what-if window)":
-        "SELECT step, grp, idx, total, scores, error FROM rollouts WHERE step > ? AND step <= ? "
-        "ORDER BY step, grp, idx",
-    "step_scores by step range (what-if window)":
+    "rollouts by step range (the what-if window's texts)":
+        "SELECT step, grp, idx, completion FROM rollouts WHERE step > ? AND step <= ? ORDER BY step, grp, idx",
+    "step_scores by step range (the what-if window's scores)":
         "SELECT step, metrics, grp, idx, total, scores, errors FROM step_scores WHERE step > ? AND step <= ? "
         "ORDER BY step",
-    "one group's rollouts (inspector)": "SELECT * FROM rollouts WHERE step = ? AND grp = ?",
+    "one group's texts (inspector)":
+        "SELECT step, grp, idx, completion FROM rollouts WHERE step = ? AND grp = ? ORDER BY step, grp, idx",
+    "one step's scores (inspector)":
+        "SELECT step, metrics, grp, idx, total, scores, errors FROM step_scores WHERE step = ? ORDER BY step",
     "last step": "SELECT MAX(step) FROM scalars",
 }
 
@@ -153,29 +178,21 @@ def index_checks(db: Path) -> list[tuple[str, str, bool]]:
 
 
 # ---- the reads ------------------------------------------------------------------------------
-def json_read(run_dir: Path, n_steps: int, repeats: int) -> dict:
-    """The what-if window read from rollouts' JSON scores (the path of stores made before
-    step_scores), and whether it gives the very frame the step_scores read gives."""
+def window_read(run_dir: Path, n_steps: int, repeats: int) -> dict:
+    """The what-if window's read alone (RunStore.rollouts, no what-if), without and with the
+    texts, and the bytes its step_scores rows take per rollout."""
     with RunStore.open(run_dir, readonly=True) as s:
         since = s.last_step() - n_steps
-        fast = s.rollouts(since_step=since, with_text=False)
-        s._blobs = False  # force the JSON path
-        slow = s.rollouts(since_step=since, with_text=False)
+        frame = s.rollouts(since_step=since, with_text=False)
         t = summary(timeit(lambda: s.rollouts(since_step=since, with_text=False), repeats))
+        t_text = summary(timeit(lambda: s.rollouts(since_step=since, with_text=True), repeats))
         size = s.conn.execute("SELECT SUM(length(metrics) + length(grp) + length(idx) + length(total) + "
                               "length(scores) + IFNULL(length(errors), 0)) FROM step_scores WHERE step > ?",
                               (since,)).fetchone()[0]
-        json_size = s.conn.execute("SELECT SUM(length(scores)) FROM rollouts WHERE step > ?", (since,)).fetchone()[0]
-    try:
-        pd.testing.assert_frame_equal(fast, slow, check_exact=True)
-        same = True
-    except AssertionError:
-        same = False
-    return {"read": t, "same": same, "rows": len(fast), "bytes_per_rollout": size / len(fast),
-            "json_bytes_per_rollout": json_size / len(fast)}
+    return {"read": t, "read_text": t_text, "rows": len(frame), "bytes_per_rollout": size / len(frame)}
 
 
-def measure(run_dir: Path, repeats: int) -> dict:
+def measure(run_dir: Path, repeats: int, P: int, G: int) -> dict:
     from dashboard_bench import first_render, refresh
     from grpo_core import report
     res = {}
@@ -187,9 +204,9 @@ def measure(run_dir: Path, repeats: int) -> dict:
     try:  # one new step per refresh, as a live run adds them; removed again afterwards
         rng = np.random.default_rng(1)
         for k in range(repeats * 2):
-            scores = synth_scores(rng, 64, 8, last, last)
+            scores = synth_scores(rng, P, G, last, last)
             rolls = [(g, i, float(scores[g, i] @ np.array(list(DEMO_WEIGHTS.values()))),
-                      dict(zip(METRICS, scores[g, i].tolist())), "x", None) for g in range(64) for i in range(8)]
+                      dict(zip(METRICS, scores[g, i].tolist())), "x", None) for g in range(P) for i in range(G)]
             store.log_step(last + 1 + k, {N.REWARD: 0.5, N.TRAINABLE_RATIO: 0.5}, None, rolls, [])
             t = time.perf_counter()
             refresh(run_dir, st)
@@ -215,10 +232,11 @@ def measure(run_dir: Path, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=20_000)
-    ap.add_argument("--groups", type=int, default=64)
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--size-steps", type=int, default=2_000, help="steps of the stores built to compare keep_text")
+    ap.add_argument("--steps", type=int, default=DEFAULTS["steps"])
+    ap.add_argument("--groups", type=int, default=DEFAULTS["groups"])
+    ap.add_argument("--group-size", type=int, default=DEFAULTS["group_size"])
+    ap.add_argument("--size-steps", type=int, default=DEFAULTS["size_steps"],
+                    help="steps of the stores built to compare keep_text")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cache", default="/tmp/grpo-store-scale")
     ap.add_argument("--build-only", action="store_true")
@@ -234,8 +252,8 @@ def main(argv=None) -> int:
     if args.build_only:
         return 0
     checks = index_checks(big / "run.db")
-    res = measure(big, args.repeats)
-    js = json_read(big, WHATIF_STEPS, args.repeats)
+    res = measure(big, args.repeats, P, G)
+    wr = window_read(big, WHATIF_STEPS, args.repeats)
     rows = []
     for key, label in (("first", "live page first render (data layer)"), ("refresh", "live page refresh, one new step"),
                        ("report", "analysis report: report.build_report"),
@@ -246,13 +264,22 @@ def main(argv=None) -> int:
         rows.append(f"| {label} | {TARGETS[key] * scale:g} {unit} | {fmt_ms(s, unit, scale, 2 if unit == 's' else 1)}"
                     f" | {ok} |")
     per_m = {kt: f["bytes"] / f["rollouts"] * 1e6 / 2**20 for kt, f in sizes.items()}
+    command = ".venv/bin/python bench/store_scale.py" + "".join(
+        f" --{k.replace('_', '-')} {getattr(args, k)}" for k in DEFAULTS if getattr(args, k) != DEFAULTS[k])
+    command += f" --repeats {args.repeats}" + (f" --cache {args.cache}" if args.cache != "/tmp/grpo-store-scale" else "")
+    reduced = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) != DEFAULTS[k]}
+    change_every = ("a weight change every 4,000 steps" if facts["steps"] >= 4000
+                    else "no weight change: a weight change comes every 4,000 steps")
     lines = [
         HEADING, "",
         f"A synthetic finished run of {facts['steps']:,} steps x {P} groups x {G} rollouts = "
-        f"{facts['rollouts']:,} rollout rows (5 demo metrics, a completion text for every rollout, a weight "
-        "change every 4,000 steps), written step by step through `RunStore.log_step` as the trainer writes.",
+        f"{facts['rollouts']:,} rollout rows (5 demo metrics, a completion text for every rollout, {change_every}), "
+        f"written step by step through `RunStore.log_step` as the trainer writes (store version {SCHEMA_VERSION}).",
         "",
-        f"- Command: `.venv/bin/python bench/store_scale.py --repeats {args.repeats}`",
+        *([f"**Reduced run** ({', '.join(f'{k} {v:,}' for k, v in reduced.items())}; the defaults are "
+           f"{', '.join(f'{k} {DEFAULTS[k]:,}' for k in reduced)}): a check that the bench runs, not the "
+           "measurement at scale.", ""] if reduced else []),
+        f"- Command: `{command}`",
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}",
         f"- Build (once, cached in {args.cache}): {facts['build_s'] / 60:.1f} min on {facts['machine']}; "
@@ -274,15 +301,18 @@ def main(argv=None) -> int:
         "",
     ]
     lines += [
-        f"The what-if window ({WHATIF_STEPS} steps, {js['rows']:,} rollouts) is read from `step_scores`: one row per "
+        f"The what-if window ({WHATIF_STEPS} steps, {wr['rows']:,} rollouts) is read from `step_scores`: one row per "
         "step holding the step's rollouts as arrays (group and idx int32, total and each metric's score float64, "
-        "exact), written by `log_step` in the step's transaction. `rollouts` keeps every rollout's scores as JSON "
-        "(the contract in DESIGN.md), which costs one SQLite row and one JSON object per rollout to read: the same "
-        f"window from the JSON takes **{js['read']['median'] * 1000:.0f} ms** (p25-p75 "
-        f"{js['read']['p25'] * 1000:.0f}-{js['read']['p75'] * 1000:.0f} ms, read alone, no what-if); identical "
-        f"frame: {'yes' if js['same'] else '**NO**'}. Stores made before `step_scores` are read that way. The arrays "
-        f"cost {js['bytes_per_rollout']:.0f} bytes per rollout on top of {js['json_bytes_per_rollout']:.0f} bytes of "
-        "JSON scores (included in the sizes above).",
+        "exact), written by `log_step` in the step's transaction; `rollouts` holds each rollout's text only. The "
+        f"window's read alone (`RunStore.rollouts`, no what-if) takes **{wr['read']['median'] * 1000:.1f} ms** "
+        f"without the texts (p25-p75 {wr['read']['p25'] * 1000:.1f}-{wr['read']['p75'] * 1000:.1f} ms) and "
+        f"**{wr['read_text']['median'] * 1000:.1f} ms** with them (p25-p75 {wr['read_text']['p25'] * 1000:.1f}-"
+        f"{wr['read_text']['p75'] * 1000:.1f} ms); the arrays take {wr['bytes_per_rollout']:.0f} bytes per rollout "
+        "(included in the sizes above). Store version 2 keeps the scores in this form only, so the comparison "
+        "with the same window read from the rollouts' JSON scores (store version 1 kept both) is no longer "
+        "measured here. A version-1 file is migrated in place by the first open that may write it, and read as it "
+        "is by a read-only one (`grpo_core/store.py`); this bench rebuilds a cached store of another version "
+        "instead of migrating it.",
         "",
     ]
     if res.get("report_notes"):

@@ -9,7 +9,7 @@ loss, temperature 1, no vLLM, fp32 on CPU, one torch thread each.
 Loss normalisation: ours (grpo.loss_type = "token") is sum(per-token loss x mask) / sum(mask)
 over the batch, which is TRL's loss_type = "bnpo" (and equals "dapo" with one process and no
 gradient accumulation). We drop groups whose reward std is <= min_group_std (0.01) from the
-forward/backward (advantage 0, DESIGN.md) but still divide by every row's tokens, so with
+forward/backward (advantage 0, docs/design.md) but still divide by every row's tokens, so with
 beta = 0 the gradient is the one of the whole batch with those rows masked. The one
 difference by design: TRL trains near-constant groups (0 < std <= 0.01) with +-1 advantages
 (its rule is "not all equal"); ours gives them advantage 0.

@@ -22,7 +22,7 @@ def _add_run_options(p: argparse.ArgumentParser):
 
 
 def cmd_train(args):
-    from grpo_core.trainer import cli_train
+    from grpo_core.launch import cli_train
     return cli_train(args)
 
 
@@ -47,7 +47,7 @@ def cmd_serve(args):
 
 
 def cmd_status(args):
-    from grpo_core.store import RunStore, display_status, status_label
+    from grpo_core.store import RunMeta, RunStore, display_status, status_label
     from grpo_core import names as N
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
@@ -55,7 +55,7 @@ def cmd_status(args):
         row = s.scalars_wide(since_step=(last - 1) if last is not None else -1)
         out = {"run_id": s.run_id, "status": status_label(display_status(meta), meta.get("stop_reason")),
                "last_step": last,
-               "steps": (meta.get("config") or {}).get("grpo", {}).get("steps"),
+               "steps": RunMeta.parse(meta).steps_budget,  # set_steps changes it mid-run
                "error": meta.get("error")}
         if not row.empty:
             r = row.iloc[-1]
@@ -131,14 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
+    from grpo_core import control  # its kinds come from the settings registry (no torch there)
     p = sub.add_parser("control", help="send a request to a running trainer (applied between steps)")
     p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("action", choices=["set-weights", "set-threshold", "set-difficulty", "pause", "resume",
-                                      "stop", "checkpoint", "set-group-size", "set-prompts", "set-steps",
-                                      "set-temperature", "set-autopilot"])
-    p.add_argument("values", nargs="*", help="set-weights: name=value ...; set-threshold: X; set-difficulty: N; "
-                   "set-group-size: G; set-prompts: N; set-steps: N (not below the current step); "
-                   "set-temperature: T; set-autopilot: on|off")
+    p.add_argument("action", choices=control.cli_actions())
+    p.add_argument("values", nargs="*", help=control.cli_help())
     p.set_defaults(func=cmd_control)
 
     p = sub.add_parser("runs", help="list runs")

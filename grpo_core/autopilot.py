@@ -61,8 +61,8 @@ SOURCE = "autopilot"
 LEVEL_CHECK_STEPS = 2  # steps on a raised level before its reward is judged (see review)
 TEMPERATURE_FACTOR = 1.25  # each temperature move multiplies it by this, up to autopilot.max_temperature
 # A harder level is learned over many steps, and a level taken back costs the policy some of
-# the level it knew (measured on the demo: a trial 16 steps before the end left the final policy
-# 0.04 below the run without it): no level raise with fewer than this many windows left.
+# the level it knew (docs/benchmarks.md, "Behind the code"): no level raise with fewer than
+# this many windows left.
 LEVEL_WINDOWS_LEFT = 5
 MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "temperature": SET_TEMPERATURE,
               "difficulty": SET_DIFFICULTY}
@@ -332,8 +332,7 @@ def try_group_size(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
     """G x group_size_factor, as far as max_group_size and the compute budget allow at the same
     prompts per step. (Fewer prompts paying for a larger G would raise the ratio, not the signal:
     at a fixed budget, for the rare failures of a learned task, more prompts with smaller groups
-    give more prompts with a trainable group; measured on the demo, 4 prompts x G 32 instead of
-    8 x 16 lifted the ratio by 0.2 and left seed 0's final policy 0.02 lower.)"""
+    give more prompts with a trainable group: docs/benchmarks.md, "Behind the code".)"""
     g, p = int(s.get("group_size", 0)), int(s.get("prompts_per_step", 1))
     budget = rollout_budget(s, cfg)
     cap = min(cfg.max_group_size, budget // max(p, 1))

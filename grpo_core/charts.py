@@ -6,6 +6,7 @@ or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and ret
 imported run has no group counts: the page says so instead of drawing an empty chart).
 Every applied weight/threshold/difficulty change is a dotted vertical line on every
 chart, labelled at the top, so a change in a curve can be read against its cause.
+The pilot page's figures (at the end) take a pilot.PilotSummary's tables and plans instead.
 """
 from __future__ import annotations
 
@@ -14,16 +15,19 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from grpo_core import live_settings
 from grpo_core import names as N
 
 # One colour per metric, stable across charts and pages (plotly's qualitative palette).
 PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880",
            "#FF97FF", "#FECB52"]
 TOTAL_COLOUR = "#222222"
-MARKER_COLOURS = {"set_weights": "#7B2CBF", "set_threshold": "#E76F51", "set_difficulty": "#2A9D8F",
-                  "set_group_size": "#264653", "set_prompts": "#264653", "set_temperature": "#F4A261"}
-MARKER_LABELS = {"set_weights": "w", "set_threshold": "thr", "set_difficulty": "lvl", "set_group_size": "G",
-                 "set_prompts": "P", "set_temperature": "temp"}
+# Changes that alter what a step trains on, each with its marker's colour and label (the settings
+# registry); pause/resume/stop/checkpoint, the step budget and the autopilot switch are not drawn.
+_MARKED = [s for s in live_settings.SETTINGS if s.kind not in (live_settings.SET_STEPS, live_settings.SET_AUTOPILOT)]
+MARKED = tuple(s.kind for s in _MARKED)
+MARKER_COLOURS = {s.kind: s.colour for s in _MARKED}
+MARKER_LABELS = {s.kind: s.marker for s in _MARKED}
 HEIGHT = 300
 
 
@@ -77,10 +81,6 @@ def change_text(kind: str, request: dict) -> str:
         return f"difficulty level {request.get('level')}"
     shown = {k: v for k, v in request.items() if k not in ("reason", "undo_of")}  # the why is in the ledger
     return f"{kind.removeprefix('set_').replace('_', ' ')} " + ", ".join(f"{k}={v}" for k, v in shown.items())
-
-
-# Changes that alter what a step trains on; pause/resume/stop/checkpoint/steps are not drawn.
-MARKED = ("set_weights", "set_threshold", "set_difficulty", "set_group_size", "set_prompts", "set_temperature")
 
 
 def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict], list[dict]]:
@@ -219,3 +219,42 @@ CHART_HELP = {
     "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
                "counted trainable whose reward spread is float rounding (TRL trains those).",
 }
+
+
+# ---- the pilot page --------------------------------------------------------------------------------
+UNIFORM_COLOURS = {True: "#d62728", False: "#1f77b4"}  # a metric uniform inside groups: red
+
+
+def pilot_histograms(values: pd.DataFrame, metrics: list[str]) -> go.Figure:
+    """The pilot's score distribution, one histogram per metric (values: pilot.PilotSummary.values)."""
+    import plotly.express as px  # here: the live page never needs it
+    long = values[metrics].melt(var_name="metric", value_name="score")
+    fig = px.histogram(long, x="score", facet_col="metric", facet_col_wrap=min(len(metrics), 5), nbins=20)
+    fig.update_yaxes(matches=None, title=None)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    fig.update_layout(height=260, margin=dict(t=30, b=10, l=10, r=10), bargap=0.05)
+    return fig
+
+
+def pilot_metric_std(table: pd.DataFrame) -> go.Figure:
+    """Within-group std per metric, the uniform ones in red (table: PilotSummary.metric_table)."""
+    import plotly.express as px
+    fig = px.bar(table.reset_index(), x="metric", y="within_group_std", color="uniform",
+                 color_discrete_map=UNIFORM_COLOURS)
+    fig.update_layout(height=260, margin=dict(t=10, b=10, l=10, r=10))
+    return fig
+
+
+def pilot_planner(plan, target: float) -> go.Figure:
+    """P(group trainable) against the group size for one binary metric (a pilot.Plan), the
+    target line, the pilot's measured share and the G the target needs."""
+    c = plan.curve
+    fig = go.Figure(go.Scatter(x=c["G"], y=c["p_trainable"], mode="lines", name=f"p = {plan.p:.2f}"))
+    fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:.2f}")
+    fig.add_trace(go.Scatter(x=[plan.current_g], y=[plan.measured_vary], mode="markers",
+                             name=f"pilot: varied in {plan.measured_vary:.0%} of groups"))
+    if plan.g_needed and plan.g_needed <= c["G"].max():
+        fig.add_vline(x=plan.g_needed, line_dash="dot", annotation_text=f"G = {plan.g_needed}")
+    fig.update_layout(height=300, margin=dict(t=30, b=10, l=10, r=10), xaxis_title="group size G",
+                      yaxis_title="P(group trainable)", yaxis_range=[0, 1.02])
+    return fig

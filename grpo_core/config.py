@@ -18,6 +18,8 @@ from typing import Any
 
 import tomli_w
 
+from grpo_core import live_settings
+
 
 class ConfigError(ValueError):
     """Bad configuration; the message names the field and the fix."""
@@ -154,8 +156,6 @@ class LogConfig:
     commit_every_s: float = knob(1.0, "Commit the steps the loop writes together, at most this often (seconds): whole "
                                        "steps in one transaction, so a reader sees a step up to this much (plus one "
                                        "step) later and a killed trainer loses at most these; 0 = a commit per step")
-    background_writes: bool = knob(False, "Write each step to the run store from a background thread (the loop only "
-                                          "hands it over): pays off only with a CPU core to spare (docs/benchmarks.md)")
 
 
 @dataclass
@@ -314,6 +314,11 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"grpo.advantage_std must be 'unbiased' or 'population', got {g.advantage_std!r}")
     need(math.isfinite(g.min_group_std) and 0 <= g.min_group_std < 1,
          f"grpo.min_group_std must be in [0, 1), got {g.min_group_std}")
+    for setting in live_settings.NUMBER_SETTINGS:  # the bounds a live request has: one set of bounds
+        try:
+            setting.check(getattr(g, setting.key))
+        except ConfigError as e:
+            raise ConfigError(f"grpo.{e}") from None
     need(g.dynamic_max_batches >= 1, f"grpo.dynamic_max_batches must be >= 1, got {g.dynamic_max_batches}")
     need(g.max_grad_norm >= 0, f"grpo.max_grad_norm must be >= 0, got {g.max_grad_norm}")
     need(m.device == "auto" or m.device == "cpu" or m.device.startswith("cuda"),

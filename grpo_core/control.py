@@ -2,21 +2,11 @@
 again and applied by the trainer between steps. The store makes them exactly-once."""
 from __future__ import annotations
 
-import math
-
+from grpo_core import live_settings
 from grpo_core.config import ConfigError, validate_weights
-from grpo_core.store import (CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE,
-                             SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS, STOP, RunStore)
+from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
+from grpo_core.store import CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, STOP, RunMeta, RunStore
 
-# Bounds of the run settings a request may set (the runs page's form has the same ones).
-MAX_GROUP_SIZE, MAX_PROMPTS, MAX_STEPS, MAX_TEMPERATURE = 1024, 4096, 10_000_000, 10.0
-# Integer settings: kind -> (payload key, lowest, highest, what it is).
-INT_SETTINGS = {SET_GROUP_SIZE: ("group_size", 2, MAX_GROUP_SIZE, "group size G (GRPO compares completions "
-                                 "inside a group, so >= 2)"),
-                SET_PROMPTS: ("prompts_per_step", 1, MAX_PROMPTS, "prompts per step"),
-                SET_STEPS: ("steps", 1, MAX_STEPS, "step budget")}
-SETTING_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
-                 SET_TEMPERATURE, SET_AUTOPILOT)
 ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 MAX_REASON = 500  # characters of a request's "reason" kept (the autopilot explains each move)
 
@@ -36,16 +26,16 @@ def parse_cli_request(action: str, values: list[str]) -> dict:
             except ValueError:
                 raise ConfigError(f"weight for {k.strip()!r} must be a number, got {v!r}") from None
         return {"weights": weights}
-    if kind in (SET_THRESHOLD, SET_DIFFICULTY, SET_TEMPERATURE) or kind in INT_SETTINGS:
+    if kind == SET_DIFFICULTY or kind in live_settings.NUMBERS:
         if len(values) != 1:
             raise ConfigError(f"{action} takes one value, got {len(values)}")
         try:
             v = float(values[0])
         except ValueError:
             raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
-        if kind in INT_SETTINGS:
-            return {INT_SETTINGS[kind][0]: int(v) if v.is_integer() else v}  # 2.5 stays, to be refused by name
-        return {{SET_THRESHOLD: "min_group_std", SET_DIFFICULTY: "level", SET_TEMPERATURE: "temperature"}[kind]: v}
+        setting = live_settings.BY_KIND[kind]
+        integer = getattr(setting, "integer", False)  # a level stays a float: refused by name when not whole
+        return {setting.key: int(v) if integer and v.is_integer() else v}  # 2.5 stays, to be refused by name
     if kind == SET_AUTOPILOT:
         if len(values) != 1 or values[0].lower() not in ON_OFF:
             raise ConfigError(f"{action} takes on or off, got {' '.join(values)!r}")
@@ -53,6 +43,18 @@ def parse_cli_request(action: str, values: list[str]) -> dict:
     if values:
         raise ConfigError(f"{action} takes no values, got {' '.join(values)!r}")
     return {}
+
+
+def cli_help() -> str:
+    """The `control` command's values, one clause per setting (its help line)."""
+    parts = ["set-weights: name=value ...", "set-difficulty: N", "set-autopilot: on|off"]
+    parts += [f"{s.cli}: {s.key}" + (" (not below the current step)" if s.key == "steps" else "")
+              for s in live_settings.NUMBER_SETTINGS]
+    return "; ".join(parts)
+
+
+def cli_actions() -> list[str]:
+    return [k.replace("_", "-") for k in CONTROL_KINDS]
 
 
 def validate_request(kind: str, payload: dict, metric_names: list[str] | None = None,
@@ -84,29 +86,14 @@ def _annotations(payload: dict) -> dict:
 def _validate_setting(kind: str, payload: dict, metric_names, max_level: int) -> dict:
     if kind == SET_WEIGHTS:
         return {"weights": validate_weights(payload.get("weights"), metric_names)}
-    if kind == SET_THRESHOLD:
-        v = payload.get("min_group_std")
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v < 1:
-            raise ConfigError(f"min_group_std must be a number in [0, 1), got {v!r}")
-        return {"min_group_std": float(v)}
+    if kind in live_settings.NUMBERS:
+        setting = live_settings.NUMBERS[kind]
+        return {setting.key: setting.check(payload.get(setting.key))}
     if kind == SET_DIFFICULTY:
         v = payload.get("level")
         if not isinstance(v, (int, float)) or v != int(v) or not 1 <= v <= max_level:
             raise ConfigError(f"level must be an integer from 1 to {max_level}, got {v!r}")
         return {"level": int(v)}
-    if kind in INT_SETTINGS:
-        key, lo, hi, what = INT_SETTINGS[kind]
-        v = payload.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) \
-                or not lo <= v <= hi:
-            raise ConfigError(f"{key} must be an integer from {lo} to {hi} ({what}), got {v!r}")
-        return {key: int(v)}
-    if kind == SET_TEMPERATURE:
-        v = payload.get("temperature")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or not 0 < v <= MAX_TEMPERATURE:
-            raise ConfigError(f"temperature must be a number in (0, {MAX_TEMPERATURE:g}], got {v!r}")
-        return {"temperature": float(v)}
     if kind == SET_AUTOPILOT:
         v = payload.get("enabled")
         if not isinstance(v, bool):
@@ -118,13 +105,13 @@ def _validate_setting(kind: str, payload: dict, metric_names, max_level: int) ->
 def send(run, kind: str, payload: dict, source: str = "ui") -> int:
     """Validate against the run's metrics and write a pending request; returns its id."""
     with RunStore.open(run) as store:
-        metrics = list(((store.config.get("reward") or {}).get("weights") or {}).keys()) or None
+        metrics = list(store.run_meta().cfg("reward", "weights", {})) or None
         clean = validate_request(kind, payload, metrics)
         return store.request(kind, clean, source=source)
 
 
 # ---- which requests a run accepts (the live page shows only those controls) ----------------------
-TRL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, PAUSE, RESUME, STOP, CHECKPOINT)  # integrations/trl.py applies these
+TRL_KINDS = (SET_WEIGHTS, live_settings.SET_THRESHOLD, PAUSE, RESUME, STOP, CHECKPOINT)  # integrations/trl.py applies these
 
 
 def accepted_kinds(meta: dict) -> tuple[str, ...]:
@@ -133,14 +120,18 @@ def accepted_kinds(meta: dict) -> tuple[str, ...]:
     stop; the TRL callback takes weights, threshold, pause/resume, stop and checkpoint (G,
     prompts, temperature and steps are fixed in TRL's GRPOConfig, and the autopilot runs in the
     built-in trainer only); an imported run has no process behind it: none."""
-    kind, source = meta.get("kind") or "train", meta.get("source") or "grpo_core"
+    run = RunMeta.parse(meta)
+    kind, source = run.kind, run.source
+    if run.accepts is not None and kind != "import":  # its session's handlers (session.RunSession)
+        return tuple(k for k in CONTROL_KINDS if k in run.accepts)
+    # A store written before runs recorded their handlers: the rules they followed.
     if kind == "trl":
         return TRL_KINDS
     if kind == "pilot":  # a pilot changes nothing mid-way (pilot.py): only a stop applies
         return (STOP,)
     if kind == "import" or source != "grpo_core":
         return ()
-    task = ((meta.get("config") or {}).get("task") or {}).get("name", "demo")
+    task = run.cfg("task", "name", "demo")
     return tuple(k for k in CONTROL_KINDS if k != SET_DIFFICULTY or task == "demo")
 
 

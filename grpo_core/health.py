@@ -1,6 +1,6 @@
 """Health metrics: pure, vectorised numpy/pandas over one step or a window of steps.
 
-Vocabulary (../shared/DESIGN.md): a *group* is the G completions of one prompt; its
+Vocabulary (docs/design.md): a *group* is the G completions of one prompt; its
 reward std is the population std (ddof=0) of the weighted totals; it is *trainable*
 when that std > min_group_std (0 reproduces ART's "not all equal"); with an outcome
 gate it must also vary in the outcome metric, else it is *phantom* (its variance is
@@ -284,13 +284,66 @@ ALERT_INPUTS = (N.TRAINABLE_RATIO, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.CUM
                 N.CUM_GROUPS_TRAINABLE, N.FRAC_REWARD_ZERO_STD, N.REWARD_STD)
 
 
+@dataclass
+class AlertInputs:
+    """What the alert rules look at, at a window's last step (from frames or from arrays)."""
+    last: int | None  # the step the alerts are about
+    zero_streak: int  # trailing steps with zero trainable groups
+    ratio: float | None  # trainable ratio pooled over the window
+    trainable: int | None  # its counts (None: the run logged only ratios)
+    submitted: int | None
+    ratio_steps: int  # steps in the pooled ratio
+    reward_std: float | None  # mean group reward std over the window
+    reward_std_steps: int
+    ratio_window: pd.Series | np.ndarray  # the per-step ratio over the window (its trend)
+    near_streak_mask: np.ndarray  # per step: ratio at or below cfg.near_zero_ratio
+
+
+def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
+    """The alert rules, the one place they and their thresholds are written (cfg: HealthConfig)."""
+    out: list[Alert] = []
+    # Zero trainable groups, step after step: every rollout of those steps was wasted compute.
+    if x.zero_streak >= cfg.zero_trainable_steps:
+        out.append(Alert("zero_trainable", "critical",
+                         f"{x.zero_streak} steps with zero trainable groups: raise the group size "
+                         f"or the weights of continuous metrics", x.last))
+    # Low trainable ratio over the window.
+    if x.ratio is not None and x.ratio < cfg.min_trainable_ratio:
+        counts = f" ({x.trainable} of {x.submitted} groups)" if x.submitted is not None else ""
+        out.append(Alert("low_ratio", "warning",
+                         f"trainable ratio {x.ratio:.2f}{counts} over the last {x.ratio_steps} steps is below "
+                         f"{cfg.min_trainable_ratio:g}: most groups carry no learning signal; raise the group "
+                         f"size or the weights of continuous metrics, or change the task difficulty", x.last))
+    # Rewards barely differ inside a group.
+    if x.reward_std is not None and x.reward_std < cfg.min_reward_std:
+        out.append(Alert("low_reward_std", "warning",
+                         f"mean group reward std {x.reward_std:.3f} over the last {x.reward_std_steps} steps is "
+                         f"below {cfg.min_reward_std:g}: completions of a prompt score almost alike; raise the "
+                         f"sampling temperature, the group size or the weights of continuous metrics", x.last))
+    # Ratio falling: the tasks are getting easy (or uniformly hard).
+    trend = reward_trend(x.ratio_window, cfg.min_trend_points)
+    if trend.sign < 0:
+        win = np.asarray(x.ratio_window, np.float64)
+        out.append(Alert("declining_ratio", "warning",
+                         f"trainable ratio falling over the last {trend.n} steps ({win[0]:.2f} -> "
+                         f"{win[-1]:.2f}, slope {trend.slope:+.3f}/step, p={trend.p_value:.3f}): the tasks are "
+                         f"getting easy; switch to harder tasks or turn on the curriculum (curriculum.mode = auto)",
+                         x.last))
+    # Ratio near zero for long: nothing left to learn at this setting.
+    near = _trailing_run(x.near_streak_mask)
+    if near >= cfg.near_zero_steps:
+        out.append(Alert("near_zero", "critical",
+                         f"{near} steps with trainable ratio at or below {cfg.near_zero_ratio:g}: the run has "
+                         f"stopped learning; stop it, or change the task difficulty or the reward weights", x.last))
+    return out
+
+
 def alert_kinds(history: list[dict], h) -> set[str] | None:
     """The kinds alerts() raises at the last of these steps (dicts of one step's scalars,
-    oldest first), from plain arrays; None when it cannot say (a value missing or not
+    oldest first), read from plain arrays; None when it cannot say (a value missing or not
     finite): then ask alerts(). The trainer calls this every step and needs alerts()'
-    messages only on a step an alert starts: alerts()' pandas frames cost ~1 ms a step
-    (2.3 ms on a loaded box), this ~0.1 ms. Same rules and thresholds as alerts() just
-    below it, pinned against it in tests/test_trainer.py: change both together."""
+    frames only on a step an alert starts: they cost ten times what this does
+    (docs/benchmarks.md, "Behind the code"). The rules are alert_rules(), as alerts()'."""
     try:
         steps = np.array([r["step"] for r in history], np.float64)
         sub, tr, ratio, rstd = (np.array([r[n] for r in history], np.float64) for n in
@@ -300,82 +353,34 @@ def alert_kinds(history: list[dict], h) -> set[str] | None:
     if not len(steps) or not all(np.isfinite(a).all() for a in (sub, tr, ratio, rstd)):
         return None
     w = h.trend_window
-    kinds = set()
-    if _trailing_run(tr == 0) >= h.zero_trainable_steps:
-        kinds.add("zero_trainable")
     a, b = (sub[-w:], tr[-w:]) if w > 0 else (sub[:0], tr[:0])
     if not (len(a) and a.sum() > 0):  # no groups in the window: alerts() falls back to other columns
         return None
-    if int(b.sum()) / int(a.sum()) < h.min_trainable_ratio:  # pooled over the window, as window_ratio()
-        kinds.add("low_ratio")
-    if float(rstd[-w:].mean() if w > 0 else np.nan) < h.min_reward_std:
-        kinds.add("low_reward_std")
     win = ratio[-w:] if w > 0 else ratio[:0]
     x = steps[-len(win):] if len(win) else steps[:0]
     if len(x) > 1 and not (np.diff(x) == 1).all():  # steps missing (not the loop's case): slope per step
         win = pd.Series(win, index=x)
-    if reward_trend(win, h.min_trend_points).sign < 0:
-        kinds.add("declining_ratio")
-    if _trailing_run(ratio <= h.near_zero_ratio) >= h.near_zero_steps:
-        kinds.add("near_zero")
-    return kinds
+    inputs = AlertInputs(int(steps[-1]), _trailing_run(tr == 0), int(b.sum()) / int(a.sum()), int(b.sum()),
+                         int(a.sum()), len(a), float(rstd[-w:].mean() if w > 0 else np.nan), min(w, len(rstd)),
+                         win, ratio <= h.near_zero_ratio)
+    return {alert.kind for alert in alert_rules(inputs, h)}
 
 
 def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:
     """Alerts at the window's last step; `wide` is RunStore.scalars_wide(), cfg a HealthConfig."""
-    out: list[Alert] = []
     if wide is None or wide.empty:
-        return out
+        return []
     wide = wide.sort_index()
-    last = _last_step(wide)
     ratio_s = step_ratio_series(wide)
-
-    # Zero trainable groups, step after step: every rollout of those steps was wasted compute.
     tr = _col(wide, N.GROUPS_TRAINABLE)
     zero = (tr.dropna() == 0).to_numpy() if tr is not None else (ratio_s == 0).to_numpy()
-    streak = _trailing_run(zero)
-    if streak >= cfg.zero_trainable_steps:
-        out.append(Alert("zero_trainable", "critical",
-                         f"{streak} steps with zero trainable groups: raise the group size "
-                         f"or the weights of continuous metrics", last))
-
-    # Low trainable ratio over the window.
     ratio, t, s, k = window_ratio(wide, cfg.trend_window)
-    if ratio is not None and ratio < cfg.min_trainable_ratio:
-        counts = f" ({t} of {s} groups)" if s is not None else ""
-        out.append(Alert("low_ratio", "warning",
-                         f"trainable ratio {ratio:.2f}{counts} over the last {k} steps is below "
-                         f"{cfg.min_trainable_ratio:g}: most groups carry no learning signal; raise the group "
-                         f"size or the weights of continuous metrics, or change the task difficulty", last))
-
-    # Rewards barely differ inside a group.
     rstd = _col(wide, N.REWARD_STD)
-    if rstd is not None:
-        w = rstd.dropna().tail(cfg.trend_window)
-        m = float(w.mean())
-        if m < cfg.min_reward_std:
-            out.append(Alert("low_reward_std", "warning",
-                             f"mean group reward std {m:.3f} over the last {len(w)} steps is below "
-                             f"{cfg.min_reward_std:g}: completions of a prompt score almost alike; raise the "
-                             f"sampling temperature, the group size or the weights of continuous metrics", last))
-
-    # Ratio falling: the tasks are getting easy (or uniformly hard).
-    win = ratio_s.tail(cfg.trend_window)
-    tr_ = reward_trend(win, cfg.min_trend_points)
-    if tr_.sign < 0:
-        out.append(Alert("declining_ratio", "warning",
-                         f"trainable ratio falling over the last {tr_.n} steps ({win.iloc[0]:.2f} -> "
-                         f"{win.iloc[-1]:.2f}, slope {tr_.slope:+.3f}/step, p={tr_.p_value:.3f}): the tasks are "
-                         f"getting easy; switch to harder tasks or turn on the curriculum (curriculum.mode = auto)",
-                         last))
-
-    # Ratio near zero for long: nothing left to learn at this setting.
-    near = _trailing_run((ratio_s <= cfg.near_zero_ratio).to_numpy())
-    if near >= cfg.near_zero_steps:
-        out.append(Alert("near_zero", "critical",
-                         f"{near} steps with trainable ratio at or below {cfg.near_zero_ratio:g}: the run has "
-                         f"stopped learning; stop it, or change the task difficulty or the reward weights", last))
-    return out
+    w = rstd.dropna().tail(cfg.trend_window) if rstd is not None else None
+    inputs = AlertInputs(_last_step(wide), _trailing_run(zero), ratio, t, s, k,
+                         None if w is None else float(w.mean()), 0 if w is None else len(w),
+                         ratio_s.tail(cfg.trend_window), (ratio_s <= cfg.near_zero_ratio).to_numpy())
+    return alert_rules(inputs, cfg)
 
 
 @dataclass

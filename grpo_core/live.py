@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_core import health
+from grpo_core import live_settings
 from grpo_core import names as N
 from grpo_core.config import HealthConfig
 from grpo_core.control import accepted_kinds, unsupported_note
@@ -324,13 +325,14 @@ def current_settings(st: LiveState) -> dict:
             "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None, **run_settings(st.meta)}
 
 
-RUN_SETTINGS = {"group_size": "set_group_size", "prompts_per_step": "set_prompts", "temperature": "set_temperature",
-                "steps": "set_steps"}
+# The live page's run-setting inputs: grpo.<key> numbers, by key (live_settings.RUN_INPUTS).
+RUN_SETTINGS = {s.key: s for s in live_settings.RUN_INPUTS}
 
 
 def run_settings(meta: dict) -> dict:
-    """G, prompts per step, temperature, step budget and the autopilot switch in force: the
-    trainer records them in meta "settings" when it applies a request, else the config's."""
+    """The run-setting numbers (G, prompts per step, temperature, top-p, step budget) and the
+    autopilot switch in force: the trainer records them in meta "settings" when it applies a
+    request, else the config's."""
     cfg, now = meta.get("config") or {}, meta.get("settings") or {}
     g = cfg.get("grpo") or {}
     out = {k: now.get(k, g.get(k)) for k in RUN_SETTINGS}
@@ -360,6 +362,15 @@ class Cards:
 
 
 VERDICT_COLOURS = {"healthy": "green", "warning": "orange", "critical": "red", "unknown": "gray"}
+# A run status's colour (display_status, plus list_runs' "unreadable"), on the Live and Runs pages.
+STATUS_COLOURS = {"running": "green", "paused": "orange", "created": "blue", "finished": "gray", "stopped": "gray",
+                  "failed": "red", "stale": "red", "unreadable": "red"}
+
+
+def status_badge(status: str, text: str | None = None) -> str:
+    """Streamlit markdown for a status in its colour: ':green[running]' (text: what to show
+    instead of the status itself, e.g. store.status_label's 'stopped (autopilot)')."""
+    return f":{STATUS_COLOURS.get(status, 'gray')}[{status if text is None else text}]"
 TREND_ARROWS = {1: "↑", 0: "→", -1: "↓"}
 
 
@@ -469,7 +480,7 @@ def pending_changes(settings: dict, weights: dict, min_group_std: float, level: 
     for key, value in (run or {}).items():
         if value is not None and key in RUN_SETTINGS and settings.get(key) is not None \
                 and abs(float(value) - float(settings[key])) > 1e-9:
-            out.append((RUN_SETTINGS[key], {key: float(value) if key == "temperature" else int(value)}))
+            out.append((RUN_SETTINGS[key].kind, {key: RUN_SETTINGS[key].cast(value)}))
     if any(abs(float(weights.get(m, 0.0)) - w) > 1e-9 for m, w in settings["weights"].items()):
         out.append(("set_weights", {"weights": {m: float(weights.get(m, 0.0)) for m in settings["weights"]}}))
     if abs(float(min_group_std) - settings["min_group_std"]) > 1e-12:
@@ -502,15 +513,13 @@ def request_lines(st: LiveState, ids: list[int]) -> list[dict]:
 def request_summary(kind: str, payload: dict) -> str:
     if kind == "set_weights":
         return "weights " + ", ".join(f"{m}={w:g}" for m, w in payload.get("weights", {}).items())
-    if kind == "set_threshold":
-        return f"min_group_std={payload.get('min_group_std'):g}"
     if kind == "set_difficulty":
         return f"difficulty level {payload.get('level')}"
     if kind == "set_autopilot":
         return f"autopilot {'on' if payload.get('enabled') else 'off'}"
-    for key, k in RUN_SETTINGS.items():
-        if kind == k:
-            return f"{key}={payload.get(key):g}"
+    if kind in live_settings.NUMBERS:
+        key = live_settings.NUMBERS[kind].key
+        return f"{key}={payload.get(key):g}"
     return kind
 
 

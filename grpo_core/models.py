@@ -190,9 +190,8 @@ def warm_start(model, tokenizer, task, max_steps: int, batch_size: int = 64, lr:
                target: float | None = None) -> tuple[list[float], float]:
     """Supervised steps on the task's targets until WARM_TARGET of sampled completions are
     right (or max_steps): a policy that is sometimes right, not one that has learned the
-    task. Measured on the demo: stopping by step count is a knife edge (40 steps: 2% right
-    and GRPO collapses to a constant answer; 60 steps: 53% right, little left to learn),
-    stopping by the success rate is not. Returns (loss per step, last success rate)."""
+    task. Stopping by step count is a knife edge on the demo, stopping by the success rate is
+    not (docs/benchmarks.md, "Behind the code"). Returns (loss per step, last success rate)."""
     target = WARM_TARGET if target is None else target
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     device = next(model.parameters()).device

@@ -1,7 +1,7 @@
 """The metric names: the one place they are spelled.
 
 Compatible with ART (`data/...`) and TRL (`reward`, `reward_std`,
-`frac_reward_zero_std`) where the two overlap; see ../shared/DESIGN.md. Everything
+`frac_reward_zero_std`) where the two overlap; see docs/design.md. Everything
 else (store, charts, reports, wandb mirror, importers) imports from here.
 """
 

@@ -444,6 +444,24 @@ def _explicit_steps(overrides: list[str]) -> bool:
     return any(o.split("=", 1)[0].strip() == "grpo.steps" for o in overrides)
 
 
+def _pilot_failed(e: BaseException, store, batch: int) -> int:
+    """The exit code of a pilot that failed at `batch` (its store says failed already)."""
+    import traceback
+
+    from grpo_core import store as S
+    if isinstance(e, KeyboardInterrupt):
+        return 130
+    if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
+        raise e
+    why = S.storage_problem(e)
+    if why:  # disk full / read-only: one line (meta.error has the traceback)
+        print(f"error: cannot write to {store.run_dir} ({why}): the pilot stopped after batch {batch}; free space "
+              "and pilot again", file=sys.stderr)
+    else:
+        traceback.print_exception(e)
+    return 1
+
+
 def cli_pilot(args) -> int:
     """Sample and score grpo.steps batches (DEFAULT_BATCHES unless --set grpo.steps=N) of
     grpo.prompts_per_step prompts x grpo.group_size completions with the model the trainer
@@ -452,20 +470,21 @@ def cli_pilot(args) -> int:
     import copy
     import traceback
 
-    from grpo_core import store as S
     from grpo_core.config import load_config
-    from grpo_core.store import EV_LIFECYCLE, FAILED, FINISHED, RUNNING, STOP, STOPPED
+    from grpo_core.session import RunSession
+    from grpo_core.store import FAILED, FINISHED, STOP, STOPPED
 
     overrides = list(getattr(args, "overrides", None) or [])
     steps = load_config(args.config, overrides).grpo.steps  # bad input: one line, before torch loads
     if not _explicit_steps(overrides):  # a training config's steps is its length, not the pilot's
         overrides.append(f"grpo.steps={min(steps, DEFAULT_BATCHES)}")
+    from grpo_core import launch
     from grpo_core import trainer as T
 
     args = copy.copy(args)
     args.overrides, args.resume = overrides, False
     args.run_id = args.run_id or new_run_id("pilot")  # not "demo-...": that prefix is the live demo run's
-    cfg, store = T.open_run(args)  # new store, or the one start_pilot created
+    cfg, store = launch.open_run(args)  # new store, or the one start_pilot created
     # kind, and our pid before the (maybe long) model load: a pilot killed while starting shows stale.
     store.set_meta(kind="pilot", pid=os.getpid(), host=os.uname().nodename)
     T.set_threads(cfg)
@@ -478,49 +497,32 @@ def cli_pilot(args) -> int:
         store.reject_open_requests("pilot failed to start")
         store.set_status(FAILED, error=str(e) if isinstance(e, ValueError) else traceback.format_exc())
         raise
-    T._install_stop_signals(trainer)  # SIGTERM / Ctrl-C: finish the batch, status stopped
-    store.set_meta(pid=os.getpid(), host=os.uname().nodename, started=time.time(), error=None,
-                   metric_names=trainer.reward.names, metric_kinds=trainer.metric_kinds,
-                   model=trainer.model_info, device=str(trainer.device))
-    store.set_status(RUNNING)
-    store.add_event(EV_LIFECYCLE, {"event": "started", "pilot": True, "batches": cfg.grpo.steps,
-                                   "model": trainer.model_info}, step=0)
-    beat = T.Heartbeat(store.path)
-    beat.start()
+    launch.install_stop_signals(trainer)  # SIGTERM / Ctrl-C: finish the batch, status stopped
+
+    def stop(req):
+        trainer.stop_reason = f"stop request {req['id']}"
+        return True, trainer.step, f"stopping after batch {trainer.step}"
+
+    def refuse(req):  # a pilot changes nothing mid-way: only a stop applies
+        return False, trainer.step, "a pilot takes no changes: start a new pilot with the new settings"
+
+    session = RunSession(store, {STOP: stop}, refuse)
+    session.start(0, {"event": "started", "pilot": True, "batches": cfg.grpo.steps, "model": trainer.model_info},
+                  metric_names=trainer.reward.names, metric_kinds=trainer.metric_kinds, model=trainer.model_info,
+                  device=str(trainer.device))
     try:
         while trainer.step < cfg.grpo.steps and not trainer.stop_reason:
-            for req in store.claim_pending():  # a pilot changes nothing mid-way: only stop applies
-                ok = req["kind"] == STOP
-                if ok:
-                    trainer.stop_reason = f"stop request {req['id']}"
-                store.resolve_request(req["id"], ok, trainer.step, f"stopping after batch {trainer.step}" if ok
-                                      else "a pilot takes no changes: start a new pilot with the new settings")
+            session.serve()
             if trainer.stop_reason:
                 break
             scalars, groups, rollouts = trainer.train_step(update=False)
             trainer.step += 1
             store.log_step(trainer.step, scalars, groups, rollouts)
     except BaseException as e:
-        store.add_event(EV_LIFECYCLE, {"event": "failed", "error": f"{type(e).__name__}: {e}"}, step=trainer.step)
-        store.reject_open_requests(f"pilot failed at batch {trainer.step}")
-        store.set_status(FAILED, error=traceback.format_exc())
-        if isinstance(e, KeyboardInterrupt):
-            return 130
-        if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
-            raise
-        why = S.storage_problem(e)
-        if why:  # disk full / read-only: one line (meta.error has the traceback)
-            print(f"error: cannot write to {store.run_dir} ({why}): the pilot stopped after batch "
-                  f"{trainer.step}; free space and pilot again", file=sys.stderr)
-        else:
-            traceback.print_exc()
-        return 1
-    finally:
-        beat.stop()
+        session.fail(traceback.format_exc(), trainer.step, f"{type(e).__name__}: {e}", at="pilot failed at batch {step}")
+        return _pilot_failed(e, store, trainer.step)
     status = STOPPED if trainer.stop_reason else FINISHED
-    store.add_event(EV_LIFECYCLE, {"event": status, "reason": trainer.stop_reason}, step=trainer.step)
-    store.reject_open_requests(f"pilot {status} at batch {trainer.step}")
-    store.set_status(status)
+    session.finish(status, trainer.step, trainer.stop_reason, at="pilot {status} at batch {step}")
     s = pilot_summary(store)
     if s.ratio is not None:
         print(f"pilot {store.run_id} {status}: {s.submitted} groups of {s.group_size}, trainable ratio "

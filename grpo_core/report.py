@@ -38,17 +38,16 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import names as N
 from grpo_core.config import ConfigError
-from grpo_core.store import (FAILED, FINISHED, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
-                             SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS, STALE, STOPPED, RunStore, display_status)
+from grpo_core import live_settings
+from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_STEPS, SET_THRESHOLD, SET_WEIGHTS
+from grpo_core.store import FAILED, FINISHED, STALE, STOPPED, RunStore, display_status
 
 DEFAULT_WINDOW = 20
 MOST_GROUPS = 0.5  # a metric uniform in more than this share of groups starved the signal
 LIFECYCLE_KINDS = ("pause", "resume", "stop", "checkpoint")  # applied, but not settings: never "reuse"
-# Run settings changed by requests (set_group_size etc.): (config section, key, ledger label).
-RUN_SETTINGS = {SET_GROUP_SIZE: ("grpo", "group_size", "group_size"),
-                SET_PROMPTS: ("grpo", "prompts_per_step", "prompts_per_step"),
-                SET_STEPS: ("grpo", "steps", "steps"), SET_TEMPERATURE: ("grpo", "temperature", "temperature"),
-                SET_AUTOPILOT: ("autopilot", "enabled", "autopilot")}
+# Settings changed by requests: (config section, key, ledger label); the numbers from the registry.
+RUN_SETTINGS = {**{s.kind: ("grpo", s.key, s.key) for s in live_settings.NUMBER_SETTINGS},
+                SET_DIFFICULTY: ("task", "level", "level"), SET_AUTOPILOT: ("autopilot", "enabled", "autopilot")}
 NO_REUSE = LIFECYCLE_KINDS + (SET_STEPS, SET_AUTOPILOT)  # change no step's signal: never "reuse" either
 ANNOTATIONS = ("reason", "undo_of")  # request keys that explain a change, not part of the setting
 ROLLOUT_FIXED_COLS = ("step", "group", "idx", "total", "error", "completion")
@@ -100,8 +99,8 @@ GROUP_SCALARS = (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.PHANTOM_GROUPS, N.REW
 def _sample_steps(store: RunStore, wide: pd.DataFrame, changes: pd.DataFrame, window: int,
                   budget: int) -> tuple[list[int] | None, int, int]:
     """(steps to read or None for all, steps with rollouts, estimated rollouts). A run whose
-    rollouts fit the budget is read whole. A larger one (measured: 10M rollouts take minutes
-    to read and reduce) is read at: its last `window` steps (examples, inspector), the
+    rollouts fit the budget is read whole. A larger one (10M rollouts take minutes to read and
+    reduce) is read at: its last `window` steps (examples, inspector), the
     before/after windows of every change (the ledger's like-for-like rewards) and evenly
     spaced steps for the rest of the budget. What the rollouts feed there are means over
     groups (within-group std, uniform share, variance share), which a step sample estimates."""
@@ -428,11 +427,8 @@ def _values_at(data: RunData, kind: str, step: int | None):
 def _initial_setting(data: RunData, kind: str):
     if kind == SET_WEIGHTS:
         return {m: float(v) for m, v in ((data.config.get("reward") or {}).get("weights") or {}).items()}
-    if kind == SET_THRESHOLD:
-        v = data.cfg("grpo", "min_group_std")
-        return float(v) if v is not None else None
-    if kind == SET_DIFFICULTY:
-        v = data.cfg("task", "level")
+    if kind in (SET_THRESHOLD, SET_DIFFICULTY):
+        v = data.cfg(*RUN_SETTINGS[kind][:2])
         return float(v) if v is not None else None
     if kind in RUN_SETTINGS:
         sec, key, _ = RUN_SETTINGS[kind]
@@ -446,10 +442,8 @@ def _requested(kind: str, request: dict, old):
         new = dict(old or {})
         new.update({k: float(v) for k, v in (request.get("weights") or {}).items()})
         return new
-    if kind == SET_THRESHOLD:
-        return request.get("min_group_std")
-    if kind == SET_DIFFICULTY:
-        return request.get("level")
+    if kind in (SET_THRESHOLD, SET_DIFFICULTY):
+        return request.get(RUN_SETTINGS[kind][1])
     if kind in RUN_SETTINGS:
         return request.get(RUN_SETTINGS[kind][1], old)
     return request or None
@@ -459,9 +453,6 @@ def _change_text(kind: str, old, new) -> str:
     if kind == SET_WEIGHTS:
         keys = [k for k in (new or {}) if (old or {}).get(k) != new.get(k)]
         return ", ".join(f"{k} {fmt((old or {}).get(k))}→{fmt(new[k])}" for k in keys) or "weights unchanged"
-    if kind in (SET_THRESHOLD, SET_DIFFICULTY):
-        label = "min_group_std" if kind == SET_THRESHOLD else "level"
-        return f"{label} {fmt(old)}→{fmt(new)}"
     if kind == SET_AUTOPILOT:
         return f"autopilot {'on' if old else 'off'}→{'on' if new else 'off'}"
     if kind in RUN_SETTINGS:
@@ -508,7 +499,7 @@ LEDGER_COLS = ["step", "kind", "source", "change", "old", "new", "before", "afte
                "note", "reason"]
 
 
-SETTING_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY) + tuple(RUN_SETTINGS)
+SETTING_KINDS = (SET_WEIGHTS,) + tuple(RUN_SETTINGS)
 
 
 def _same(a, b) -> bool:
@@ -1152,3 +1143,27 @@ __all__ = ["ReportError", "RunData", "load_run", "Notice", "notices", "steps_tab
            "bottleneck_summary", "change_ledger", "reward_trend", "GroupView", "group_index", "inspect_group",
            "compare_runs", "fig_ratio", "fig_reward", "fig_bottlenecks", "fig_compare", "Report", "build_report",
            "to_markdown", "to_html", "steps_csv", "cli_report", "fmt"]
+
+
+# =============================================================================================
+# The analysis page's cache key
+# =============================================================================================
+def store_stamp(run) -> tuple:
+    """(mtime_ns, size) of a run's store file and of its write-ahead log, None for one that
+    is not there: it changes whenever the trainer writes, so a report cached under it (the
+    analysis page's st.cache_data) is rebuilt for a live run's new steps. run: a run dir or
+    its store file."""
+    from grpo_core.store import DB_NAME
+    p = Path(run)
+    db = p if p.suffix == ".db" else p / DB_NAME
+    out = []
+    for f in (db, db.with_name(db.name + "-wal")):  # SQLite's WAL file: the db's name + "-wal"
+        try:
+            s = os.stat(f)
+            out.append((s.st_mtime_ns, s.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+__all__ += ["store_stamp"]

@@ -9,10 +9,17 @@ never sees half a step. The dashboard only reads, and writes *requests* into `co
 the trainer claims each pending request exactly once (a conditional UPDATE inside BEGIN
 IMMEDIATE), applies it between steps and records the step it took effect or the reason
 it was rejected.
+
+Schema versions (meta schema_version): 2 keeps a rollout's numbers (total, every metric's score,
+the error text) once, in step_scores, and its text in rollouts. A version-1 file (scores JSON in
+rollouts, and since some point step_scores too) is migrated in place by the first open that may
+write it (one transaction; nothing lost), and read as it is by a read-only open. A file newer
+than SCHEMA_VERSION is refused.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import operator
@@ -21,13 +28,18 @@ import re
 import sqlite3
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from grpo_core import live_settings
+from grpo_core.live_settings import (SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS,  # noqa: F401
+                                     SET_STEPS, SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS)
+
+SCHEMA_VERSION = 2
 DB_NAME = "run.db"
 
 # Run status (meta.status). "stale" is never stored: readers derive it from the heartbeat.
@@ -37,14 +49,11 @@ STALE = "stale"
 LIVE_STATUSES = (CREATED, RUNNING, PAUSED)
 STALE_AFTER_S = 10.0  # a live run whose heartbeat is older than this shows as stale
 
-# Control request kinds (dashboard/CLI -> trainer) and statuses.
-SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY = "set_weights", "set_threshold", "set_difficulty"
+# Control request kinds (dashboard/CLI -> trainer) and statuses. The settings' kinds are defined
+# with everything else about them in live_settings.py (the trainer records those in force in meta
+# "settings"); the lifecycle kinds here.
 PAUSE, RESUME, STOP, CHECKPOINT = "pause", "resume", "stop", "checkpoint"
-# Run settings that can change mid-run too (the trainer records the settings in force in meta "settings").
-SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_AUTOPILOT = (
-    "set_group_size", "set_prompts", "set_steps", "set_temperature", "set_autopilot")
-CONTROL_KINDS = (SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, PAUSE, RESUME, STOP, CHECKPOINT,
-                 SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_AUTOPILOT)
+CONTROL_KINDS = live_settings.KINDS + (PAUSE, RESUME, STOP, CHECKPOINT)
 PENDING, APPLYING, APPLIED, REJECTED = "pending", "applying", "applied", "rejected"
 
 # Event kinds (trainer -> readers).
@@ -54,6 +63,11 @@ EV_AUTOPILOT = "autopilot"  # a move the autopilot decided (its request id and r
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
+_STEP_SCORES = ("CREATE TABLE IF NOT EXISTS step_scores (\n"
+                "    step INTEGER PRIMARY KEY, metrics TEXT, grp BLOB, idx BLOB, total BLOB, scores BLOB, errors TEXT)")
+_ROLLOUTS = ("CREATE TABLE IF NOT EXISTS rollouts (\n"
+             "    step INTEGER NOT NULL, grp INTEGER NOT NULL, idx INTEGER NOT NULL, completion TEXT,\n"
+             "    PRIMARY KEY (step, grp, idx)) WITHOUT ROWID")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS scalars (
@@ -64,27 +78,24 @@ CREATE TABLE IF NOT EXISTS groups (
     step INTEGER NOT NULL, grp INTEGER NOT NULL, prompt_id TEXT, size INTEGER,
     reward_mean REAL, reward_std REAL, trainable INTEGER, phantom INTEGER,
     PRIMARY KEY (step, grp)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS rollouts (
-    step INTEGER NOT NULL, grp INTEGER NOT NULL, idx INTEGER NOT NULL,
-    total REAL, scores TEXT, completion TEXT, error TEXT,
-    PRIMARY KEY (step, grp, idx)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER, time REAL, kind TEXT, payload TEXT);
 CREATE TABLE IF NOT EXISTS control (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL, kind TEXT, payload TEXT,
     status TEXT, applied_step INTEGER, message TEXT, source TEXT);
 CREATE INDEX IF NOT EXISTS control_status ON control (status, id);
-CREATE TABLE IF NOT EXISTS step_scores (
-    step INTEGER PRIMARY KEY, metrics TEXT, grp BLOB, idx BLOB, total BLOB, scores BLOB, errors TEXT);
-"""
-# step_scores repeats each step's rollout numbers (not the texts) as arrays: one row per step,
-# grp/idx little-endian int32, total and the scores float64 (exact: what-if under the recorded
-# weights must give the recorded ratio), metric names once. `rollouts.scores` stays the contract
-# (DESIGN.md); this table is an index for the reads that need every score of a step range
-# (what-if, bottlenecks): one row per step instead of one row and one JSON object per rollout
-# (docs/benchmarks.md: ~30x faster on a 50-step window). Stores made before it lack the meta
-# key SCORE_BLOBS and are read from the JSON, as before.
-SCORE_BLOBS = "score_blobs"
+""" + _ROLLOUTS + ";\n" + _STEP_SCORES + ";\n"
+# A rollout's numbers are stored once, in step_scores: one row per step with the step's rollouts
+# as arrays in (group, idx) order: grp/idx little-endian int32, total and the scores float64 (exact:
+# what-if under the recorded weights must give the recorded ratio; NaN: a failed metric or a
+# non-finite total), metric names once (JSON list), errors as JSON [position, text] pairs.
+# `rollouts` keeps one row per rollout with its text (NULL: not kept). Why this form and not the
+# scores as JSON in `rollouts` (version 1 kept both): the reads that need every score of a step
+# range (what-if, bottlenecks, the autopilot) take one row per step instead of one row and one
+# JSON object per rollout. Measured (64 x 8 rollouts, 5 metrics, 2 loaded cores; docs/benchmarks.md,
+# "Store at scale"): a 50-step window in 2-6 ms from the arrays against 88-133 ms from the JSON;
+# a step's write 0.5 ms with the arrays only against 1.4 ms with the JSON only (1.4-1.6 ms both).
+V1_SCORE_BLOBS = "score_blobs"  # version-1 meta key: this v1 store wrote step_scores for every step
 
 
 class StoreError(RuntimeError):
@@ -156,23 +167,6 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _scores_frame(texts) -> pd.DataFrame:
-    """Score JSON texts -> one float column per metric (NaN where a row lacks it), columns in
-    order of first appearance. One json.loads over the joined texts (not one call per row),
-    and when every row has the same metrics (what the trainer writes) one C-level pass to
-    pull the values out: ~2x faster than a dict-per-row frame (docs/benchmarks.md)."""
-    dicts = json.loads("[" + ",".join(t or "{}" for t in texts) + "]")
-    keys = list(dicts[0])
-    if keys and sum(map(len, dicts)) == len(keys) * len(dicts):
-        get = operator.itemgetter(*keys)
-        try:
-            vals = np.array(list(map(get, dicts)), dtype=np.float64).reshape(len(dicts), len(keys))
-            return pd.DataFrame(vals, columns=keys)
-        except (KeyError, TypeError, ValueError):  # another metric set in some row, or a non-number
-            pass
-    return pd.DataFrame(dicts).astype(float)
-
-
 def _score_row(scores: dict, names: list[str], where: str) -> list[float]:
     try:  # None (a metric that failed) -> NaN, as the JSON null reads back
         return [np.nan if (v := scores.get(n)) is None else float(v) for n in names]
@@ -235,7 +229,7 @@ class StepGroups:
 
 class StepRollouts:
     """One step's rollouts as columns, the shape a trainer has them in: log_step writes these
-    without building a dict per rollout (~2x cheaper than the tuples). Iterating gives the
+    without building a dict per rollout. Iterating gives the
     tuples (group, idx, total, scores dict, completion, error) that log_step also takes, so a
     consumer of tuples (the W&B mirror) needs no change.
 
@@ -265,33 +259,20 @@ class StepRollouts:
             yield g, i, t, dict(zip(names, row)), text, err
 
     def rows(self, step: int) -> list[tuple]:
-        """The rollouts table's rows. The scores JSON is what _dumps gives for the dict
-        (json writes a finite float as repr(float), with ', ' and ': ' separators), from one
-        format string: a non-finite score is written as null, as json reads back a failed metric."""
-        n = len(self)
-        total = self.total.tolist()
-        if not np.isfinite(self.total).all():
-            total = [v if np.isfinite(v) else None for v in total]
-        scores = self.scores.tolist()
-        if np.isfinite(self.scores).all():
-            fmt = "{" + ", ".join(f"{_dumps(name)}: %r" for name in self.names) + "}"
-            js = [fmt % tuple(row) for row in scores]
-        else:
-            js = [_dumps({k: (v if np.isfinite(v) else None) for k, v in zip(self.names, row)}) for row in scores]
-        return list(zip([step] * n, self.group.tolist(), self.idx.tolist(), total, js, self.texts, self.errors))
+        """The rollouts table's rows (step, group, idx, text); the numbers go to step_scores."""
+        return list(zip([step] * len(self), self.group.tolist(), self.idx.tolist(), self.texts))
 
 
 def _write_step_scores(c: sqlite3.Connection, step: int, rollouts: list[tuple]):
-    """One step's rollouts as arrays into step_scores (rows in (group, idx) order). A step
-    written twice (TRL logs a step per generation batch) merges as INSERT OR REPLACE does in
-    `rollouts`: the later write of a (group, idx) wins."""
+    """One step's rollouts (tuples as log_step takes them) as arrays into step_scores, rows in
+    (group, idx) order. A step written twice (TRL logs a step per generation batch) merges as
+    INSERT OR REPLACE does in `rollouts`: the later write of a (group, idx) wins. A score that is
+    None or not finite is stored as NaN (a failed metric), as StepRollouts' are."""
     old = c.execute("SELECT metrics, grp, idx, total, scores, errors FROM step_scores WHERE step = ?",
                     (step,)).fetchone()
-    if old is not None:
-        merged = _decode_step(*old)
-        merged.update({(int(r[0]), int(r[1])): r for r in rollouts})
-        rollouts = list(merged.values())
-    rollouts = sorted(rollouts, key=lambda r: (int(r[0]), int(r[1])))
+    merged = _decode_step(*old) if old is not None else {}
+    merged.update({(int(r[0]), int(r[1])): r for r in rollouts})
+    rollouts = [merged[k] for k in sorted(merged)]
     dicts = [r[3] for r in rollouts]
     names = list(dicts[0])
     try:  # the trainer's case, at C speed: every rollout has the same metrics; None -> NaN
@@ -303,6 +284,8 @@ def _write_step_scores(c: sqlite3.Connection, step: int, rollouts: list[tuple]):
         names = list(dict.fromkeys(n for d in dicts for n in d))
         scores = np.array([_score_row(r[3], names, f"rollout (group {int(r[0])}, idx {int(r[1])}) of step {step}")
                            for r in rollouts], np.float64).reshape(len(dicts), len(names))
+    if not np.isfinite(scores).all():
+        scores[~np.isfinite(scores)] = np.nan
     total = np.array([np.nan if r[2] is None else r[2] for r in rollouts], np.float64)
     total[~np.isfinite(total)] = np.nan
     errors = [[pos, r[5]] for pos, r in enumerate(rollouts) if r[5] is not None]
@@ -323,12 +306,13 @@ def _insert_step_scores(c: sqlite3.Connection, step: int, r: StepRollouts):
         r = StepRollouts(r.names, r.group[order], r.idx[order], r.total[order], r.scores[order],
                          [r.texts[k] for k in order], [r.errors[k] for k in order])
     total = r.total if np.isfinite(r.total).all() else np.where(np.isfinite(r.total), r.total, np.nan)
+    scores = r.scores if np.isfinite(r.scores).all() else np.where(np.isfinite(r.scores), r.scores, np.nan)
     errors = [[pos, e] for pos, e in enumerate(r.errors) if e is not None]
     f8 = np.dtype("<f8")  # float64 arrays are stored as they are on a little-endian machine (no copy)
     try:
         c.execute("INSERT INTO step_scores VALUES (?, ?, ?, ?, ?, ?, ?)",
                   (step, _names_json(tuple(r.names)), r.group.astype("<i4").tobytes(), r.idx.astype("<i4").tobytes(),
-                   total.astype(f8, copy=False).tobytes(), r.scores.astype(f8, copy=False).tobytes(),
+                   total.astype(f8, copy=False).tobytes(), scores.astype(f8, copy=False).tobytes(),
                    json.dumps(errors) if errors else None))
     except sqlite3.IntegrityError:  # the step is there: merge (the later write of a (group, idx) wins)
         _write_step_scores(c, step, list(r))
@@ -369,6 +353,37 @@ def _decode_step(metrics, grp, idx, total, scores, errors) -> dict:
                                      {n: (None if np.isnan(v) else float(v)) for n, v in zip(names, sc[k])},
                                      None, err.get(k))
             for k, total_k in enumerate(np.frombuffer(total, "<f8"))}
+
+
+def _texts_in_order(df: pd.DataFrame, texts: list[tuple]) -> list:
+    """rollouts rows (step, grp, idx, completion) -> the completion of each row of df (a
+    step_scores frame). Both are in (step, group, idx) order and hold the same rollouts (one
+    transaction writes both), so this is the completions as they come; should they differ,
+    matched by key (None where rollouts has no row)."""
+    if len(texts) == len(df):
+        st, gr, ix, comp = zip(*texts)
+        if (np.array_equal(df["step"].to_numpy(), st) and np.array_equal(df["group"].to_numpy(), gr)
+                and np.array_equal(df["idx"].to_numpy(), ix)):
+            return list(comp)
+    by_key = {(s, g, i): t for s, g, i, t in texts}
+    return [by_key.get(k) for k in zip(df["step"].tolist(), df["group"].tolist(), df["idx"].tolist())]
+
+
+def _group_only(row: tuple, group: int) -> tuple | None:
+    """A step_scores row (step, metrics, grp, idx, total, scores, errors) cut to one group's
+    rollouts; None when the step has none of them."""
+    g = np.frombuffer(row[2], "<i4")
+    keep = np.flatnonzero(g == group)
+    if len(keep) == len(g):
+        return row
+    if not len(keep):
+        return None
+    scores = np.frombuffer(row[5], "<f8").reshape(len(g), len(json.loads(row[1])))
+    new_pos = {int(p): n for n, p in enumerate(keep)}
+    errors = [[new_pos[p], e] for p, e in json.loads(row[6]) if p in new_pos] if row[6] else []
+    return (row[0], row[1], g[keep].tobytes(), np.frombuffer(row[3], "<i4")[keep].tobytes(),
+            np.frombuffer(row[4], "<f8")[keep].tobytes(), scores[keep].tobytes(),
+            json.dumps(errors) if errors else None)
 
 
 def _blob_frame(rows: list[tuple]) -> pd.DataFrame:
@@ -432,6 +447,46 @@ def _build_store(db: Path, meta: dict, exist_ok: bool):
         tmp.unlink(missing_ok=True)
 
 
+def _json_scores_to_step_scores(c: sqlite3.Connection, rows: list[tuple]):
+    """Version-1 rollouts rows (step, grp, idx, total, scores JSON, error), in (step, grp, idx)
+    order, into step_scores: a migration's steps, and a read-only open's TEMP table."""
+    for step, rs in itertools.groupby(rows, key=operator.itemgetter(0)):
+        _write_step_scores(c, step, [(g, i, t, json.loads(sc) if sc else {}, None, e) for _, g, i, t, sc, e in rs])
+
+
+def _migrate_v1(c: sqlite3.Connection):
+    """A version-1 store to version 2, inside the caller's transaction, losing nothing. Every
+    step's numbers end in step_scores: a v1 store written since step_scores exists (meta
+    score_blobs) holds them there already, exactly, and a step whose row holds all of its
+    rollouts is kept as it is; any other step (a store made before step_scores) is built from
+    its rollouts' JSON. Then rollouts is rebuilt with only its key and text."""
+    c.execute(_STEP_SCORES)
+    have = dict(c.execute("SELECT step, length(grp) / 4 FROM step_scores").fetchall())
+    redo = [st for st, n in c.execute("SELECT step, COUNT(*) FROM rollouts GROUP BY step").fetchall()
+            if have.get(st) != n]
+    for st in redo:
+        c.execute("DELETE FROM step_scores WHERE step = ?", (st,))
+        _json_scores_to_step_scores(c, c.execute("SELECT step, grp, idx, total, scores, error FROM rollouts "
+                                                 "WHERE step = ? ORDER BY grp, idx", (st,)).fetchall())
+    c.execute("ALTER TABLE rollouts RENAME TO rollouts_v1")
+    c.execute(_ROLLOUTS)
+    c.execute("INSERT INTO rollouts SELECT step, grp, idx, completion FROM rollouts_v1")
+    c.execute("DROP TABLE rollouts_v1")
+    c.execute("DELETE FROM meta WHERE key = ?", (V1_SCORE_BLOBS,))
+    c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
+              "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (_dumps(SCHEMA_VERSION),))
+
+
+def _live_elsewhere(meta: dict) -> bool:
+    """Another process may be writing this store now (its status is live and its pid or
+    heartbeat says so): an older grpo_core mid-run, whose version-1 writes a migration would break."""
+    pid = meta.get("pid")
+    if pid == os.getpid():
+        return False
+    shown = display_status(meta)
+    return shown in (RUNNING, PAUSED) or (shown == CREATED and bool(pid))
+
+
 class RunStore:
     """One run's SQLite file. Cheap to open; one instance per process/thread."""
 
@@ -439,7 +494,9 @@ class RunStore:
         self.path = Path(db_path)
         self.run_dir = self.path.parent
         self.run_id = self.run_dir.name
-        self._blobs: bool | None = None  # does this store keep step_scores? (read once, see _score_blobs)
+        self.version = SCHEMA_VERSION  # 1: a version-1 file opened without migrating it (see _check)
+        self._json_scores = False  # such a file made before step_scores: its scores are read from the JSON
+        self._readonly = readonly
         if not create and not self.path.is_file():
             raise StoreError(f"no run store at {self.path}")
         try:
@@ -453,10 +510,7 @@ class RunStore:
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoint, never corrupt
             self.conn.execute("PRAGMA busy_timeout=30000")
-            if create:
-                self.conn.executescript(_SCHEMA)
-            else:
-                self._check()
+            self._check(create, readonly)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a readable run store: {e}") from None
 
@@ -468,7 +522,7 @@ class RunStore:
         if (run_dir / DB_NAME).exists() and not exist_ok:
             raise StoreError(f"run {run_id!r} already exists in {run_dir.parent}")
         meta = dict(schema_version=SCHEMA_VERSION, config=config, status=CREATED,
-                    kind=kind, created=time.time(), run_id=run_id, **{SCORE_BLOBS: 1})
+                    kind=kind, created=time.time(), run_id=run_id)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             if not (run_dir / DB_NAME).exists():
@@ -486,11 +540,54 @@ class RunStore:
     def open(cls, run: str | os.PathLike, readonly: bool = False) -> "RunStore":
         return cls(resolve_db(run), readonly=readonly)
 
-    def _check(self):
-        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+
+    def _rollout_columns(self) -> list[str]:
+        return [r[1] for r in self.conn.execute("PRAGMA main.table_info(rollouts)")]
+
+    def _check(self, create: bool, readonly: bool):
+        """The file is a run store of a version this code reads. A version-1 file is migrated to
+        version 2 (_migrate_v1, one transaction) by an open that may write it, unless another
+        process is writing it now (an older trainer mid-run); otherwise (read-only) it is read
+        as it is: step_scores where it has them, else the scores JSON (see rollouts)."""
+        tables = self._tables()
+        if "meta" in tables:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = json.loads(row[0]) if row and row[0] else None
+            if isinstance(version, int) and version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} is a version-{version} run store, newer than this grpo_core reads "
+                                 f"(versions 1 to {SCHEMA_VERSION}): open it with the grpo_core that wrote it")
+        if create:
+            self.conn.executescript(_SCHEMA)
+            tables = self._tables()
         missing = {"meta", "scalars", "groups", "rollouts", "events", "control"} - tables
+        if "scores" not in self._rollout_columns():  # version 2
+            missing |= {"step_scores"} - tables
         if missing:
             raise StoreError(f"{self.path} is not a run store (missing tables: {', '.join(sorted(missing))})")
+        if "scores" not in self._rollout_columns():
+            return
+        meta = self.get_meta()
+        if readonly or _live_elsewhere(meta):
+            self.version = 1
+            self._json_scores = not (meta.get(V1_SCORE_BLOBS) and "step_scores" in tables)
+            return
+        try:
+            with self.transaction() as c:
+                if "scores" in self._rollout_columns():  # not migrated by another process meanwhile
+                    _migrate_v1(c)
+        except (sqlite3.Error, StoreError) as e:
+            raise StoreError(f"cannot migrate {self.path} from store version 1 to {SCHEMA_VERSION} (it is left "
+                             f"as it was): {storage_problem(e) or e}") from None
+
+    def _check_writes_steps(self):
+        if self.version < SCHEMA_VERSION:
+            why = (f"another process (pid {self.get_meta().get('pid')}) is writing it" if not self._readonly
+                   else "opened read-only")
+            raise StoreError(f"{self.path} is a version-{self.version} run store not migrated ({why}): this "
+                             f"grpo_core writes steps in version {SCHEMA_VERSION} only; open it for writing once no "
+                             "older process writes it, which migrates it")
 
     def close(self):
         self.conn.close()
@@ -551,7 +648,10 @@ class RunStore:
 
     @property
     def config(self) -> dict:
-        return self.get_meta().get("config") or {}
+        return self.run_meta().config
+
+    def run_meta(self) -> RunMeta:
+        return RunMeta.parse(self.get_meta())
 
     # ---- the trainer's write: whole steps, one transaction ---------------------------
     def log_step(self, step: int, scalars: dict[str, float], groups: pd.DataFrame | StepGroups | None = None,
@@ -570,6 +670,7 @@ class RunStore:
         """Several whole steps, each (step, scalars, groups, rollouts, events[, time of its
         events]) as log_step takes them, in one transaction: one commit, and one WAL copy of
         the pages the steps share, instead of one per step. A reader sees all or none."""
+        self._check_writes_steps()
         now = time.time()
         with self.transaction() as c:
             for step, scalars, groups, rollouts, events, *when in steps:
@@ -585,14 +686,13 @@ class RunStore:
                           groups.rows(step) if isinstance(groups, StepGroups)
                           else zip([step] * len(groups), *_group_columns(groups)))
         if isinstance(rollouts, StepRollouts):  # the trainer's columns: no dict per rollout
-            _insert_rows(c, "rollouts", rollouts.rows(step))
-            if len(rollouts) and self._score_blobs():
+            if len(rollouts):
+                _insert_rows(c, "rollouts", rollouts.rows(step))
                 _insert_step_scores(c, step, rollouts)
         elif rollouts is not None:
             rollouts = list(rollouts)
-            _insert_rows(c, "rollouts", [(step, int(gi), int(i), _finite(t), _dumps(s), text, err)
-                                         for gi, i, t, s, text, err in rollouts])
-            if rollouts and self._score_blobs():
+            if rollouts:
+                _insert_rows(c, "rollouts", [(step, int(r[0]), int(r[1]), r[4]) for r in rollouts])
                 _write_step_scores(c, step, rollouts)
         if events:
             c.executemany("INSERT INTO events(step, time, kind, payload) VALUES (?, ?, ?, ?)",
@@ -607,9 +707,10 @@ class RunStore:
     def truncate_after(self, step: int) -> int:
         """Delete scalars, groups and rollouts of steps > `step` (a resumed run redoes the steps
         after its checkpoint; events and control history stay). Returns the steps dropped."""
+        self._check_writes_steps()
         with self.transaction() as c:
             n = c.execute("SELECT COUNT(DISTINCT step) FROM scalars WHERE step > ?", (step,)).fetchone()[0]
-            for table in ("scalars", "groups", "rollouts") + (("step_scores",) if self._score_blobs() else ()):
+            for table in ("scalars", "groups", "rollouts", "step_scores"):
                 c.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
         return int(n)
 
@@ -678,63 +779,67 @@ class RunStore:
         df["phantom"] = df["phantom"].astype(bool)
         return df
 
-    def _score_blobs(self) -> bool:
-        """Whether this store writes step_scores (every store created since it exists): the
-        meta key is set at creation, so a store either has a row for each step or none."""
-        if self._blobs is None:
-            row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (SCORE_BLOBS,)).fetchone()
-            self._blobs = bool(row and json.loads(row[0]))
-        return self._blobs
-
     def rollouts(self, since_step: int = -1, until_step: int | None = None,
                  step: int | None = None, group: int | None = None, with_text: bool = True,
                  steps: list[int] | None = None) -> pd.DataFrame:
-        """Frame (step, group, idx, total, error[, completion], <metric>...): scores expanded
-        into one column per metric. steps: only these steps (index lookups). Without text and
-        without a group filter, read from step_scores where the store has it (one row per step)."""
-        if not with_text and group is None and self._score_blobs():
-            return self._rollouts_from_blobs(since_step, until_step, step, steps)
-        cols = 'step, grp AS "group", idx, total, scores, error' + (", completion" if with_text else "")
-        q, args = f"SELECT {cols} FROM rollouts WHERE step > ?", [since_step]
-        if steps is not None:
-            q += f" AND step IN ({','.join('?' * len(steps))})"
-            args += [int(x) for x in steps]
-        if until_step is not None:
-            q += " AND step <= ?"
-            args.append(until_step)
-        if step is not None:
-            q += " AND step = ?"
-            args.append(step)
-        if group is not None:
-            q += " AND grp = ?"
-            args.append(group)
-        rows = self.conn.execute(q + " ORDER BY step, grp, idx", args).fetchall()
-        names = ["step", "group", "idx", "total", "scores", "error"] + (["completion"] if with_text else [])
-        if not rows:
-            return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("step", "group", "idx") else
-                                              "float64" if c == "total" else object)
-                                 for c in names if c != "scores"})
-        cols = dict(zip(names, zip(*rows)))
-        df = pd.DataFrame({"step": np.array(cols["step"], np.int64), "group": np.array(cols["group"], np.int64),
-                           "idx": np.array(cols["idx"], np.int64), "total": np.array(cols["total"], np.float64),
-                           "error": list(cols["error"]), **({"completion": list(cols["completion"])} if with_text else {})})
-        return pd.concat([df, _scores_frame(cols["scores"])], axis=1)
-
-    def _rollouts_from_blobs(self, since_step, until_step, step, steps) -> pd.DataFrame:
-        q, args = "SELECT step, metrics, grp, idx, total, scores, errors FROM step_scores WHERE step > ?", [since_step]
+        """Frame (step, group, idx, total, error[, completion], <metric>...), rows in (step, group,
+        idx) order, one float column per metric (NaN: a failed metric, or one a rollout lacks):
+        the numbers from step_scores (one row per step), the texts from rollouts. steps: only
+        these steps (index lookups); group: that group's rows."""
+        where, args = "step > ?", [since_step]
         for cond, val in (("step <= ?", until_step), ("step = ?", step)):
             if val is not None:
-                q += f" AND {cond}"
+                where += f" AND {cond}"
                 args.append(val)
         if steps is not None:
-            q += f" AND step IN ({','.join('?' * len(steps))})"
+            where += f" AND step IN ({','.join('?' * len(steps))})"
             args += [int(x) for x in steps]
-        rows = self.conn.execute(q + " ORDER BY step", args).fetchall()
-        if not rows:
+        with self._snapshot():  # the numbers and the texts of the same commit
+            if self._json_scores:
+                self._temp_step_scores(where, args)
+            rows = self.conn.execute("SELECT step, metrics, grp, idx, total, scores, errors FROM step_scores "
+                                     f"WHERE {where} ORDER BY step", args).fetchall()
+            texts = self.conn.execute(f"SELECT step, grp, idx, completion FROM rollouts WHERE {where}"
+                                      + (" AND grp = ?" if group is not None else "") + " ORDER BY step, grp, idx",
+                                      args + ([group] if group is not None else [])).fetchall() if with_text else []
+        if group is not None:  # the frame is built from the group's rollouts only (its metrics, its errors)
+            rows = [r for r in (_group_only(r, group) for r in rows) if r is not None]
+        df = _blob_frame(rows) if rows else None
+        if df is None or df.empty:
+            cols = ("step", "group", "idx", "total", "error") + (("completion",) if with_text else ())
             return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("step", "group", "idx") else
-                                              "float64" if c == "total" else object)
-                                 for c in ("step", "group", "idx", "total", "error")})
-        return _blob_frame(rows)
+                                              "float64" if c == "total" else object) for c in cols})
+        if with_text:
+            df.insert(5, "completion", _texts_in_order(df, texts))
+        return df
+
+    @contextmanager
+    def _snapshot(self):
+        """Reads inside one read transaction (WAL: one commit's view, no lock on writers)."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+    def _temp_step_scores(self, where: str, args: list):
+        """A version-1 store made before step_scores, opened without migrating (read-only): the
+        steps of this read, from their scores JSON into a TEMP step_scores (this connection's
+        only), which the read then takes as a version-2 store's. Made again for each read, so a
+        step an older writer adds or completes meanwhile is read as it is now."""
+        c = self.conn
+        if "scores" not in self._rollout_columns():  # a writer migrated the file meanwhile: its step_scores
+            c.execute("DROP TABLE IF EXISTS temp.step_scores")
+            self._json_scores, self.version = False, SCHEMA_VERSION
+            return
+        c.execute(_STEP_SCORES.replace("step_scores", "temp.step_scores", 1))
+        c.execute("DELETE FROM temp.step_scores")
+        _json_scores_to_step_scores(c, c.execute("SELECT step, grp, idx, total, scores, error FROM rollouts "
+                                                 f"WHERE {where} ORDER BY step, grp, idx", args).fetchall())
 
     def rollout_extent(self) -> tuple[int | None, int | None, int]:
         """(first step, last step, rollouts at the last step) from the primary key alone:
@@ -885,11 +990,41 @@ def display_status(meta: dict, now: float | None = None) -> str:
     return status
 
 
+@dataclass(frozen=True)
+class RunMeta:
+    """A run's meta, parsed once (RunMeta.parse, RunStore.run_meta): what readers ask of it."""
+    status: str | None  # as stored (display_status derives "stale")
+    kind: str  # train | pilot | trl | import
+    source: str  # who wrote the steps: grpo_core, trl, wandb, ...
+    config: dict  # the run's config (RunConfig.to_dict() for our runs; what an importer found)
+    settings: dict  # what the process behind the run has in force now (meta "settings")
+    accepts: tuple[str, ...] | None  # the request kinds its session handles (None: a store from before)
+
+    @classmethod
+    def parse(cls, meta: dict) -> "RunMeta":
+        accepts = meta.get("accepts")
+        return cls(meta.get("status"), meta.get("kind") or "train", meta.get("source") or "grpo_core",
+                   meta.get("config") or {}, meta.get("settings") or {},
+                   None if accepts is None else tuple(accepts))
+
+    def cfg(self, section: str, key: str, default=None):
+        """A config value, `default` when the section or key is missing."""
+        return (self.config.get(section) or {}).get(key, default)
+
+    @property
+    def configured_steps(self) -> int | None:
+        return self.cfg("grpo", "steps")
+
+    @property
+    def steps_budget(self) -> int | None:
+        """The step budget in force: a set_steps request changes it mid-run (meta "settings"),
+        else the config's grpo.steps."""
+        steps = self.settings.get("steps")
+        return steps if steps is not None else self.configured_steps
+
+
 def steps_budget(meta: dict) -> int | None:
-    """The step budget in force: a set_steps request changes it mid-run (meta "settings"),
-    else the config's grpo.steps."""
-    steps = (meta.get("settings") or {}).get("steps")
-    return steps if steps is not None else ((meta.get("config") or {}).get("grpo") or {}).get("steps")
+    return RunMeta.parse(meta).steps_budget
 
 
 def status_label(status: str, stop_reason: str | None) -> str:
@@ -907,11 +1042,11 @@ def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
         try:
             with RunStore(db, readonly=True) as s:
                 meta = s.get_meta()
-                cfg = meta.get("config") or {}
+                parsed = RunMeta.parse(meta)
                 row.update(status=display_status(meta), last_step=s.last_step(),
-                           steps=steps_budget(meta), kind=meta.get("kind", "train"),
+                           steps=parsed.steps_budget, kind=parsed.kind,
                            created=meta.get("created"), heartbeat=meta.get("heartbeat"),
-                           error=meta.get("error"), source=meta.get("source", "grpo_core"),
+                           error=meta.get("error"), source=parsed.source,
                            stop_reason=meta.get("stop_reason"))
         except (StoreError, sqlite3.DatabaseError, ValueError) as e:
             row.update(status="unreadable", error=str(e))

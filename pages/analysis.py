@@ -7,8 +7,6 @@ newest run.
 """
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from grpo_core import charts as C
@@ -28,19 +26,8 @@ st.header("Analysis")
 
 @st.cache_data(show_spinner="Reading the run…", max_entries=8)
 def load_report(path: str, window: int, stamp: tuple) -> R.Report:
-    """Cached per (run, window, file state): a live run's new steps change the stamp."""
+    """Cached per (run, window, store state): a live run's new steps change the stamp (report.store_stamp)."""
     return R.build_report(path, window=window)
-
-
-def file_stamp(run_dir: str) -> tuple:
-    out = []
-    for name in ("run.db", "run.db-wal"):
-        try:
-            s = os.stat(os.path.join(run_dir, name))
-            out.append((s.st_mtime_ns, s.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
 
 
 # ---- which run ---------------------------------------------------------------------------------
@@ -57,7 +44,7 @@ st.caption(f"Run **{run_id}** · {row['status']} (choose another run in the side
 window = int(st.number_input("Window (steps)", 1, 10_000, R.DEFAULT_WINDOW, key="analysis_window",
                              help="Steps before/after each change in the ledger, and the rolling ratio"))
 try:
-    rep = load_report(row["path"], window, file_stamp(row["path"]))
+    rep = load_report(row["path"], window, R.store_stamp(row["path"]))
 except (StoreError, ConfigError, ValueError) as e:
     st.error(f"Cannot analyse run {run_id}: {e}")
     st.stop()

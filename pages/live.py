@@ -1,12 +1,13 @@
 """Live monitor: health cards, charts, alerts and the weight sliders of one run.
 
 Layout and widgets only: grpo_core.live reads the store incrementally and computes,
-grpo_core.charts draws. The charts refresh every 2 s while the run is live (a fragment,
+grpo_core.steering keeps the sliders' and inputs' session state in step with the run
+(and gives their bounds), grpo_core.charts draws. The charts refresh every 2 s while the run is live (a fragment,
 so the sliders below are not disturbed); a finished run is drawn once.
 """
 import streamlit as st
 
-from grpo_core import charts, control, live, presets, runner
+from grpo_core import charts, control, live, presets, runner, steering
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, runs_dir
 from grpo_core.safety import require_token
@@ -41,7 +42,7 @@ def state() -> live.LiveState:
 
 
 def my_requests() -> list[int]:
-    return ss.setdefault("my_requests", {}).setdefault(run_id, [])
+    return steering.my_requests(ss, run_id)
 
 
 def send(kind: str, payload: dict) -> bool:
@@ -75,9 +76,7 @@ def monitor():
     caps = live.capabilities(s)
 
     top = st.columns([3, 2])
-    badge = {"running": ":green", "paused": ":orange", "created": ":blue", "finished": ":gray",
-             "stopped": ":gray", "failed": ":red", "stale": ":red"}.get(c.status, ":gray")
-    top[0].markdown(f"**{run_id}** · {badge}[{c.status}] · {live.config_summary(s.meta)}")
+    top[0].markdown(f"**{run_id}** · {live.status_badge(c.status)} · {live.config_summary(s.meta)}")
     if c.steps:
         top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · ETA {live.fmt_eta(c.eta_s)}")
     if c.status == "failed":
@@ -106,11 +105,8 @@ def monitor():
         (st.error if a.severity == "critical" else st.warning)(f"{a.message} (step {a.step})")
 
     reqs = live.request_lines(s, my_requests())
-    open_now = {r["id"] for r in reqs if r["status"] in ("pending", "applying")}
-    if ss.get("open_requests", set()) - open_now:  # one of ours was just resolved: redraw the sliders too
-        ss["open_requests"] = open_now
+    if steering.request_resolved(ss, reqs):  # one of ours was just resolved: redraw the sliders too
         st.rerun()
-    ss["open_requests"] = open_now
     if reqs:
         with st.container(border=True):
             st.markdown("**Your requests**")
@@ -141,90 +137,57 @@ def steer():
     cur = live.current_settings(s)
     st.subheader("Reward weights, threshold" + (", difficulty" if "set_difficulty" in caps["accepts"] else ""))
     if not caps["steer"]:
-        final = ", ".join(f"{m}={w:g}" for m, w in cur["weights"].items())
-        st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "
-                   f"min_group_std {cur['min_group_std']:g}; level {cur['level']}.")
-        if not caps["imported"]:
-            if "set_autopilot" in caps["accepts"]:
-                autopilot_moves(s, steer=False)
-            save_preset_box(s, cur)
+        settled(s, cur, caps)
         return
-    keys = {m: f"w:{run_id}:{m}" for m in cur["weights"]}
-    thr_key, lvl_key = f"thr:{run_id}", f"lvl:{run_id}"
-
-    def load_values(weights: dict, thr: float | None = None, lvl: int | None = None):
-        for m, w in weights.items():
-            if m in keys:
-                ss[keys[m]] = round(float(w), 2)
-        if thr is not None:
-            ss[thr_key] = float(thr)
-        if lvl is not None:
-            ss[lvl_key] = int(lvl)
-
-    # The sliders' range stays fixed per run: a changed range makes Streamlit treat them as new
-    # widgets (back to 0). It only grows when a weight set elsewhere exceeds it; then re-seed.
-    top_key = f"wtop:{run_id}"
-    need = max(cur["weights"].values(), default=1.0)
-    if ss.get(top_key, 0) < need:
-        ss[top_key] = float(max(1.0, round(need * 1.5 + 0.005, 2)))
-        load_values(cur["weights"], cur["min_group_std"], cur["level"])
-    if any(k not in ss for k in keys.values()) or thr_key not in ss:
-        load_values(cur["weights"], cur["min_group_std"], cur["level"])
-    run_keys = {k: f"{k}:{run_id}" for k in live.RUN_SETTINGS}
-
-    def load_run_values(settings: dict):
-        for k, key in run_keys.items():
-            if settings.get(k) is not None:
-                ss[key] = float(settings[k]) if k == "temperature" else int(settings[k])
-
-    if any(k not in ss for k in run_keys.values()):
-        load_run_values(cur)
-    # Settings changed elsewhere (an autopilot move, another tab, the CLI): an input the user has
-    # not touched follows them (else it would offer to revert the change); an edited one is kept.
-    seen_key = f"seen:{run_id}"
-    prev = ss.get(seen_key)
-    if prev is not None:
-        as_weight = lambda v: round(float(v), 2)  # noqa: E731  (the sliders' resolution)
-        inputs = {**{keys[m]: (prev["weights"].get(m), cur["weights"].get(m), as_weight) for m in keys},
-                  thr_key: (prev["min_group_std"], cur["min_group_std"], float),
-                  lvl_key: (prev["level"], cur["level"], int),
-                  **{run_keys[k]: (prev.get(k), cur.get(k), float if k == "temperature" else int) for k in run_keys}}
-        for key, (old, new, cast) in inputs.items():
-            if old is not None and new is not None and old != new and ss.get(key) == cast(old):
-                ss[key] = cast(new)
-    ss[seen_key] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cur.items()}
-    top = ss[top_key]
-    accepts = caps["accepts"]  # only the controls this run's trainer (or TRL callback) applies
-    has_level = "set_difficulty" in accepts
-    cols = st.columns(len(keys) + 1 + has_level)
-    weights = {m: cols[i].slider(m, 0.0, float(top), step=0.01, key=keys[m]) for i, m in enumerate(keys)}
-    thr = cols[len(keys)].slider("min_group_std", 0.0, 0.3, step=0.005, format="%.3f", key=thr_key,
-                                 help="a group is trainable when its total-reward std is above this")
-    lvl = cols[-1].slider("difficulty", 1, 4, key=lvl_key, help="demo task level (1 easy .. 4 hard); not "
-                          "predictable from past rollouts") if has_level else cur["level"]
-    inputs = {"group_size": lambda c: c.number_input("Group size G", 2, control.MAX_GROUP_SIZE,
-                                                     key=run_keys["group_size"], help="completions per prompt; from "
-                                                     "the next step"),
-              "prompts_per_step": lambda c: c.number_input("Prompts per step", 1, control.MAX_PROMPTS,
-                                                           key=run_keys["prompts_per_step"]),
-              "temperature": lambda c: c.number_input("Temperature", 0.01, control.MAX_TEMPERATURE, step=0.05,
-                                                      format="%.2f", key=run_keys["temperature"]),
-              "steps": lambda c: c.number_input("Steps (budget)", 1, control.MAX_STEPS, key=run_keys["steps"],
-                                                help=f"extend or shorten the run; not below the current step "
-                                                     f"({s.last_step})")}
-    shown = [k for k in inputs if live.RUN_SETTINGS[k] in accepts]
-    rc = st.columns(4)
-    run = {k: inputs[k](rc[i]) for i, k in enumerate(shown)}
+    keys = steering.sync(ss, run_id, cur)  # seed the widgets, follow changes made elsewhere
+    weights, thr, lvl, run = sliders(s, cur, caps["accepts"], keys)
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
-
     try:
         wi = live.what_if(s, weights, thr)
     except ConfigError as e:
         st.error(str(e))
         wi = None
     todo = live.pending_changes(cur, weights, thr, lvl, run)
-    waiting = [r for r in live.request_lines(s, my_requests()) if r["status"] in ("pending", "applying")]
+    waiting = steering.open_requests(live.request_lines(s, my_requests()))
+    what_if_line(wi, caps, lvl != cur["level"], todo, waiting)
+    buttons(s, caps, cur, keys, weights, thr, todo, waiting)
+    suggestions_box(keys)
+    if "set_autopilot" in caps["accepts"]:
+        autopilot_moves(s, steer=True)
+    save_preset_box(s, cur)
+
+
+def settled(s: live.LiveState, cur: dict, caps: dict):
+    """A run that cannot be steered (finished, stale, imported): its last settings."""
+    final = ", ".join(f"{m}={w:g}" for m, w in cur["weights"].items())
+    st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "
+               f"min_group_std {cur['min_group_std']:g}; level {cur['level']}.")
+    if not caps["imported"]:
+        if "set_autopilot" in caps["accepts"]:
+            autopilot_moves(s, steer=False)
+        save_preset_box(s, cur)
+
+
+def sliders(s: live.LiveState, cur: dict, accepts, keys: steering.Keys):
+    """The weight, threshold and level sliders and the run-setting inputs the run accepts
+    (only the controls its trainer, or TRL callback, applies): their values."""
+    top = ss[keys.top]
+    has_level = "set_difficulty" in accepts
+    cols = st.columns(len(keys.weights) + 1 + has_level)
+    weights = {m: cols[i].slider(**steering.weight_spec(m, top), key=key) for i, (m, key) in
+               enumerate(keys.weights.items())}
+    thr = cols[len(keys.weights)].slider(**steering.threshold_spec(), key=keys.thr)
+    lvl = cols[-1].slider(**steering.level_spec(), key=keys.lvl) if has_level else cur["level"]
+    shown = steering.run_inputs(accepts)
+    rc = st.columns(max(4, len(shown)))
+    run = {k: rc[i].number_input(**steering.run_input_spec(live.RUN_SETTINGS[k], s.last_step), key=keys.run[k])
+           for i, k in enumerate(shown)}
+    return weights, thr, lvl, run
+
+
+def what_if_line(wi: dict | None, caps: dict, level_changed: bool, todo: list, waiting: list):
+    """The what-if ratio of the slider settings beside the settings in force, and what Apply sends."""
     m = st.columns([2, 2, 3])
     if wi and wi["available"]:
         m[0].metric(f"What-if trainable ratio (last {wi['steps']} steps)", f"{wi['predicted']:.0%}",
@@ -233,7 +196,7 @@ def steer():
         m[1].metric("Settings in force", f"{wi['now']:.0%}", help="the same window re-scored with the settings in force")
     else:
         m[0].caption(caps["message"] or "What-if: waiting for the first rollouts.")
-    if lvl != cur["level"]:
+    if level_changed:
         m[2].caption("A difficulty change alters the prompts themselves: the what-if cannot predict it.")
     if waiting:
         m[2].caption(f"Waiting for request #{waiting[-1]['id']} to be applied at the next step boundary.")
@@ -241,17 +204,22 @@ def steer():
         m[2].caption("Pending change: " + ("; ".join(live.request_summary(k, p) for k, p in todo) if todo
                                            else "none (sliders equal the settings in force)"))
 
+
+def buttons(s: live.LiveState, caps: dict, cur: dict, keys: steering.Keys, weights: dict, thr: float,
+            todo: list, waiting: list):
+    """Apply (one request per changed setting), Reset, Suggest, Pause/Resume, Stop."""
+    accepts = caps["accepts"]
     b = st.columns(6)
     if b[0].button("Apply", type="primary", disabled=not todo or bool(waiting), key="apply",
                    help="one request per changed setting; the trainer applies it at the next step"):
         if all(send(kind, payload) for kind, payload in todo):
             st.toast("Sent: applied at the next step boundary")
             st.rerun()  # full rerun: the monitor shows the request as pending at once
-    b[1].button("Reset sliders", key="reset", on_click=load_values,
-                args=(cur["weights"], cur["min_group_std"], cur["level"]))
+    b[1].button("Reset sliders", key="reset", on_click=steering.load_values,
+                args=(ss, keys, cur["weights"], cur["min_group_std"], cur["level"]))
     if b[2].button("Suggest weights", key="suggest", disabled=not caps["what_if"]):
         try:
-            ss[f"sugg:{run_id}"] = live.suggestions(s, weights, thr)
+            ss[keys.suggestions] = live.suggestions(s, weights, thr)
         except (ConfigError, ValueError) as e:
             st.error(str(e))
     if "pause" not in accepts:
@@ -267,19 +235,18 @@ def steer():
         send("stop", {})
         st.rerun()
 
-    sugg = ss.get(f"sugg:{run_id}")
-    if sugg is not None:
-        if not sugg:
-            st.caption("No weights near these would make more groups trainable in the recent window.")
-        for i, sg in enumerate(sugg):
-            c = st.columns([5, 1])
-            c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "
-                          + ", ".join(f"{k}={v:.2f}" for k, v in sg["weights"].items()) + f"  \n{sg['why']}")
-            c[1].button("Load", key=f"load_sugg_{i}", on_click=load_values, args=(sg["weights"],))
 
-    if "set_autopilot" in accepts:
-        autopilot_moves(s, steer=True)
-    save_preset_box(s, cur)
+def suggestions_box(keys: steering.Keys):
+    sugg = ss.get(keys.suggestions)
+    if sugg is None:
+        return
+    if not sugg:
+        st.caption("No weights near these would make more groups trainable in the recent window.")
+    for i, sg in enumerate(sugg):
+        c = st.columns([5, 1])
+        c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "
+                      + ", ".join(f"{k}={v:.2f}" for k, v in sg["weights"].items()) + f"  \n{sg['why']}")
+        c[1].button("Load", key=f"load_sugg_{i}", on_click=steering.load_values, args=(ss, keys, sg["weights"]))
 
 
 def autopilot_moves(s: live.LiveState, steer: bool):
@@ -287,9 +254,7 @@ def autopilot_moves(s: live.LiveState, steer: bool):
     cur = live.current_settings(s)
     st.subheader("Autopilot")
     if steer:
-        ap_key, seen = f"ap:{run_id}", f"ap_seen:{run_id}"
-        if ss.get(seen) != cur["autopilot"]:  # applied (or changed elsewhere): the switch shows it
-            ss[ap_key] = ss[seen] = cur["autopilot"]
+        ap_key = steering.sync_autopilot(ss, steering.keys(run_id), cur["autopilot"])
         st.toggle("Autopilot on", key=ap_key, on_change=lambda: send("set_autopilot", {"enabled": bool(ss[ap_key])}),
                   help="acts on the health verdict with requests (reweight, raise G within a budget, widen "
                        "sampling, raise difficulty, stop early); every move is listed here with its reason and can "
@@ -312,7 +277,7 @@ def save_preset_box(s: live.LiveState, cur: dict):
     with st.expander("Save these settings as a preset"):
         st.caption("Weights, group size and threshold in force, as a TOML file under the runs dir's presets/ "
                    "(start a run from it on the Runs page).")
-        name = st.text_input("Preset name", key=f"preset_name:{run_id}", placeholder="e.g. cite-less")
+        name = st.text_input("Preset name", key=steering.keys(run_id).preset_name, placeholder="e.g. cite-less")
         if st.button("Save preset", key="save_preset", disabled=not name.strip()):
             try:
                 path = presets.save_preset(name.strip(), cur["weights"], cur.get("group_size"), cur["min_group_std"],

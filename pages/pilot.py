@@ -1,21 +1,26 @@
 """Pilot page: sample and score before training, see whether the rewards vary inside
 groups, plan the group size, and carry the chosen settings into a training run.
 
-Thin: widgets and charts. Everything computed here comes from grpo_core.pilot (no torch)."""
+Thin: layout and widgets. Everything computed here comes from grpo_core.pilot (no torch),
+the figures from grpo_core.charts (pilot_histograms, pilot_metric_std, pilot_planner)."""
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from grpo_core import charts
 from grpo_core import pilot as P
 from grpo_core import runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError
 from grpo_core.store import LIVE_STATUSES, StoreError, list_runs
+from grpo_core.live_settings import BY_KEY
 from grpo_core.safety import require_token
 from app import through_app
+
+GROUP_SIZE = BY_KEY["group_size"]
+PROMPTS = BY_KEY["prompts_per_step"]
+TEMPERATURE = BY_KEY["temperature"]  # the bounds a live request has (live_settings)
 
 if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
     st.stop()
@@ -34,11 +39,11 @@ with st.expander("Start a pilot", expanded=pilots.empty):
     with st.form("pilot_form"):
         c1, c2, c3 = st.columns(3)
         level = c1.number_input("Demo level", 1, 4, 1, help="task.level: 1 easy .. 4 hard")
-        group_size = c2.number_input("Group size G", 2, 256, 8, help="grpo.group_size: completions per prompt")
-        prompts = c3.number_input("Prompts per batch", 1, 512, 8, help="grpo.prompts_per_step")
+        group_size = c2.number_input("Group size G", 2, GROUP_SIZE.hi, 8, help="grpo.group_size: completions per prompt")
+        prompts = c3.number_input("Prompts per batch", 1, PROMPTS.hi, 8, help="grpo.prompts_per_step")
         c1, c2, c3 = st.columns(3)
         batches = c1.number_input("Batches", 1, 200, P.DEFAULT_BATCHES, help="pilot batches (grpo.steps)")
-        temperature = c2.number_input("Temperature", 0.05, 5.0, 1.0, step=0.1, help="grpo.temperature")
+        temperature = c2.number_input("Temperature", 0.05, TEMPERATURE.hi, 1.0, step=0.1, help="grpo.temperature")
         model_path = c3.text_input("Model path", "", help="local HF model folder; empty = built-in tiny model")
         st.caption("Reward weights")
         cols = st.columns(len(DEMO_WEIGHTS))
@@ -69,28 +74,6 @@ run_id = st.selectbox("Pilot", ids, key="pilot_pick")
 live = pilots.set_index("run_id").at[run_id, "status"] in LIVE_STATUSES
 
 
-def plot_histograms(s: P.PilotSummary):
-    long = s.values[s.metrics].melt(var_name="metric", value_name="score")
-    fig = px.histogram(long, x="score", facet_col="metric", facet_col_wrap=min(len(s.metrics), 5), nbins=20)
-    fig.update_yaxes(matches=None, title=None)
-    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
-    fig.update_layout(height=260, margin=dict(t=30, b=10, l=10, r=10), bargap=0.05)
-    st.plotly_chart(fig, width="stretch")
-
-
-def plot_planner(s: P.PilotSummary, plan: P.Plan):
-    c = plan.curve
-    fig = go.Figure(go.Scatter(x=c["G"], y=c["p_trainable"], mode="lines", name=f"p = {plan.p:.2f}"))
-    fig.add_hline(y=s.target, line_dash="dash", annotation_text=f"target {s.target:.2f}")
-    fig.add_trace(go.Scatter(x=[plan.current_g], y=[plan.measured_vary], mode="markers",
-                             name=f"pilot: varied in {plan.measured_vary:.0%} of groups"))
-    if plan.g_needed and plan.g_needed <= c["G"].max():
-        fig.add_vline(x=plan.g_needed, line_dash="dot", annotation_text=f"G = {plan.g_needed}")
-    fig.update_layout(height=300, margin=dict(t=30, b=10, l=10, r=10), xaxis_title="group size G",
-                      yaxis_title="P(group trainable)", yaxis_range=[0, 1.02])
-    st.plotly_chart(fig, width="stretch")
-
-
 def show(run_id: str, target: float, polling: bool = False):
     try:
         s = P.pilot_summary(run_id, target=target)
@@ -112,7 +95,18 @@ def show(run_id: str, target: float, polling: bool = False):
     if s.ratio is None:
         st.info("No batch scored yet: the first one appears here when it is done.")
         return
+    verdict(s)
+    st.subheader("Reward distribution per metric")
+    st.plotly_chart(charts.pilot_histograms(s.values, s.metrics), width="stretch")
+    st.subheader("Within-group std per metric")
+    st.plotly_chart(charts.pilot_metric_std(s.metric_table), width="stretch")
+    st.dataframe(s.metric_table, width="stretch")
+    planner(s)
+    start_training(s, weight_options(s))
 
+
+def verdict(s: P.PilotSummary):
+    """The verdict, its actions and reasons, and the pilot's numbers."""
     v = s.verdict
     (st.success if v.ready else st.warning)(f"**{v.headline}**")
     for a in v.actions:
@@ -130,16 +124,8 @@ def show(run_id: str, target: float, polling: bool = False):
     if s.uniform_metrics:
         st.warning("Uniform inside groups (variance bottleneck): " + ", ".join(f"`{m}`" for m in s.uniform_metrics))
 
-    st.subheader("Reward distribution per metric")
-    plot_histograms(s)
-    st.subheader("Within-group std per metric")
-    t = s.metric_table
-    fig = px.bar(t.reset_index(), x="metric", y="within_group_std", color="uniform",
-                 color_discrete_map={True: "#d62728", False: "#1f77b4"})
-    fig.update_layout(height=260, margin=dict(t=10, b=10, l=10, r=10))
-    st.plotly_chart(fig, width="stretch")
-    st.dataframe(t, width="stretch")
 
+def planner(s: P.PilotSummary):
     st.subheader("Group-size planner (binary metrics)")
     if not s.plans:
         st.caption("No binary metric in this pilot.")
@@ -147,13 +133,16 @@ def show(run_id: str, target: float, polling: bool = False):
         names = [p.metric for p in s.plans]
         focus = P.planner_focus(s)
         pick_m = st.selectbox("Binary metric", names, index=names.index(focus) if focus in names else 0,
-                              key=f"pilot_plan_metric_{run_id}")
+                              key=f"pilot_plan_metric_{s.run_id}")
         plan = s.plans[names.index(pick_m)]
         g = f"G = {plan.g_needed}" if plan.g_needed else "no G up to 256"
         st.caption(f"{plan.metric} succeeds {plan.p:.0%} of the time: P(trainable) = 1 − p^G − (1−p)^G is "
                    f"{plan.current_p_trainable:.2f} at G = {plan.current_g}; target {s.target:.2f} needs {g}.")
-        plot_planner(s, plan)
+        st.plotly_chart(charts.pilot_planner(plan, s.target), width="stretch")
 
+
+def weight_options(s: P.PilotSummary) -> dict:
+    """The weight suggestions; returns the weights to start training with, by their label."""
     st.subheader("Weight suggestions")
     options = {"pilot's weights": s.weights}
     if s.suggestions:
@@ -163,7 +152,12 @@ def show(run_id: str, target: float, polling: bool = False):
                         for i, sg in enumerate(s.suggestions)})
     else:
         st.caption("No weights near these do better on this pilot.")
+    return options
 
+
+def start_training(s: P.PilotSummary, options: dict):
+    """The pilot's settings with the verdict's first change, carried into the Runs page's form."""
+    v = s.verdict
     st.subheader("Start training with these settings")
     st.caption("Prefilled with the pilot's settings and the first change the verdict names: change one "
                "thing at a time, then pilot again or watch the first training steps.")
@@ -171,7 +165,7 @@ def show(run_id: str, target: float, polling: bool = False):
     c = st.columns(3)
     suggested = "weights" in by_kind.get("weights", {}) and len(options) > 1  # the verdict's weights: suggestion 1
     pick = c[0].radio("Weights", list(options), index=1 if suggested else 0, key="pilot_weights_choice")
-    g_new = c[1].number_input("Group size G", 2, 256, int(by_kind.get("group_size", {}).get("group_size",
+    g_new = c[1].number_input("Group size G", 2, GROUP_SIZE.hi, int(by_kind.get("group_size", {}).get("group_size",
                               s.group_size)), key="pilot_train_g")
     lvl = c[2].number_input("Demo level", 1, 4, int(by_kind.get("difficulty", {}).get(
         "level", (s.config.get("task") or {}).get("level", 1))), key="pilot_train_level")

@@ -8,8 +8,12 @@ import streamlit as st
 from grpo_core import live, presets, runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError, apply_overrides
 from grpo_core.store import LIVE_STATUSES, StoreError, status_label
+from grpo_core.live_settings import BY_KEY
 from grpo_core.safety import require_token
 from app import through_app
+
+GROUP_SIZE = BY_KEY["group_size"]
+PROMPTS = BY_KEY["prompts_per_step"]  # the bounds a live request has (live_settings)
 
 if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
     st.stop()
@@ -43,10 +47,6 @@ if runs.empty:
         except (ConfigError, StoreError) as e:
             st.error(str(e))
 
-BADGE = {"running": "green", "paused": "orange", "created": "blue", "finished": "gray", "stopped": "gray",
-         "failed": "red", "stale": "red", "unreadable": "red"}
-
-
 @st.fragment(run_every=3.0 if runs["status"].isin(LIVE_STATUSES).any() else None)
 def run_list():
     rows = live.runs_overview()
@@ -56,7 +56,7 @@ def run_list():
             c = st.columns([3, 3, 2, 3], vertical_alignment="center")
             kind = "" if r.get("kind") in (None, "train") else f" · {r['kind']}"
             label = status_label(status, r.get("stop_reason"))  # "stopped (autopilot)"
-            c[0].markdown(f"**{rid}**{kind}  \n:{BADGE.get(status, 'gray')}[{label}]"
+            c[0].markdown(f"**{rid}**{kind}  \n{live.status_badge(status, label)}"
                           + ("  \n*stale: no heartbeat, the trainer is gone or hung*" if status == "stale" else ""))
             if status == "unreadable":
                 c[1].error(f"unreadable: {r['error']}")
@@ -149,8 +149,8 @@ with st.expander("Start a run", expanded=runs.empty or bool(pre)):
         run_id = c[2].text_input("Run id (optional)", "", help="letters, digits, '_', '-', '.'")
         steps = c[3].number_input("Steps", 1, 1_000_000, 200)
         c = st.columns(4)
-        group = c[0].number_input("Group size G", 2, 1024, int(pre.get("group_size", 8)))
-        prompts = c[1].number_input("Prompts per step", 1, 4096, int(pre.get("prompts_per_step", 8)))
+        group = c[0].number_input("Group size G", 2, GROUP_SIZE.hi, int(pre.get("group_size", 8)))
+        prompts = c[1].number_input("Prompts per step", 1, PROMPTS.hi, int(pre.get("prompts_per_step", 8)))
         lr = c[2].number_input("Learning rate", 0.0, 1.0, 3e-4, format="%.1e", step=1e-4)
         thr = c[3].number_input("min_group_std", 0.0, 0.99, float(pre.get("min_group_std", 0.01)), format="%.3f",
                                 step=0.005,

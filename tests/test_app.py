@@ -273,6 +273,42 @@ def test_url_run_parameter_picks_the_run(runs_dir):
     assert at.session_state["run_id"] == "b" and at.query_params["run"] in ("b", ["b"])
 
 
+# ---- legacy pages/ routing -----------------------------------------------------------------------------
+def test_a_page_that_legacy_routing_runs_on_its_own_hands_over_to_the_app_once(runs_dir, monkeypatch):
+    """AppTest routes a run like a fresh server (by the pages/ folder's file names, before any
+    st.navigation call): the page file runs without app.py, and through_app runs app.main(),
+    which draws the run picker and the page, once; a page main() runs does not hand over again."""
+    import app as app_module
+    synth_run(runs_dir, "older", 3, status="finished").close()
+    synth_run(runs_dir, "newer", 3, status="finished").close()
+    calls = []
+    main = app_module.main
+    monkeypatch.setattr(app_module, "main", lambda: calls.append(1) or main())
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["run"] = "older"
+    at.switch_page("pages/analysis.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert calls == [1] and [s.key for s in at.sidebar.selectbox] == ["run_id"]  # app.py's run picker
+    assert texts(at.header) == ["Analysis"] and "Run **older** · finished (choose another run in the sidebar)" in \
+        texts(at.caption)
+    calls.clear()
+    at.switch_page("pages/runs.py").run()
+    assert not at.exception and calls == [1] and texts(at.header) == ["Runs"]
+    calls.clear()
+    at = AppTest.from_file(APP, default_timeout=60).run()  # the start page: app.py itself, main() once
+    assert not at.exception and calls == [1] and texts(at.header) == ["Live monitor"]
+
+
+def test_a_page_file_run_as_its_own_app_stays_on_its_own(runs_dir, monkeypatch):
+    """AppTest of a page file (the page is the entry point): no hand-over, no run picker."""
+    import app as app_module
+    synth_run(runs_dir, "r", 3, status="finished").close()
+    monkeypatch.setattr(app_module, "main", lambda: pytest.fail("main() ran"))
+    at = AppTest.from_file(str(REPO / "pages" / "runs.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert texts(at.header) == ["Runs"] and not at.sidebar.selectbox
+
+
 # ---- the Streamlit process never imports torch -----------------------------------------------------------
 def test_no_page_imports_torch(trained):
     root, rid = trained

@@ -134,3 +134,53 @@ def test_store_changes_and_live_changes_draw_identically(run):
 def test_chart_help_covers_every_live_chart():
     keys = [k for k, _ in charts.live_charts(pd.DataFrame(index=pd.Index([], name="step")), [], None)]
     assert set(keys) == set(charts.CHART_HELP)
+
+
+# ---- the pilot page's figures --------------------------------------------------------------------
+@pytest.fixture
+def coin_pilot(runs_dir):
+    """A finished pilot: `exact` a coin at p = 0.9 with G = 2 (the plan raises G), `format` always 1,
+    `f1` a continuous score that varies in every group."""
+    from grpo_core.pilot import pilot_summary
+    from tests.test_pilot import bernoulli_scores, make_pilot_store
+    rng = np.random.default_rng(7)
+    sc = bernoulli_scores(rng, 4, 32, 2, [0.9, 0.9, 0.5])
+    sc[..., 1] = 1.0
+    sc[..., 2] = rng.random(sc.shape[:3])
+    make_pilot_store("pilot-coin", sc, ["exact", "format", "f1"], {"exact": 0.7, "format": 0.2, "f1": 0.1},
+                     config={"grpo": {"group_size": 2}})
+    return pilot_summary("pilot-coin", target=0.3)
+
+
+def test_pilot_histograms_one_panel_per_metric_with_the_pilot_scores(coin_pilot):
+    s = coin_pilot
+    fig = charts.pilot_histograms(s.values, s.metrics)
+    assert isinstance(fig, go.Figure) and fig.layout.height == 260
+    assert sorted(a.text for a in fig.layout.annotations) == ["exact", "f1", "format"]  # "metric=exact" shortened
+    scores = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data])
+    np.testing.assert_array_equal(np.sort(scores), np.sort(s.values[s.metrics].to_numpy().ravel("F")))
+
+
+def test_pilot_metric_std_marks_the_uniform_metric_red(coin_pilot):
+    t = coin_pilot.metric_table
+    fig = charts.pilot_metric_std(t)
+    by_uniform = {tr.name: tr for tr in fig.data}
+    assert set(by_uniform) == {"True", "False"}
+    for uniform in (True, False):
+        tr = by_uniform[str(uniform)]
+        assert tr.marker.color == charts.UNIFORM_COLOURS[uniform]
+        assert list(tr.x) == list(t.index[t["uniform"] == uniform])
+        np.testing.assert_allclose(tr.y, t.loc[t["uniform"] == uniform, "within_group_std"])
+    assert "format" in by_uniform["True"].x and "f1" in by_uniform["False"].x
+
+
+def test_pilot_planner_curve_target_measured_point_and_the_g_needed(coin_pilot):
+    plan = coin_pilot.plans[0]
+    fig = charts.pilot_planner(plan, coin_pilot.target)
+    curve, point = fig.data
+    np.testing.assert_allclose(curve.y, plan.curve["p_trainable"])
+    assert (list(point.x), list(point.y)) == ([plan.current_g], [plan.measured_vary])
+    lines = {(s.type, s.x0 if s.x0 == s.x1 else None, s.y0 if s.y0 == s.y1 else None) for s in fig.layout.shapes}
+    assert ("line", None, 0.3) in lines and ("line", plan.g_needed, None) in lines
+    assert {a.text for a in fig.layout.annotations} == {"target 0.30", f"G = {plan.g_needed}"}
+    assert tuple(fig.layout.yaxis.range) == (0, 1.02)

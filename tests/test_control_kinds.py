@@ -28,7 +28,9 @@ def test_the_trl_callback_rejects_exactly_the_kinds_it_does_not_accept(runs_dir)
     import pytest
     trl = pytest.importorskip("grpo_core.integrations.trl")
     cb = trl.GRPOHealthCallback.__new__(trl.GRPOHealthCallback)
-    cb.store, cb.names = RunStore.create("t", {}, kind="trl"), ["a"]
+    cb.store, cb.names, cb._paused = RunStore.create("t", {}, kind="trl"), ["a"], False
+    cb.session = cb._new_session(cb.store)
+    assert cb.session.accepts == TRL
     payloads = {"set_weights": {"weights": {"a": 1.0}}, "set_threshold": {"min_group_std": 0.02},
                 "set_difficulty": {"level": 2}, "set_group_size": {"group_size": 4}, "set_prompts": {"prompts_per_step": 2},
                 "set_steps": {"steps": 9}, "set_temperature": {"temperature": 0.5}, "set_autopilot": {"enabled": True},

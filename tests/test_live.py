@@ -291,3 +291,23 @@ def test_a_run_deleted_or_damaged_while_watched_raises_store_error(runs_dir):
     (runs_dir / "r" / "run.db").write_bytes(b"garbage" * 1000)
     with pytest.raises(StoreError):
         live.load(runs_dir / "r", st)
+
+
+def test_every_status_has_one_colour_the_live_and_runs_pages_share():
+    import ast
+    from pathlib import Path
+    from grpo_core import store
+    statuses = (store.CREATED, store.RUNNING, store.PAUSED, store.FINISHED, store.FAILED, store.STOPPED, store.STALE,
+                "unreadable")
+    assert set(statuses) <= set(live.STATUS_COLOURS)
+    assert live.status_badge(store.RUNNING) == ":green[running]"
+    assert live.status_badge(store.STALE) == ":red[stale]" and live.status_badge("unreadable") == ":red[unreadable]"
+    stopped_by_autopilot = store.status_label(store.STOPPED, "autopilot")
+    assert live.status_badge(store.STOPPED, stopped_by_autopilot) == ":gray[stopped (autopilot)]"
+    assert live.status_badge("no-such-status") == ":gray[no-such-status]"
+    # ... and no page keeps a colour table of its own (a dict keyed by statuses)
+    for page in sorted((Path(__file__).resolve().parents[1] / "pages").glob("*.py")):
+        for node in ast.walk(ast.parse(page.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                assert len(keys & set(statuses)) < 2, f"{page.name}:{node.lineno} defines status colours"

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_core import health, models
+from grpo_core import grpo, health, models, session
 from grpo_core import names as N
 from grpo_core import store as S
 from grpo_core import trainer as T
+from grpo_core.checkpoints import latest_checkpoint
 from grpo_core.config import GRPOConfig, ModelConfig, RunConfig, load_config
-from grpo_core.trainer import (ADV_EPS, Trainer, advantages, completion_mask, grpo_loss,
-                               latest_checkpoint, rollout, train_on, trim)
+from grpo_core.grpo import ADV_EPS, advantages, completion_mask, grpo_loss, rollout, train_on, trim
+from grpo_core.trainer import Trainer
 
 torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
 
@@ -208,7 +209,7 @@ def test_with_a_kl_term_every_row_trains_whatever_drop_untrainable_says(policy):
 
 
 def test_an_update_moves_toward_higher_advantage(policy):
-    from grpo_core.trainer import token_logprobs
+    from grpo_core.grpo import token_logprobs
     model, tok = policy
     m = type(model)(model.config)
     m.load_state_dict(model.state_dict())
@@ -490,7 +491,7 @@ def test_sampler_returns_generates_tokens_under_the_same_seed(model, tok, temper
     torch.manual_seed(7)
     ref = _generate(model, tok, PROMPTS, 4, 12, temperature, top_p, suppress)
     torch.manual_seed(7)
-    roll = T.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, temperature=temperature,
+    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, temperature=temperature,
                      top_p=top_p, suppress_ids=suppress)
     assert torch.equal(roll.completion_ids, ref)
     ended = (ref == tok.eos_token_id).any(1)
@@ -500,7 +501,7 @@ def test_sampler_returns_generates_tokens_under_the_same_seed(model, tok, temper
 
 def test_rows_are_masked_after_eos_and_groups_share_their_prompt(model, tok):
     torch.manual_seed(0)
-    roll = T.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 5, max_new_tokens=10,
+    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 5, max_new_tokens=10,
                      suppress_ids=models.suppressed_token_ids(tok))
     comp, mask = roll.completion_ids, roll.completion_mask
     for row in range(comp.shape[0]):
@@ -516,7 +517,7 @@ def test_rows_are_masked_after_eos_and_groups_share_their_prompt(model, tok):
 def test_sampler_stops_when_every_row_has_ended(tok):
     m = models.build_tiny_model(SMALL, tok, seed=2)
     m.lm_head.register_forward_hook(lambda mod, i, out: out.index_fill(-1, torch.tensor([tok.eos_token_id]), 1e4))
-    roll = T.rollout(m, tok, [{"prompt": PROMPTS[0]}], 3, max_new_tokens=16)
+    roll = grpo.rollout(m, tok, [{"prompt": PROMPTS[0]}], 3, max_new_tokens=16)
     assert roll.completion_ids.shape[1] == 1 and (roll.completion_ids == tok.eos_token_id).all()
     assert roll.texts == ["", "", ""]
 
@@ -527,13 +528,13 @@ def test_shared_prompt_forward_equals_one_forward_over_all_rows(model, tok, temp
     subset of whole groups (what train_on keeps when it drops untrainable groups)."""
     suppress = models.suppressed_token_ids(tok)
     torch.manual_seed(3)
-    roll = T.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=10, suppress_ids=suppress)
+    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=10, suppress_ids=suppress)
     for rows in (torch.arange(12), torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])):
-        ids, attn, lp = T.trim(roll.input_ids[rows], roll.attention_mask[rows], roll.prompt_len)
+        ids, attn, lp = grpo.trim(roll.input_ids[rows], roll.attention_mask[rows], roll.prompt_len)
         out = {}
         for G in (1, 4):
             model.zero_grad()
-            logp, ent = T.token_logprobs(model, ids, attn, lp, temperature=temperature, suppress_ids=suppress,
+            logp, ent = grpo.token_logprobs(model, ids, attn, lp, temperature=temperature, suppress_ids=suppress,
                                          with_entropy=True, group_size=G)
             (logp * torch.linspace(-1, 1, logp.shape[1])).sum().backward()
             out[G] = logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
@@ -552,10 +553,10 @@ def test_sampled_tokens_have_the_log_probs_training_scores(model, tok):
     the training forward's distribution."""
     suppress = models.suppressed_token_ids(tok)
     torch.manual_seed(5)
-    roll = T.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 2, max_new_tokens=8, temperature=1e-3,
+    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 2, max_new_tokens=8, temperature=1e-3,
                      suppress_ids=suppress)
-    ids, attn, lp = T.trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
-    logp, _ = T.token_logprobs(model, ids, attn, lp, temperature=1e-3, suppress_ids=suppress, group_size=2)
+    ids, attn, lp = grpo.trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
+    logp, _ = grpo.token_logprobs(model, ids, attn, lp, temperature=1e-3, suppress_ids=suppress, group_size=2)
     mask = attn[:, lp:].bool()
     assert torch.allclose(logp[mask], torch.zeros_like(logp[mask]), atol=1e-3)  # each token had probability ~1
 
@@ -644,11 +645,10 @@ def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
     assert health.alert_kinds([{**hist[0], N.REWARD_STD: float("nan")}], cfg) is None
 
 
-@pytest.mark.parametrize("background", [True, False])
-def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path, monkeypatch, background):
-    """During run() the connection that writes the steps (the background writer's, or the
-    loop's with log.background_writes = false) never checkpoints (autocheckpoint 0) and the
-    heartbeat thread folds the WAL in; afterwards the loop's connection is back to SQLite's default."""
+def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path, monkeypatch):
+    """During run() the loop's connection, which writes the steps, never checkpoints
+    (autocheckpoint 0) and the heartbeat thread folds the WAL in; afterwards the loop's
+    connection is back to SQLite's default."""
     import threading
     import time
     seen, calls = [], []
@@ -666,11 +666,10 @@ def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path
         return real_log_steps(self, steps)
     monkeypatch.setattr(S.RunStore, "checkpoint", counted)
     monkeypatch.setattr(S.RunStore, "log_steps", spy)
-    monkeypatch.setattr(T.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
-    tr, store = _trainer(tmp_path, ["grpo.steps=4", f"log.background_writes={str(background).lower()}",
-                                    "log.commit_every_s=0"])  # a commit per step: 4 writes, each between beats
+    monkeypatch.setattr(session.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
+    tr, store = _trainer(tmp_path, ["grpo.steps=4", "log.commit_every_s=0"])  # 4 commits, each between beats
     tr.run()
-    assert seen == [("grpo-writer" if background else "MainThread", 0, 1)] * 4
+    assert seen == [("MainThread", 0, 1)] * 4
     assert store.last_step() == 4
     assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     beats = [out for name, out in calls if name == "grpo-heartbeat"]

@@ -22,7 +22,7 @@ from trl.trainer.utils import nanstd
 from grpo_core import health, models
 from grpo_core.config import GRPOConfig, ModelConfig
 from grpo_core.integrations.trl import trl_rewards
-from grpo_core.trainer import advantages, grpo_loss, token_logprobs, train_on
+from grpo_core.grpo import advantages, grpo_loss, token_logprobs, train_on
 
 # Our loss types and the TRL loss types they equal (dapo: on one process, one accumulation step).
 LOSS_TYPES = [("token", "bnpo"), ("token", "dapo"), ("sequence", "grpo")]
@@ -125,7 +125,7 @@ def test_a_train_on_update_has_trls_parameter_gradient(policy64, ours, theirs, b
     """The whole update on a real model in float64: our advantages and train_on against TRL's
     advantages and _compute_loss on the same rollouts, parameter by parameter."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.trainer import rollout
+    from grpo_core.grpo import rollout
     model, tok = policy64
     torch.manual_seed(0)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=8)

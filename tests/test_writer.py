@@ -1,11 +1,9 @@
 """How steps reach the store (grpo_core/writer.py), on real run stores, alone and inside the
-real trainer loop: the background writer (whole steps in order, back-pressure, a failure
-raised in the training thread) and the default batched commits (steps kept until
-commit_every_s has passed, one transaction for them, a failure that keeps every step before
-it). For all of them: the same failed status as when the loop commits each step itself,
-checkpoints and control answers never ahead of the steps they refer to, and every step
-stored before the final status."""
-import threading
+real trainer loop: the default batched commits (steps kept until commit_every_s has passed,
+one transaction for them, a failure that keeps every step before it) and a commit per step.
+For both: the same failed status as when the loop commits each step itself, checkpoints and
+control answers never ahead of the steps they refer to, and every step stored before the
+final status."""
 import time
 
 import pandas as pd
@@ -14,15 +12,16 @@ import torch
 
 from grpo_core import names as N
 from grpo_core import store as S
+from grpo_core import checkpoints
 from grpo_core import trainer as T
 from grpo_core.config import load_config
-from grpo_core.writer import BatchedWrites, StoreWriter
+from grpo_core.writer import BatchedWrites
 
 torch.set_num_threads(1)
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=6",
-        "log.progress=false", "log.checkpoint_every=0", "log.background_writes=true"]
+        "log.progress=false", "log.checkpoint_every=0"]
 
 
 def _store(tmp_path, run_id="w") -> S.RunStore:
@@ -38,87 +37,6 @@ def _step(k: int, score=0.5):
 
 def _reader(store: S.RunStore) -> S.RunStore:
     return S.RunStore.open(store.path, readonly=True)
-
-
-def test_steps_are_committed_whole_and_in_order_and_flush_waits_for_them(tmp_path):
-    store = _store(tmp_path)
-    w = StoreWriter(store.path)
-    for k in range(1, 6):
-        w.submit("log_step", k, *_step(k))
-    w.flush()
-    with _reader(store) as r:  # another connection sees every step, whole, once flush returned
-        assert r.scalars_wide()[N.REWARD].round(3).tolist() == [0.1, 0.2, 0.3, 0.4, 0.5]
-        assert r.groups()["step"].tolist() == [1, 2, 3, 4, 5]
-        assert r.rollouts()["completion"].tolist() == [f"text {k}.{i}" for k in range(1, 6) for i in range(2)]
-        assert r.events(kinds=[S.EV_ALERT])["step"].tolist() == [1, 2, 3, 4, 5]
-    w.close()
-    assert not w.thread.is_alive() and w.calls == 5
-    with pytest.raises(RuntimeError, match="closed"):
-        w.submit("log_step", 6, *_step(6))
-
-
-def test_a_full_queue_makes_the_trainer_wait(tmp_path):
-    """Back-pressure: with the store locked by another writer, the queue fills and submit()
-    blocks instead of growing memory; once the lock goes, every step lands in order."""
-    store = _store(tmp_path)
-    w = StoreWriter(store.path, maxsize=1)
-    blocker = S.RunStore(store.path)
-    blocker.conn.execute("BEGIN IMMEDIATE")  # the writer's transaction waits (busy timeout)
-    w.submit("log_step", 1, *_step(1))  # taken by the writer, which now waits for the lock
-    w.submit("log_step", 2, *_step(2))  # fills the queue
-    done = threading.Event()
-
-    def third():
-        w.submit("log_step", 3, *_step(3))
-        done.set()
-    t = threading.Thread(target=third, daemon=True)
-    t.start()
-    assert not done.wait(0.5)  # the trainer is held back while the writer is behind
-    assert w.q.qsize() == 1
-    blocker.conn.execute("ROLLBACK")
-    assert done.wait(30)
-    w.close()
-    assert store.scalars_wide().index.tolist() == [1, 2, 3]
-    blocker.close()
-
-
-def test_a_failed_write_stops_writing_and_is_raised_in_the_submitting_thread(tmp_path):
-    store = _store(tmp_path)
-    w = StoreWriter(store.path)
-    w.submit("log_step", 1, *_step(1))
-    w.submit("log_step", 2, *_step(2, score=object()))  # the store refuses it (not JSON), in the writer thread
-    w.submit("log_step", 3, *_step(3))  # queued behind the failure: never written
-    with pytest.raises(Exception) as e:
-        w.flush()
-    assert "not JSON serialisable" in str(e.value) or "must be a number" in str(e.value)
-    assert store.last_step() == 1  # nothing after the failed step: the stored steps stay contiguous
-    w.close()  # raised once already: closing does not raise it again
-    assert not w.thread.is_alive() and store.last_step() == 1
-
-
-def test_a_gated_writer_writes_when_let_go_or_after_its_wait(tmp_path):
-    store = _store(tmp_path)
-    w = StoreWriter(store.path, gated=True, gate_wait_s=60)
-    w.submit("log_step", 1, *_step(1))
-    w.submit("log_step", 2, *_step(2))
-    time.sleep(0.2)
-    assert store.last_step() is None and w.busy()  # handed over, held at the gate
-    w.go()
-    deadline = time.time() + 30
-    while w.busy() and time.time() < deadline:
-        time.sleep(0.01)
-    assert store.last_step() == 2 and not w.busy()
-    w.submit("log_step", 3, *_step(3))
-    w.flush()  # a flush opens the gate itself
-    assert store.last_step() == 3
-    w.close()
-    quick = StoreWriter(store.path, gated=True, gate_wait_s=0.05)  # nobody lets it go: written after its wait
-    quick.submit("log_step", 4, *_step(4))
-    deadline = time.time() + 30
-    while store.last_step() != 4 and time.time() < deadline:
-        time.sleep(0.01)
-    assert store.last_step() == 4
-    quick.close()
 
 
 def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
@@ -184,11 +102,11 @@ def test_a_failed_batch_keeps_every_step_before_the_bad_one_and_raises_its_error
 
 
 # ---- inside the trainer loop -----------------------------------------------------------------------
-# How the loop's steps reach the store: a background thread, batched commits (10 s: nothing
-# commits on time in these short runs, only where the trainer flushes), a commit per step.
-WRITES = {"background": ["log.background_writes=true"],
-          "batched": ["log.background_writes=false", "log.commit_every_s=10"],
-          "per step": ["log.background_writes=false", "log.commit_every_s=0"]}
+# How the loop's steps reach the store: batched commits (10 s: nothing commits on time in these
+# short runs, only where the trainer flushes), a commit per step.
+WRITES = {"batched": ["log.commit_every_s=10"], "per step": ["log.commit_every_s=0"]}
+
+
 def _trainer(tmp_path, extra=(), run_id="r"):
     cfg = load_config(None, TINY + list(extra))
     store = S.RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
@@ -197,7 +115,7 @@ def _trainer(tmp_path, extra=(), run_id="r"):
 
 @pytest.fixture
 def slow_writes(monkeypatch):
-    """A slow disk: every write of steps takes 60 ms, so the writer is always behind the loop."""
+    """A slow disk: every write of steps takes 60 ms."""
     real = S.RunStore.log_steps
 
     def slow(self, *a, **kw):
@@ -239,7 +157,7 @@ def test_checkpoints_and_control_answers_are_never_ahead_of_the_stored_steps(tmp
 
 
 @pytest.mark.parametrize("writes", list(WRITES))
-def test_a_stop_drains_the_queue_before_the_final_status(tmp_path, monkeypatch, slow_writes, writes):
+def test_a_stop_commits_every_step_before_the_final_status(tmp_path, monkeypatch, slow_writes, writes):
     tr, store = _trainer(tmp_path, ["grpo.steps=50"] + WRITES[writes])
     step = tr.train_step
 
@@ -251,14 +169,13 @@ def test_a_stop_drains_the_queue_before_the_final_status(tmp_path, monkeypatch, 
     tr.train_step = step_then_signal
     assert tr.run() == S.STOPPED
     assert store.last_step() == 4 and store.get_meta()["status"] == S.STOPPED
-    assert T.latest_checkpoint(store.run_dir).name == "step-000004"
+    assert checkpoints.latest_checkpoint(store.run_dir).name == "step-000004"
 
 
 @pytest.mark.parametrize("writes", list(WRITES))
 def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, writes):
-    """The store refuses step 3 (in the writer thread, in a batch with steps 1-2, or in the
-    loop): status failed, the same last error line, steps 1-2 kept, the open request rejected,
-    and no checkpoint past step 2."""
+    """The store refuses step 3 (in a batch with steps 1-2, or in the loop): status failed, the
+    same last error line, steps 1-2 kept, the open request rejected, and no checkpoint past step 2."""
     tr, store = _trainer(tmp_path, ["grpo.steps=8", "log.checkpoint_every=3"] + WRITES[writes])
     step = tr.train_step
 
@@ -275,7 +192,7 @@ def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, 
     assert meta["status"] == S.FAILED and store.last_step() == 2
     last = meta["error"].strip().splitlines()[-1]
     assert last.startswith(("TypeError", "grpo_core.store.StoreError")), last
-    assert T.latest_checkpoint(store.run_dir) is None  # the step-3 checkpoint never happened
+    assert checkpoints.latest_checkpoint(store.run_dir) is None  # the step-3 checkpoint never happened
     assert tr.writer is None
 
 
@@ -293,8 +210,7 @@ def test_every_way_of_writing_stores_what_a_commit_per_step_stores(tmp_path):
                       [(k, p) for k, p in zip(store.events()["kind"], store.events()["payload"]) if k != "checkpoint"])
     strip = lambda evs: [(k, {x: y for x, y in p.items() if x not in ("model",)}) for k, p in evs]  # noqa: E731
     base = runs["per step"]
-    for name in ("background", "batched"):
-        for got, want in zip(runs[name][:4], base[:4]):
-            pd.testing.assert_frame_equal(got, want, check_exact=True)
-        assert strip(runs[name][4]) == strip(base[4])
+    for got, want in zip(runs["batched"][:4], base[:4]):
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert strip(runs["batched"][4]) == strip(base[4])
     assert len(base[2]) == 4 * 2 * 4 and base[4]  # 4 steps of 2 x 4 rollouts, and alerts to compare

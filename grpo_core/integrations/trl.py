@@ -30,8 +30,6 @@ import atexit
 import hashlib
 import json
 import math
-import os
-import threading
 import time
 import warnings
 
@@ -43,12 +41,12 @@ from transformers import TrainerCallback
 from grpo_core import health, names as N
 from grpo_core.config import ConfigError, HealthConfig
 from grpo_core.control import validate_request
+from grpo_core.session import RunSession
 from grpo_core.integrations.importers import is_trl_summary, map_trl_entry, ImportReport
-from grpo_core.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSE, PAUSED, RESUME,
+from grpo_core.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FINISHED, PAUSE, PAUSED, RESUME,
                              RUNNING, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, STOP, RunStore, new_run_id,
                              runs_dir)
 
-HEARTBEAT_S = 2.0
 PAUSE_POLL_S = 0.5
 
 
@@ -111,7 +109,9 @@ class GRPOHealthCallback(TrainerCallback):
         self._pending: list[tuple] = []  # scored generation batches since the last step end
         self._cum = [0, 0]  # cumulative submitted, trainable groups
         self._alert_kinds: set[str] = set()
-        self._stop_beat = threading.Event()
+        self.session: RunSession | None = None  # rank 0, from on_train_begin
+        self._paused = False
+        self._at, self._decision = (1, 0), {}  # while requests are answered: (first step affected, last step run)
         self._wrap_rewards()
         self._wrap_train()
 
@@ -161,11 +161,8 @@ class GRPOHealthCallback(TrainerCallback):
         trainer.train = train
 
     def _fail(self, error: str):
-        self._stop_beat.set()
-        if self.store is not None and self.store.get_meta().get("status") in (RUNNING, PAUSED):
-            self.store.add_event(EV_LIFECYCLE, {"event": FAILED, "error": error})
-            self.store.set_status(FAILED, error=error)
-            self.store.reject_open_requests("the run failed")
+        if self.session is not None and self.store.get_meta().get("status") in (RUNNING, PAUSED):
+            self.session.fail(error, None, error, at="the run failed")
 
     # ---- lifecycle ------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kw):
@@ -204,20 +201,14 @@ class GRPOHealthCallback(TrainerCallback):
             self._cum = [int(cum.get(N.CUM_GROUPS_SUBMITTED, 0)), int(cum.get(N.CUM_GROUPS_TRAINABLE, 0))]
             store.add_event(EV_LIFECYCLE, {"event": "resumed", "step": state.global_step}, step=state.global_step)
         self.store = store
-        self.store.set_status(RUNNING, pid=os.getpid(), host=os.uname().nodename, source="trl", started=time.time())
         notes = []
         if str(args.scale_rewards) == "batch" or str(getattr(args, "multi_objective_aggregation", "")) == \
                 "normalize_then_sum":
             notes.append("TRL's frac_reward_zero_std measures the whole batch under this setting; the store's "
                          "trainable ratio is computed per group")
-        self.store.add_event(EV_LIFECYCLE, {"event": "started", "source": "trl", "notes": notes}, step=state.global_step)
-        threading.Thread(target=self._beat, daemon=True, name="grpo-health-heartbeat").start()
+        self.session = self._new_session(store)
+        self.session.start(state.global_step, {"event": "started", "source": "trl", "notes": notes}, source="trl")
         atexit.register(self._on_exit)
-
-    def _beat(self):
-        with RunStore.open(self.store.path) as s:  # one connection per thread
-            while not self._stop_beat.wait(HEARTBEAT_S):
-                s.heartbeat()
 
     def _on_exit(self):
         """The process ends without on_train_end (killed, or train() never returned)."""
@@ -226,11 +217,7 @@ class GRPOHealthCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kw):
         if not self.main or self.store is None:
             return
-        self._stop_beat.set()
-        self.store.reject_open_requests("the run finished before applying this request")
-        status = FINISHED
-        self.store.add_event(EV_LIFECYCLE, {"event": status, "step": state.global_step}, step=state.global_step)
-        self.store.set_status(status)
+        self.session.finish(FINISHED, state.global_step, at="the run finished before applying this request")
 
     # ---- control: claimed on rank 0, decided once, applied on every rank -----------------------------
     # Requests are claimed twice per step, both between steps as far as TRL is concerned:
@@ -263,70 +250,73 @@ class GRPOHealthCallback(TrainerCallback):
 
     def _claim(self, done: int, running: bool) -> dict:
         """Apply every pending request in order (`done`: steps completed; `running`: step
-        done+1 is about to run). A pause blocks here until resume or stop."""
-        step = done + 1  # the first step a change affects
-        last = step if running else done  # the last step that runs before a stop
-        decision: dict = {}
-        requests = self.store.claim_pending()
-        while requests:
-            req = requests.pop(0)
-            kind, rid = req["kind"], req["id"]
-            try:
-                payload = validate_request(kind, req["payload"], self.names)
-            except ConfigError as e:
-                self.store.resolve_request(rid, False, step, str(e))
-                continue
-            if kind == SET_WEIGHTS:
-                w = payload["weights"]
-                decision["weights"] = [w.get(n, 0.0) for n in self.names]  # unnamed metrics: 0, as CompositeReward
-                self.store.resolve_request(rid, True, step, f"reward_weights {dict(zip(self.names, decision['weights']))} "
-                                                            f"applied from step {step}")
-            elif kind == SET_THRESHOLD:
-                decision["min_group_std"] = payload["min_group_std"]
-                self.store.resolve_request(rid, True, step, f"min_group_std {payload['min_group_std']} from step {step}")
-            elif kind == STOP:
-                decision["stop"] = True
-                self.store.resolve_request(rid, True, last, f"training stops after step {last}")
-            elif kind == CHECKPOINT:
-                decision["save"] = True
-                self.store.resolve_request(rid, True, last, f"TRL saves a checkpoint at the end of step {last}")
-            elif kind == PAUSE:
-                self.store.resolve_request(rid, True, step, f"paused before step {step}")
-                more = self._wait_while_paused(step, last, requests)
-                if more is None:
-                    decision["stop"] = True
-                requests = more or []
-            elif kind == RESUME:
-                self.store.resolve_request(rid, False, step, "the run is not paused")
-            elif kind == SET_DIFFICULTY:
-                self.store.resolve_request(rid, False, step, "a TRL run trains on a fixed dataset: difficulty "
-                                                             "requests apply to the built-in trainer only")
-            else:
-                self.store.resolve_request(rid, False, step, f"{kind} is not supported for TRL runs")
-        return decision
-
-    def _wait_while_paused(self, step: int, last: int, queued: list) -> list | None:
-        """Block (rank 0; other ranks wait in the broadcast) until a resume; None on stop.
-        `queued`: requests claimed together with the pause (a resume may already be there)."""
-        self.store.set_status(PAUSED)
-        later: list = []
-        while True:
-            while queued:
-                req = queued.pop(0)
-                if req["kind"] == STOP:
-                    self.store.resolve_request(req["id"], True, last, f"stopped while paused: training stops "
-                                                                      f"after step {last}")
-                    self.store.set_status(RUNNING)
-                    for r in later + queued:
-                        self.store.resolve_request(r["id"], False, step, "the run was stopped")
-                    return None
-                if req["kind"] == RESUME:
-                    self.store.resolve_request(req["id"], True, step, f"resumed before step {step}")
-                    self.store.set_status(RUNNING)
-                    return later + queued  # applied in order now
-                later.append(req)
+        done+1 is about to run) through the session's handlers below. A pause blocks here
+        until resume or stop. -> what every rank applies."""
+        self._at = (done + 1, done + 1 if running else done)  # the first step a change affects; the last to run
+        self._decision = {}
+        self.session.serve()
+        while self._paused:
             time.sleep(PAUSE_POLL_S)
-            queued = self.store.claim_pending()
+            self.session.serve()
+        return self._decision
+
+    def _new_session(self, store: RunStore) -> RunSession:
+        """The callback's requests are these handlers (control.TRL_KINDS for older stores)."""
+        handlers = {SET_WEIGHTS: self._set_weights, SET_THRESHOLD: self._set_threshold, STOP: self._stop,
+                    CHECKPOINT: self._checkpoint, PAUSE: self._pause, RESUME: self._resume}
+        return RunSession(store, {k: self._checked(h) for k, h in handlers.items()}, self._refuse)
+
+    def _checked(self, handler):
+        """handler(payload), once the payload passed validate_request; else rejected, saying why."""
+        def handle(req):
+            try:
+                payload = validate_request(req["kind"], req["payload"], self.names)
+            except ConfigError as e:
+                return False, self._at[0], str(e)
+            return handler(payload)
+        return handle
+
+    def _set_weights(self, payload):
+        step, w = self._at[0], payload["weights"]
+        self._decision["weights"] = [w.get(n, 0.0) for n in self.names]  # unnamed metrics: 0, as CompositeReward
+        return True, step, f"reward_weights {dict(zip(self.names, self._decision['weights']))} applied from step {step}"
+
+    def _set_threshold(self, payload):
+        step, v = self._at[0], payload["min_group_std"]
+        self._decision["min_group_std"] = v
+        return True, step, f"min_group_std {v} from step {step}"
+
+    def _stop(self, payload):
+        last, paused, self._paused = self._at[1], self._paused, False
+        self._decision["stop"] = True
+        if paused:
+            self.store.set_status(RUNNING)
+            return True, last, f"stopped while paused: training stops after step {last}"
+        return True, last, f"training stops after step {last}"
+
+    def _checkpoint(self, payload):
+        self._decision["save"] = True
+        return True, self._at[1], f"TRL saves a checkpoint at the end of step {self._at[1]}"
+
+    def _pause(self, payload):
+        if self._paused:
+            return False, self._at[0], "already paused"
+        self._paused = True
+        self.store.set_status(PAUSED)
+        return True, self._at[0], f"paused before step {self._at[0]}"
+
+    def _resume(self, payload):
+        if not self._paused:
+            return False, self._at[0], "the run is not paused"
+        self._paused = False
+        self.store.set_status(RUNNING)
+        return True, self._at[0], f"resumed before step {self._at[0]}"
+
+    def _refuse(self, req):
+        if req["kind"] == SET_DIFFICULTY:
+            return False, self._at[0], ("a TRL run trains on a fixed dataset: difficulty requests apply to the "
+                                        "built-in trainer only")
+        return False, self._at[0], f"{req['kind']} is not supported for TRL runs"
 
     # ---- one step: groups, rollouts, health scalars ------------------------------------------------------
     def on_step_end(self, args, state, control, **kw):

@@ -10,9 +10,9 @@ Five metrics of the kinds real runs mix (config.DEMO_WEIGHTS): answer_f1 (contin
 exact (binary), citation (binary), format (binary), length (graduated penalty).
 
 Character-level and learnable by a ~100k-parameter model. The question comes first on
-purpose (measured): with it last, a 2-layer model needs thousands of supervised steps to
-learn the key lookup; with it first, each source's key can attend back to the question
-while it is read, and the lookup is learned within a few hundred. Harder levels are the
+purpose: with it last, a 2-layer model needs far more supervised steps to learn the key
+lookup (docs/benchmarks.md, "Behind the code"); with it first, each source's key can attend
+back to the question while it is read. Harder levels are the
 same skill under more pressure. Levels (task.level, changeable mid-run):
   1: 2 sources, one-word values
   2: 3 sources, one-word values

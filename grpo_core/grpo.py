@@ -1,0 +1,333 @@
+"""The GRPO step's math: rollout -> advantages -> loss -> update, small functions over tensors
+and arrays, each tested on its own (tests/test_trainer.py, and against TRL's own code in
+tests/test_trl_arithmetic.py). The run machinery (requests, checkpoints, heartbeat, the store)
+is in trainer.py and session.py.
+
+Facts the code relies on:
+- One update per batch, so the "old" policy is the current one: old log-probs are the
+  detached current log-probs (TRL with num_iterations=1). The importance ratio is 1 in
+  value and the clipped surrogate reduces to the policy gradient, with one forward pass.
+- Non-trainable groups get advantage 0 (docs/design.md), and with beta = 0 a zero-advantage
+  row has zero gradient, so by default they are dropped from the forward/backward batch:
+  a step costs in proportion to its trainable ratio. A step with no trainable group does
+  no backward at all and leaves every parameter untouched (with beta > 0 every row trains:
+  its KL term has a gradient).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from grpo_core.config import ConfigError
+
+ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
+
+
+# =============================================================================================
+# Rollout: batched sampling with the KV cache
+# =============================================================================================
+@dataclass
+class Rollouts:
+    input_ids: torch.Tensor  # [B, Lp + Lc]: left-padded prompt, then the completion (pad after eos)
+    attention_mask: torch.Tensor  # [B, Lp + Lc]: 0 on padding and after eos
+    prompt_len: int  # Lp
+    texts: list[str]  # [B] decoded completions
+    examples: list[dict]  # [B] each prompt's example, repeated G times
+    num_prompts: int
+    group_size: int
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.attention_mask[:, self.prompt_len:]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len:]
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1 on every token up to and including the first eos, 0 after (no Python loop)."""
+    is_eos = completion_ids == eos_id
+    before = is_eos.long().cumsum(-1) - is_eos.long()  # eos seen strictly before this position
+    return (before == 0).long()
+
+
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter with generate's arithmetic (TopPLogitsWarper): sort ascending, drop the
+    tail whose cumulative mass is <= 1 - top_p, always keep the most likely token."""
+    sorted_logits, order = torch.sort(scores, descending=False)
+    remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
+    remove[..., -1:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+@torch.no_grad()
+def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
+                  max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                  suppress_ids: list[int] | None = None) -> torch.Tensor:
+    """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
+    for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos,
+    stopping once every row has ended. Same logits processing (suppress, temperature, top-p)
+    and the same multinomial draws in the same order, so a seed gives generate's tokens
+    (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
+    through the model once, not G times (its KV cache is copied to its G rows; the prefill of
+    every row was a large share of generate's time: docs/benchmarks.md, "Behind the code"), rows
+    that have ended leave
+    the model's batch (once a quarter of it has ended), and none of generate's per-token
+    bookkeeping runs."""
+    pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(group_size)
+    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # [B, V], B = P*G
+    mask = prompt_mask.repeat_interleave(group_size, 0)
+    nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1  # generate's positions: count of attended tokens - 1
+    done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    rows = torch.arange(logits.shape[0], device=logits.device)  # the rows still in the model's batch
+    toks = []
+    for t in range(max_new_tokens):
+        scores = logits
+        if suppress_ids:
+            scores[:, suppress_ids] = float("-inf")
+        if temperature != 1.0:
+            scores = scores / temperature
+        if top_p < 1.0:
+            scores = _top_p(scores, top_p)
+        # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
+        tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
+        toks.append(tok)
+        done = done | (tok == eos_id)
+        if t == max_new_tokens - 1:
+            break
+        live = ~done[rows]  # rows outside the batch have ended already
+        n_live = int(live.sum())  # the one host sync per token (generate has one too)
+        if n_live == 0:
+            break
+        if n_live <= 3 * len(rows) // 4:
+            keep = live.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, mask, nxt = rows[keep], mask[keep], nxt[keep]
+        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], 1)
+        out = model(input_ids=tok[rows, None], attention_mask=mask, position_ids=nxt, past_key_values=cache,
+                    use_cache=True)
+        nxt = nxt + 1
+        logits[rows] = out.logits[:, -1].float()  # an ended row keeps its last logits: only drawn from
+    return torch.stack(toks, 1)
+
+
+def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
+            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None) -> Rollouts:
+    """P prompts -> P*G sampled completions in one batch (KV cache, each prompt prefilled once).
+    Rows are grouped: rows g*G .. g*G+G-1 are prompt g's group."""
+    device = next(model.parameters()).device
+    enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
+    comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=max_new_tokens,
+                         eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=temperature,
+                         top_p=top_p, suppress_ids=suppress_ids)
+    lp = enc["input_ids"].shape[1]
+    cmask = completion_mask(comp, tokenizer.eos_token_id)
+    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
+    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), comp], 1).masked_fill(attn == 0,
+                                                                                               tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
+    rep = [e for e in examples for _ in range(group_size)]
+    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size)
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """Join rollouts of several prompt batches (dynamic sampling) into one padded batch."""
+    if len(parts) == 1:
+        return parts[0]
+    lp = max(r.prompt_len for r in parts)
+    lc = max(r.input_ids.shape[1] - r.prompt_len for r in parts)
+    ids, masks = [], []
+    for r in parts:
+        left, right = lp - r.prompt_len, lc - (r.input_ids.shape[1] - r.prompt_len)
+        ids.append(torch.nn.functional.pad(r.input_ids, (left, right), value=pad_id))
+        masks.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
+    return Rollouts(torch.cat(ids), torch.cat(masks), lp, sum((r.texts for r in parts), []),
+                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size)
+
+
+# =============================================================================================
+# Advantages and loss
+# =============================================================================================
+def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", eps: float = ADV_EPS,
+               std: str = "unbiased") -> np.ndarray:
+    """totals [P, G], trainable [P] -> advantages [P, G].
+
+    group: (r - group mean) / (group std + eps); batch: divided by the whole batch's std
+    instead; none: r - group mean. std "unbiased" is the Bessel-corrected std (n - 1), as TRL
+    (`nanstd`) and verl (`torch.std`) divide by; "population" divides by n. Non-trainable
+    groups get 0: a near-constant group's noise is never blown up into +-1 advantages."""
+    totals = np.asarray(totals, dtype=np.float64)
+    if std not in ("unbiased", "population"):
+        raise ConfigError(f"grpo.advantage_std must be 'unbiased' or 'population', got {std!r}")
+    ddof = 1 if std == "unbiased" else 0
+    centered = totals - totals.mean(axis=1, keepdims=True)
+    if scale == "group":
+        adv = centered / (totals.std(axis=1, ddof=ddof, keepdims=True) + eps)
+    elif scale == "batch":
+        adv = centered / (totals.std(ddof=ddof) + eps)
+    elif scale == "none":
+        adv = centered
+    else:
+        raise ConfigError(f"grpo.scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return np.where(np.asarray(trainable, dtype=bool)[:, None], adv, 0.0)
+
+
+def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str, denom: float | None = None) -> torch.Tensor:
+    """token: sum over the masked tokens / denom (default: their count; long completions weigh
+    more, as in DAPO); sequence: sum of per-sequence means / denom (default: sequences with tokens)."""
+    mask = mask.to(x.dtype)
+    if loss_type == "token":
+        return (x * mask).sum() / (denom if denom else mask.sum().clamp(min=1.0))
+    per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    has = (mask.sum(-1) > 0).to(x.dtype)
+    return (per_seq * has).sum() / (denom if denom else has.sum().clamp(min=1.0))
+
+
+def _reduce_count(mask: torch.Tensor, loss_type: str) -> float:
+    return float(mask.sum()) if loss_type == "token" else float((mask.sum(-1) > 0).sum())
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
+              policy_rows: torch.Tensor | None = None, eps_low: float = 0.2, eps_high: float = 0.2,
+              loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0,
+              policy_denom: float | None = None):
+    """Clipped surrogate (+ beta * k3 KL to the reference). Shapes: logp/old_logp/ref_logp/mask
+    [B, L], adv [B], policy_rows [B] bool (rows whose group is trainable; default all).
+
+    The policy term sums over the tokens of policy rows and divides by every row's tokens
+    (token) or the number of rows (sequence), as TRL does with zero-advantage rows in the
+    batch; `policy_denom` gives that count when rows were dropped before the call (train_on),
+    so masking a non-trainable row and dropping it give the same gradient when beta = 0. A
+    step with few trainable groups therefore takes a small step, not a full one built from
+    a couple of prompts (a full step collapses the demo's policy after a level change:
+    docs/benchmarks.md, "Behind the code"). The KL term averages over every row's tokens
+    (train_on forwards every row when beta > 0), as TRL's. Returns (loss, stats) with stats as
+    floats."""
+    mask = mask.to(logp.dtype)
+    pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
+    ratio = torch.exp(logp - old_logp)
+    a = adv.to(logp.dtype)[:, None]
+    pg = -torch.minimum(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
+    policy = _reduce(pg, pmask, loss_type, policy_denom or _reduce_count(mask, loss_type))
+    if ref_logp is not None and beta > 0:
+        d = ref_logp - logp
+        kl = _reduce(torch.exp(d) - d - 1, mask, loss_type)  # k3: unbiased, always >= 0
+    else:
+        kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    loss = policy + beta * kl
+    with torch.no_grad():
+        policy, kl = policy.detach(), kl.detach()
+        clipped = ((ratio < 1 - eps_low) & (a < 0)) | ((ratio > 1 + eps_high) & (a > 0))
+        clip = (clipped.to(pmask.dtype) * pmask).sum() / pmask.sum().clamp(min=1.0)
+    return loss, {"policy": policy.item(), "kl": kl.item(), "clip_ratio": clip.item()}
+
+
+def _completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                       group_size: int) -> torch.Tensor:
+    """Logits predicting each completion token [B, Lc, V]. Rows in groups of G with the same
+    prompt (group_size = G > 1): the prompt goes through the model once per group, with grad,
+    its KV cache is copied to the group's rows and the completions attend to it. The same
+    function and gradient as one forward over all rows (tests/test_trainer.py), on a fraction
+    of the tokens (docs/benchmarks.md, "Behind the code")."""
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    lc = input_ids.shape[1] - prompt_len
+    if group_size > 1 and prompt_len > 0:
+        pm = attention_mask[::group_size, :prompt_len]
+        out = model(input_ids=input_ids[::group_size, :prompt_len], attention_mask=pm,
+                    position_ids=pos[::group_size, :prompt_len], use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        if hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(group_size)
+            first = out.logits[:, -1:].repeat_interleave(group_size, 0)
+            cpos = pos[:, prompt_len - 1:prompt_len] + 1 + torch.arange(lc, device=pos.device)  # as in sample_tokens
+            rest = model(input_ids=input_ids[:, prompt_len:], attention_mask=attention_mask, position_ids=cpos,
+                         past_key_values=cache, use_cache=True).logits[:, :-1]
+            return _upcast(torch.cat([first, rest], 1))
+    return _upcast(model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
+                         logits_to_keep=lc + 1).logits[:, :-1])
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to float32 for the log-softmax; float64 (the exactness tests) stays."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
+                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False,
+                   group_size: int = 1):
+    """Log-probs of the completion tokens [B, Lc] (logits only for the completion positions),
+    and their entropy [B, Lc] (no grad) when asked. Positions follow the attention mask, as in
+    `generate` with left padding. group_size = G: rows come in groups of G sharing a prompt
+    (rows g*G .. g*G+G-1), whose forward is then shared."""
+    logits = _completion_logits(model, input_ids, attention_mask, prompt_len, group_size)
+    if temperature != 1.0:
+        logits = logits / temperature
+    if suppress_ids:  # the sampler never saw these tokens: the policy it sampled from excludes them
+        logits[..., suppress_ids] = float("-inf")
+    logsm = logits.log_softmax(-1)
+    logp = logsm.gather(-1, input_ids[:, prompt_len:, None]).squeeze(-1)
+    # After eos the targets are padding, which may be a suppressed (-inf) token: zero them so
+    # masked positions can never turn the loss into nan (nan * 0 is nan).
+    logp = torch.where(attention_mask[:, prompt_len:].bool(), logp, torch.zeros_like(logp))
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            p = logsm.exp()
+            ent = -(p * logsm.masked_fill(p == 0, 0.0)).sum(-1)
+    return logp, ent
+
+
+def trim(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
+    """Drop columns that are padding in every row (left of the longest prompt, right of the
+    longest completion): no forward pass is spent on them."""
+    cols = attention_mask.any(0)
+    first = int(cols[:prompt_len].long().argmax()) if prompt_len else 0
+    last = prompt_len + int(attention_mask[:, prompt_len:].sum(-1).max())
+    return input_ids[:, first:last], attention_mask[:, first:last], prompt_len - first
+
+
+def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
+             ref_model=None, suppress_ids=None) -> dict:
+    """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
+    with no trainable group returns zeros without a forward or backward."""
+    G = roll.group_size
+    row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
+    with_kl = gcfg.beta > 0 and ref_model is not None
+    if not bool(row_trainable.any()) and not with_kl:
+        return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
+                "rows": 0, "tokens": 0}
+    # With a KL term every row has a gradient (TRL averages the KL over all tokens): dropping
+    # the non-trainable rows would change it, so they are only dropped when beta = 0.
+    rows = row_trainable if gcfg.drop_untrainable and not with_kl else torch.ones_like(row_trainable)
+    idx = rows.nonzero().squeeze(-1)
+    device = roll.input_ids.device
+    ids, attn, lp = trim(roll.input_ids[idx], roll.attention_mask[idx], roll.prompt_len)
+    cmask = attn[:, lp:]
+    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float64, device=device)[idx.to(device)]  # cast to logp's dtype in grpo_loss
+    prow = row_trainable.to(device)[idx.to(device)]
+    logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                               with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
+    ref = None
+    if with_kl:
+        with torch.no_grad():
+            ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                    group_size=G)
+    denom = _reduce_count(roll.completion_mask, gcfg.loss_type)  # every row, the dropped ones too
+    loss, stats = grpo_loss(logp, logp.detach(), a, cmask, policy_rows=prow, eps_low=gcfg.epsilon_low,
+                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
+                            policy_denom=denom)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    gn = torch.nn.utils.clip_grad_norm_(params, gcfg.max_grad_norm if gcfg.max_grad_norm > 0 else float("inf"))
+    optimizer.step()
+    m = cmask.to(ent.dtype)
+    stats.update(grad_norm=float(gn), entropy=float((ent * m).sum() / m.sum().clamp(min=1)),
+                 rows=int(len(idx)), tokens=int(cmask.sum()))
+    return stats

@@ -1,0 +1,101 @@
+"""`python -m grpo_core train`: a run from the command line. The config and the store (a new
+run, one the dashboard created, or --resume), the checks that need no model, the stop
+signals, and one line (exit code 1 or 2) for what went wrong, never a traceback wall for a
+user's mistake."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+
+from grpo_core import models
+from grpo_core import names as N
+from grpo_core import store as S
+from grpo_core.config import ConfigError, RunConfig, apply_overrides, from_dict, load_config, validate
+from grpo_core.tasks import build_metrics, make_task
+from grpo_core.trainer import Trainer, set_threads
+
+
+def install_stop_signals(trainer: Trainer):
+    """SIGTERM / first Ctrl-C: finish the step, checkpoint, status stopped. A second Ctrl-C
+    interrupts at once."""
+    def handler(signum, frame):
+        if trainer.stop_reason:
+            raise KeyboardInterrupt
+        trainer.stop_reason = signal.Signals(signum).name
+        trainer.log(f"{trainer.stop_reason}: stopping after this step")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def preflight(cfg: RunConfig):
+    """What can be checked before a store exists and a model loads: every dataset row, the
+    custom metrics import, a local model folder. ConfigError names the field/line."""
+    make_task(cfg)
+    names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
+    build_metrics(names, cfg.reward.custom)
+    if cfg.model.path:
+        models.check_model_path(cfg.model.path)
+
+
+def open_run(args) -> tuple[RunConfig, S.RunStore]:
+    """Config + store from CLI args (new run, a run the dashboard created, or --resume)."""
+    overrides = list(getattr(args, "overrides", None) or [])
+    if getattr(args, "resume", False):
+        if not args.run_id:
+            raise ConfigError("--resume needs --run-id: the run to continue")
+        if args.config:
+            raise ConfigError("--resume continues with the run's stored config: drop --config "
+                              "(use --set, e.g. --set grpo.steps=400, to change a knob)")
+        store = S.RunStore.open(S.runs_dir(args.runs_dir) / S.check_run_id(args.run_id))
+        cfg = validate(from_dict(apply_overrides(store.config, overrides)))
+        return cfg, store
+    cfg = load_config(args.config, overrides)
+    preflight(cfg)  # bad dataset rows, metrics or model folder: one line, and no run is created
+    root = args.runs_dir or cfg.log.runs_dir or None
+    run_id = args.run_id or S.new_run_id(cfg.task.name)
+    store = S.RunStore.create(run_id, cfg.to_dict(), root=root, exist_ok=True)
+    status = store.get_meta().get("status")
+    if status != S.CREATED:
+        store.close()
+        raise ConfigError(f"run {run_id!r} already exists (status {status}): pass --resume to continue it, "
+                          "or choose another --run-id")
+    store.set_meta(config=cfg.to_dict())
+    toml = store.run_dir / "config.toml"
+    if not toml.exists():
+        toml.write_text(cfg.to_toml())
+    return cfg, store
+
+
+def cli_train(args) -> int:
+    cfg, store = open_run(args)
+    # Our pid before the (maybe long) model load: a trainer killed while starting shows stale, not created.
+    store.set_meta(pid=os.getpid(), host=os.uname().nodename)
+    set_threads(cfg)
+    print(f"run {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
+    try:
+        trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)))
+    except BaseException as e:
+        msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
+        store.reject_open_requests("trainer failed to start")
+        store.set_status(S.FAILED, error=msg)
+        raise
+    install_stop_signals(trainer)
+    try:
+        status = trainer.run_safely()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        why = S.storage_problem(e)
+        if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
+            print(f"error: {trainer.storage_message(why)}", file=sys.stderr)
+        else:
+            traceback.print_exc()
+        return 1
+    last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
+    if last is not None and not last.empty:
+        r = last.iloc[-1]
+        print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[N.REWARD]:.3f}, "
+              f"trainable ratio {r[N.TRAINABLE_RATIO]:.2f}", file=sys.stderr)
+    return 0
