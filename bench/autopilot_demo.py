@@ -30,8 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core import names as N  # noqa: E402
-from grpo_core import report as R  # noqa: E402
+from grpo_core import names  # noqa: E402
+from grpo_core import report  # noqa: E402
 from grpo_core.store import RunStore  # noqa: E402
 
 LAST = 20  # steps in the "final" window
@@ -67,9 +67,9 @@ def evaluate(runs: Path, run_id: str, seed: int, batches: int, extra: list[str])
         run_eval(runs, eval_id, ckpt, seed, batches, extra)
     with RunStore.open(runs / eval_id, readonly=True) as st:
         w = st.scalars_wide()
-    return {"reward": float(w[N.REWARD].mean()), "answer_f1": float(w[N.metric_mean("answer_f1")].mean())
-            if N.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name,
-            "batches": [float(v) for v in w[N.REWARD]]}
+    return {"reward": float(w[names.REWARD].mean()), "answer_f1": float(w[names.metric_mean("answer_f1")].mean())
+            if names.metric_mean("answer_f1") in w else float("nan"), "checkpoint": ckpt.name,
+            "batches": [float(v) for v in w[names.REWARD]]}
 
 
 def run_eval(runs: Path, eval_id: str, ckpt: Path, seed: int, batches: int, extra: list[str]):
@@ -89,7 +89,7 @@ def paired_se(off: dict, on: dict) -> float:
 
 
 def summarise(runs: Path, run_id: str) -> dict:
-    data = R.load_run(runs / run_id)
+    data = report.load_run(runs / run_id)
     w = data.wide
     tail = w.tail(LAST)
     init = {m: float(v) for m, v in ((data.config.get("reward") or {}).get("weights") or {}).items()}
@@ -100,17 +100,17 @@ def summarise(runs: Path, run_id: str) -> dict:
     tot = r[list(init)].to_numpy(np.float64) @ np.array(list(init.values()))
     per_group = np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy(), weights=tot) / \
         np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy())
-    led = R.change_ledger(data, window=20)
+    led = report.change_ledger(data, window=20)
     moves = led[led["source"] == "autopilot"]
     meta = data.meta
     return {
         "run_id": run_id, "status": data.status, "steps": int(w.index[-1]),
-        "cum_ratio": float(w[N.CUM_TRAINABLE_RATIO].iloc[-1]),
-        "final_ratio": float(tail[N.TRAINABLE_RATIO].mean()),
-        "final_reward": float(tail[N.REWARD].mean()),
+        "cum_ratio": float(w[names.CUM_TRAINABLE_RATIO].iloc[-1]),
+        "final_ratio": float(tail[names.TRAINABLE_RATIO].mean()),
+        "final_reward": float(tail[names.REWARD].mean()),
         "final_reward_initial_weights": float(per_group.mean()),
-        "final_metrics": {m: float(tail[N.metric_mean(m)].mean()) for m in init if N.metric_mean(m) in tail},
-        "rollouts": n_rollouts, "wall_s": float(w[N.TIME_STEP].sum()),
+        "final_metrics": {m: float(tail[names.metric_mean(m)].mean()) for m in init if names.metric_mean(m) in tail},
+        "rollouts": n_rollouts, "wall_s": float(w[names.TIME_STEP].sum()),
         "settings": meta.get("settings") or {}, "stop_reason": meta.get("stop_reason"),
         "moves": [{"step": int(m["step"]), "kind": m["kind"], "change": m["change"],
                    "ratio_before": m["ratio_before"], "ratio_after": m["ratio_after"], "reason": m["reason"]}

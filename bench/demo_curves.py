@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core import names as N  # noqa: E402
+from grpo_core import names  # noqa: E402
 from grpo_core.store import RunStore, StoreError  # noqa: E402
 
 WINDOW = 10
@@ -94,14 +94,14 @@ def main() -> int:
     try:
         while proc.poll() is None:
             time.sleep(0.5)
-            w = store.scalars_wide(since_step=last, names=[N.TRAINABLE_RATIO])
+            w = store.scalars_wide(since_step=last, names=[names.TRAINABLE_RATIO])
             if w.empty:
                 continue
             now = time.time() - t_start
             for s in w.index:
                 walls.setdefault(int(s), now)
             last = int(w.index[-1])
-            ratio = store.scalars_wide(since_step=last - WINDOW, names=[N.TRAINABLE_RATIO])[N.TRAINABLE_RATIO]
+            ratio = store.scalars_wide(since_step=last - WINDOW, names=[names.TRAINABLE_RATIO])[names.TRAINABLE_RATIO]
             rolling = float(ratio.mean())
             if switch_req is None and last >= args.min_switch_step and len(ratio) >= WINDOW and rolling < LOW_RATIO:
                 switch_req = store.request("set_difficulty", {"level": args.harder}, source="bench")
@@ -127,10 +127,10 @@ def main() -> int:
     meta = store.get_meta()
     events = store.events()
     steps = wide.index.to_numpy()
-    R = wide[N.REWARD].rolling(WINDOW, min_periods=1).mean()
-    Q = wide[N.TRAINABLE_RATIO].rolling(WINDOW, min_periods=WINDOW).mean()
+    R = wide[names.REWARD].rolling(WINDOW, min_periods=1).mean()
+    Q = wide[names.TRAINABLE_RATIO].rolling(WINDOW, min_periods=WINDOW).mean()
     wall = pd.Series(walls).reindex(wide.index).ffill()
-    start_reward = float(wide[N.REWARD].iloc[:WINDOW].mean())
+    start_reward = float(wide[names.REWARD].iloc[:WINDOW].mean())
 
     rise_hits = R[(R >= start_reward + RISE) & (wall <= RISE_WITHIN_S)]
     rise_step = int(rise_hits.index[0]) if len(rise_hits) else None
@@ -144,7 +144,7 @@ def main() -> int:
         lift = post[post > LOW_RATIO]
         lift_step = int(lift.index[0]) if len(lift) else None
     ok1, ok2, ok3 = rise_step is not None, low_step is not None, lift_step is not None
-    step_s = wide[N.TIME_STEP]
+    step_s = wide[names.TIME_STEP]
     warm = next((p.get("model", {}) for p in events["payload"] if p.get("event") == "started"), {})
 
     after_switch = []
@@ -164,9 +164,9 @@ def main() -> int:
 
     def row(s):
         r = wide.loc[s]
-        return (f"| {s} | {wall.loc[s]:.0f} | {int(r[N.DIFFICULTY])} | {r[N.REWARD]:.3f} | {R.loc[s]:.3f} | "
-                f"{r[N.TRAINABLE_RATIO]:.2f} | {Q.loc[s]:.2f} | {r[N.metric_mean('exact')]:.2f} | "
-                f"{r[N.metric_mean('citation')]:.2f} | {r[N.TIME_STEP]:.3f} |")
+        return (f"| {s} | {wall.loc[s]:.0f} | {int(r[names.DIFFICULTY])} | {r[names.REWARD]:.3f} | {R.loc[s]:.3f} | "
+                f"{r[names.TRAINABLE_RATIO]:.2f} | {Q.loc[s]:.2f} | {r[names.metric_mean('exact')]:.2f} | "
+                f"{r[names.metric_mean('citation')]:.2f} | {r[names.TIME_STEP]:.3f} |")
 
     marks = sorted({int(s) for s in steps if s == 1 or s % args.every == 0}
                    | {x for x in (rise_step, low_step, switch_step, lift_step) if x is not None} | {int(steps[-1])})
@@ -207,9 +207,9 @@ def main() -> int:
         f"Warm-start: {warm.get('warm_steps', '?')} supervised steps, "
         f"{warm.get('warm_success', float('nan')):.0%} of sampled answers right before GRPO. "
         f"Run: {int(steps[-1])} steps in {total_s:.0f} s wall (process start to exit); "
-        f"median step {step_s.median():.3f} s (generate {wide[N.TIME_GENERATE].median():.3f} s, "
-        f"train {wide[N.TIME_TRAIN].median():.3f} s, score {wide[N.TIME_SCORE].median():.4f} s, "
-        f"store write {wide[N.TIME_LOG].median():.4f} s), 8 prompts x 8 completions.",
+        f"median step {step_s.median():.3f} s (generate {wide[names.TIME_GENERATE].median():.3f} s, "
+        f"train {wide[names.TIME_TRAIN].median():.3f} s, score {wide[names.TIME_SCORE].median():.4f} s, "
+        f"store write {wide[names.TIME_LOG].median():.4f} s), 8 prompts x 8 completions.",
         "",
         "## The task",
         "",
@@ -229,9 +229,9 @@ def main() -> int:
         "## Curves",
         "",
         "```",
-        f"reward (0..1)  {spark(wide[N.REWARD].rolling(WINDOW, min_periods=1).mean().iloc[::5])}",
-        f"ratio  (0..1)  {spark(wide[N.TRAINABLE_RATIO].rolling(WINDOW, min_periods=1).mean().iloc[::5])}",
-        f"level  (1..4)  {spark(wide[N.DIFFICULTY].iloc[::5], 1, 4.01)}",
+        f"reward (0..1)  {spark(wide[names.REWARD].rolling(WINDOW, min_periods=1).mean().iloc[::5])}",
+        f"ratio  (0..1)  {spark(wide[names.TRAINABLE_RATIO].rolling(WINDOW, min_periods=1).mean().iloc[::5])}",
+        f"level  (1..4)  {spark(wide[names.DIFFICULTY].iloc[::5], 1, 4.01)}",
         "               one character per 5 steps",
         "```",
         "",

@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     if not args.smoke and not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA is not available (use --smoke for the CPU check of this script)"}))
         return 2
-    from grpo_core import names as N
-    from grpo_core import store as S
+    from grpo_core import names
+    from grpo_core.store import RunStore
     from grpo_core.trainer import Trainer, set_threads
 
     steps = 3 if args.smoke else args.steps
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     cfg = make_config(args.smoke, warm + steps)
     set_threads(cfg)
     root = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-"))
-    store = S.RunStore.create("gpu-check", cfg.to_dict(), root=root)
+    store = RunStore.create("gpu-check", cfg.to_dict(), root=root)
     t0 = time.perf_counter()
     tr = Trainer(cfg, store, log=lambda m: print(m, file=sys.stderr))
     device = tr.device
@@ -150,10 +150,10 @@ def main(argv=None) -> int:
         run_s = time.perf_counter() - t0
     finally:
         grpo.rollout, grpo.train_on = rollout, train_on
-    w = store.scalars_wide(names=[N.TIME_STEP, N.TIME_GENERATE, N.TIME_TRAIN, N.REWARD, N.TRAINABLE_RATIO])
+    w = store.scalars_wide(names=[names.TIME_STEP, names.TIME_GENERATE, names.TIME_TRAIN, names.REWARD, names.TRAINABLE_RATIO])
     w, c = w.iloc[warm:], counts[warm:]
-    gen_tps = [x["completion_tokens"] / t for x, t in zip(c, w[N.TIME_GENERATE])]
-    train_tps = [x.get("train_tokens", 0) / t for x, t in zip(c, w[N.TIME_TRAIN]) if t > 0]
+    gen_tps = [x["completion_tokens"] / t for x, t in zip(c, w[names.TIME_GENERATE])]
+    train_tps = [x.get("train_tokens", 0) / t for x, t in zip(c, w[names.TIME_TRAIN]) if t > 0]
     res = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu (smoke)",
         "dtype": str(next(tr.model.parameters()).dtype), "torch": torch.__version__,
@@ -162,13 +162,13 @@ def main(argv=None) -> int:
         "batch": {"prompts": cfg.grpo.prompts_per_step, "group_size": cfg.grpo.group_size,
                   "max_new_tokens": cfg.grpo.max_new_tokens},
         "steps_timed": len(w), "load_s": round(load_s, 2), "run_s": round(run_s, 2),
-        "step_s_median": statistics.median(w[N.TIME_STEP]),
-        "generate_s_median": statistics.median(w[N.TIME_GENERATE]),
-        "train_s_median": statistics.median(w[N.TIME_TRAIN]),
+        "step_s_median": statistics.median(w[names.TIME_STEP]),
+        "generate_s_median": statistics.median(w[names.TIME_GENERATE]),
+        "train_s_median": statistics.median(w[names.TIME_TRAIN]),
         "generation_tokens_per_s": statistics.median(gen_tps),
         "training_tokens_per_s": statistics.median(train_tps) if train_tps else None,
         "completion_tokens_per_step": statistics.median(x["completion_tokens"] for x in c),
-        "trainable_ratio_median": float(w[N.TRAINABLE_RATIO].median()),
+        "trainable_ratio_median": float(w[names.TRAINABLE_RATIO].median()),
         "max_memory_allocated_gib": (torch.cuda.max_memory_allocated() / 2**30) if device.type == "cuda" else None,
     }
     res["fast_paths"] = fast_path_checks(tr, device)

@@ -94,7 +94,7 @@ def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_n
 
 def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
     """The demo run's trainer (overrides: `section.key=value` strings, as `--set` takes them)."""
-    from grpo_core import store as S
+    from grpo_core.store import RunStore, new_run_id
     from grpo_core.config import load_config, validate
     from grpo_core.trainer import Trainer, set_threads
     cfg = load_config(None, list(overrides))
@@ -102,7 +102,7 @@ def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
     cfg.log.progress, cfg.log.checkpoint_every = False, 0
     cfg = validate(cfg)
     set_threads(cfg)
-    store = S.RunStore.create(S.new_run_id("profile"), cfg.to_dict(), root=runs_dir)
+    store = RunStore.create(new_run_id("profile"), cfg.to_dict(), root=runs_dir)
     return Trainer(cfg, store, log=lambda m: None)
 
 

@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from grpo_core import health  # noqa: E402
-from grpo_core import names as N  # noqa: E402
+from grpo_core import names  # noqa: E402
 from grpo_core.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
 from grpo_core.store import FINISHED, SCHEMA_VERSION, RunStore, StoreError  # noqa: E402
 from perf_common import fmt_ms, machine, summary, timeit, publish  # noqa: E402
@@ -117,11 +117,11 @@ def build(path: Path, steps: int, P: int, G: int, keep_text: str, seed: int = 0)
         totals = scores @ w
         stats = health.group_stats(totals, scores, min_group_std=0.01)
         sc = health.step_scalars(stats, scores, METRICS, weights, cs, ct)
-        cs, ct = int(sc[N.CUM_GROUPS_SUBMITTED]), int(sc[N.CUM_GROUPS_TRAINABLE])
-        sc.update({N.LOSS_POLICY: float(rng.normal()), N.LOSS_KL: 0.0, N.LOSS_ENTROPY: 0.5, N.GRAD_NORM: 1.0,
-                   N.CLIP_RATIO: 0.0, N.COMPLETION_MEAN_LENGTH: 9.5, N.TIME_STEP: 0.2, N.TIME_GENERATE: 0.1,
-                   N.TIME_SCORE: 0.001, N.TIME_TRAIN: 0.08, N.TIME_LOG: 0.002, N.THROUGHPUT_TOKENS: 3000.0,
-                   N.MIN_GROUP_STD: 0.01, N.DIFFICULTY: 1.0, N.SCORING_ERRORS: 0.0, N.SAMPLING_BATCHES: 1.0})
+        cs, ct = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
+        sc.update({names.LOSS_POLICY: float(rng.normal()), names.LOSS_KL: 0.0, names.LOSS_ENTROPY: 0.5, names.GRAD_NORM: 1.0,
+                   names.CLIP_RATIO: 0.0, names.COMPLETION_MEAN_LENGTH: 9.5, names.TIME_STEP: 0.2, names.TIME_GENERATE: 0.1,
+                   names.TIME_SCORE: 0.001, names.TIME_TRAIN: 0.08, names.TIME_LOG: 0.002, names.THROUGHPUT_TOKENS: 3000.0,
+                   names.MIN_GROUP_STD: 0.01, names.DIFFICULTY: 1.0, names.SCORING_ERRORS: 0.0, names.SAMPLING_BATCHES: 1.0})
         groups = pd.DataFrame({"group": np.arange(P), "prompt_id": [f"{step:05d}-{g:02d}" for g in range(P)],
                                "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
                                "trainable": stats.trainable, "phantom": stats.phantom})
@@ -207,7 +207,7 @@ def measure(run_dir: Path, repeats: int, P: int, G: int) -> dict:
             scores = synth_scores(rng, P, G, last, last)
             rolls = [(g, i, float(scores[g, i] @ np.array(list(DEMO_WEIGHTS.values()))),
                       dict(zip(METRICS, scores[g, i].tolist())), "x", None) for g in range(P) for i in range(G)]
-            store.log_step(last + 1 + k, {N.REWARD: 0.5, N.TRAINABLE_RATIO: 0.5}, None, rolls, [])
+            store.log_step(last + 1 + k, {names.REWARD: 0.5, names.TRAINABLE_RATIO: 0.5}, None, rolls, [])
             t = time.perf_counter()
             refresh(run_dir, st)
             refresh_s.append(time.perf_counter() - t)

@@ -108,14 +108,15 @@ def run(args) -> dict:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_core import models, names as N
-    from grpo_core import store as S
+    from grpo_core import names
+    from grpo_core import models
+    from grpo_core.store import RunStore, new_run_id
     from grpo_core.trainer import Trainer, set_threads
 
     cfg = demo_config(args.steps, args.seed)
     set_threads(cfg)
     root = Path(args.runs_dir)
-    store = S.RunStore.create(S.new_run_id("bench-ours"), cfg.to_dict(), root=root)
+    store = RunStore.create(new_run_id("bench-ours"), cfg.to_dict(), root=root)
     t0 = time.perf_counter()
     ours = Trainer(cfg, store, log=lambda m: None)
     warm_s = time.perf_counter() - t0
@@ -173,17 +174,17 @@ def run(args) -> dict:
     threads = torch.get_num_threads()
     trl.train()
 
-    ours_reward = store.scalars_wide(names=[N.REWARD, N.TRAINABLE_RATIO, N.TIME_GENERATE, N.TIME_TRAIN,
-                                            N.TIME_STEP])
+    ours_reward = store.scalars_wide(names=[names.REWARD, names.TRAINABLE_RATIO, names.TIME_GENERATE, names.TIME_TRAIN,
+                                            names.TIME_STEP])
     trl_log = {e["step"]: e for e in trl.state.log_history if "reward" in e and "step" in e}
     trl_reward = np.array([trl_log[s]["reward"] for s in sorted(trl_log)])
     res = {
         "steps": args.steps, "segment": args.segment, "seed": args.seed, "threads": threads,
         "warm_start_or_cache_s": warm_s,
         "ours_s": clock_ours.dts, "trl_s": clock_trl.dts,
-        "ours_reward": ours_reward[N.REWARD].tolist(), "trl_reward": trl_reward.tolist(),
-        "ours_ratio": ours_reward[N.TRAINABLE_RATIO].tolist(),
-        "ours_generate_s": ours_reward[N.TIME_GENERATE].tolist(), "ours_train_s": ours_reward[N.TIME_TRAIN].tolist(),
+        "ours_reward": ours_reward[names.REWARD].tolist(), "trl_reward": trl_reward.tolist(),
+        "ours_ratio": ours_reward[names.TRAINABLE_RATIO].tolist(),
+        "ours_generate_s": ours_reward[names.TIME_GENERATE].tolist(), "ours_train_s": ours_reward[names.TIME_TRAIN].tolist(),
         "trl_frac_zero_std": [trl_log[s].get("frac_reward_zero_std") for s in sorted(trl_log)],
         "load_end": os.getloadavg()[0],
     }

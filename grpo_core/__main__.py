@@ -48,7 +48,7 @@ def cmd_serve(args):
 
 def cmd_status(args):
     from grpo_core.store import RunMeta, RunStore, display_status, status_label
-    from grpo_core import names as N
+    from grpo_core import names
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
         last = s.last_step()
@@ -59,8 +59,8 @@ def cmd_status(args):
                "error": meta.get("error")}
         if not row.empty:
             r = row.iloc[-1]
-            for name in (N.TRAINABLE_RATIO, N.CUM_TRAINABLE_RATIO, N.REWARD, N.REWARD_STD,
-                         N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE):
+            for name in (names.TRAINABLE_RATIO, names.CUM_TRAINABLE_RATIO, names.REWARD, names.REWARD_STD,
+                         names.CUM_GROUPS_SUBMITTED, names.CUM_GROUPS_TRAINABLE):
                 if name in r and r[name] == r[name]:
                     out[name] = float(r[name])
         pending = s.control()

@@ -52,10 +52,11 @@ import numpy as np
 import pandas as pd
 
 from grpo_core import health
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.config import AutopilotConfig, HealthConfig
-from grpo_core.store import (CHECKPOINT, EV_AUTOPILOT, SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS,
-                             SET_STEPS, SET_TEMPERATURE, SET_WEIGHTS, STOP)
+from grpo_core.live_settings import (SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
+                                     SET_TEMPERATURE, SET_WEIGHTS)
+from grpo_core.store import CHECKPOINT, EV_AUTOPILOT, STOP
 
 SOURCE = "autopilot"
 LEVEL_CHECK_STEPS = 2  # steps on a raised level before its reward is judged (see review)
@@ -179,7 +180,7 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
     every step on it pulls the policy away from the level it had learned."""
     if trial.get("ratio") is None:
         return None
-    rew = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns and len(ev) else None
+    rew = float(ev[names.REWARD].tail(cfg.window).mean()) if names.REWARD in ev.columns and len(ev) else None
     too_hard = (trial["move"] == "difficulty" and trial.get("reward") is not None and rew is not None
                 and len(ev) >= min(LEVEL_CHECK_STEPS, cfg.window) and rew < cfg.level_keep_reward * trial["reward"])
     if len(ev) < cfg.window and not too_hard:
@@ -403,7 +404,7 @@ def try_difficulty(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
     share, best = solved_share(ro, s, cfg.solved_reward)
     if share < cfg.solved_share:
         return None, f"{share:.0%} of groups solved (< {cfg.solved_share:.0%})"
-    reward = float(ev[N.REWARD].tail(cfg.window).mean()) if N.REWARD in ev.columns else float("nan")
+    reward = float(ev[names.REWARD].tail(cfg.window).mean()) if names.REWARD in ev.columns else float("nan")
     reason = (f"{evidence}, {share:.0%} of groups uniform at >= {cfg.solved_reward:.0%} of the best reward "
               f"{best:.2f} (reward {reward:.2f}): tasks too easy, level {level} -> {level + 1}")
     return Move("difficulty", SET_DIFFICULTY, {"level": level + 1, "reason": reason}, reason, {"level": level},

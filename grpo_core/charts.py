@@ -16,7 +16,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from grpo_core import live_settings
-from grpo_core import names as N
+from grpo_core.names import (CUM_TRAINABLE_RATIO, FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
+                             NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO,
+                             metric_group_std, metric_mean, metric_weight)
 
 # One colour per metric, stable across charts and pages (plotly's qualitative palette).
 PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880",
@@ -118,13 +120,13 @@ def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> g
 def ratio_chart(df, changes=None, min_ratio: float = 0.3) -> go.Figure | None:
     """Trainable ratio per step and cumulative, with the healthy line."""
     traces = []
-    if _has(df, N.TRAINABLE_RATIO):
-        traces.append(_line(df, N.TRAINABLE_RATIO, "per step", PALETTE[0]))
-    elif _has(df, N.FRAC_REWARD_ZERO_STD):  # TRL logs only the complement
-        d = pd.DataFrame({"r": 1.0 - df[N.FRAC_REWARD_ZERO_STD]})
+    if _has(df, TRAINABLE_RATIO):
+        traces.append(_line(df, TRAINABLE_RATIO, "per step", PALETTE[0]))
+    elif _has(df, FRAC_REWARD_ZERO_STD):  # TRL logs only the complement
+        d = pd.DataFrame({"r": 1.0 - df[FRAC_REWARD_ZERO_STD]})
         traces.append(_line(d, "r", "per step (1 − frac_reward_zero_std)", PALETTE[0]))
-    if _has(df, N.CUM_TRAINABLE_RATIO):
-        traces.append(_line(df, N.CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
+    if _has(df, CUM_TRAINABLE_RATIO):
+        traces.append(_line(df, CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
     if not traces:
         return None
     return _figure(traces, "Trainable ratio", "trainable / submitted groups", [0, 1.05], "ratio",
@@ -133,30 +135,30 @@ def ratio_chart(df, changes=None, min_ratio: float = 0.3) -> go.Figure | None:
 
 def groups_chart(df, changes=None) -> go.Figure | None:
     """Groups submitted vs trainable per step: the compute spent vs the compute that taught."""
-    if not _has(df, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE):
+    if not _has(df, GROUPS_SUBMITTED, GROUPS_TRAINABLE):
         return None
-    traces = [{**_line(df, N.GROUPS_TRAINABLE, "trainable", PALETTE[2]), "fill": "tozeroy"},
-              _line(df, N.GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
-    top = max(1.0, float(df[N.GROUPS_SUBMITTED].max()) * 1.1)
+    traces = [{**_line(df, GROUPS_TRAINABLE, "trainable", PALETTE[2]), "fill": "tozeroy"},
+              _line(df, GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
+    top = max(1.0, float(df[GROUPS_SUBMITTED].max()) * 1.1)
     return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
                    changes=changes)
 
 
 def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3) -> go.Figure | None:
     """Per-metric within-group std: a line near 0 is a uniform metric (a variance bottleneck)."""
-    have = [m for m in metrics if _has(df, N.metric_group_std(m))]
+    have = [m for m in metrics if _has(df, metric_group_std(m))]
     if not have:
         return None
-    traces = [_line(df, N.metric_group_std(m), m, metric_colour(metrics, m)) for m in have]
+    traces = [_line(df, metric_group_std(m), m, metric_colour(metrics, m)) for m in have]
     return _figure(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
                    hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
 
 
 def reward_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
     """Total reward (weighted) and each metric's raw mean."""
-    traces = [_line(df, N.REWARD, "total (weighted)", TOTAL_COLOUR, width=2.4)] if _has(df, N.REWARD) else []
-    traces += [_line(df, N.metric_mean(m), m, metric_colour(metrics, m), dash="dot")
-               for m in metrics if _has(df, N.metric_mean(m))]
+    traces = [_line(df, REWARD, "total (weighted)", TOTAL_COLOUR, width=2.4)] if _has(df, REWARD) else []
+    traces += [_line(df, metric_mean(m), m, metric_colour(metrics, m), dash="dot")
+               for m in metrics if _has(df, metric_mean(m))]
     if not traces:
         return None
     return _figure(traces, "Reward: total and per-metric means", "reward", key="reward", changes=changes)
@@ -164,9 +166,9 @@ def reward_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
 
 def reward_std_chart(df, changes=None, min_reward_std: float = 0.1) -> go.Figure | None:
     """Mean within-group std of the total reward: the signal GRPO's advantages are made of."""
-    if not _has(df, N.REWARD_STD):
+    if not _has(df, REWARD_STD):
         return None
-    return _figure([_line(df, N.REWARD_STD, "mean group reward std", PALETTE[3])], "Group reward std",
+    return _figure([_line(df, REWARD_STD, "mean group reward std", PALETTE[3])], "Group reward std",
                    "std of total reward", key="reward_std",
                    hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
 
@@ -175,24 +177,24 @@ def phantom_chart(df, changes=None, outcome_metric: str | None = None) -> go.Fig
     """Groups that pass the std gate only through shaping terms (outcome metric uniform), and
     those that pass it on float rounding alone (a TRL run's near-ties: TRL trains them).
     Without an outcome gate (reward.outcome_metric) there are no phantoms, and the title says so."""
-    if not _has(df, N.PHANTOM_GROUPS):
+    if not _has(df, PHANTOM_GROUPS):
         return None
-    have = [n for n in (N.PHANTOM_GROUPS, N.NOISE_GROUPS) if _has(df, n)]
+    have = [n for n in (PHANTOM_GROUPS, NOISE_GROUPS) if _has(df, n)]
     top = max(1.0, float(df[have].max().max()) * 1.1)
     title = (f"Phantom groups (pass the std gate, {outcome_metric} uniform)" if outcome_metric else
              "Phantom groups (no outcome gate set: reward.outcome_metric)")
-    traces = [_line(df, N.PHANTOM_GROUPS, "phantom groups", PALETTE[4])]
-    if _has(df, N.NOISE_GROUPS):
-        traces.append(_line(df, N.NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5]))
+    traces = [_line(df, PHANTOM_GROUPS, "phantom groups", PALETTE[4])]
+    if _has(df, NOISE_GROUPS):
+        traces.append(_line(df, NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5]))
     return _figure(traces, title, "groups per step", [0, top], key="phantom", changes=changes)
 
 
 def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
     """Each metric's weight in force per step: the ledger of changes as a picture."""
-    have = [m for m in metrics if _has(df, N.metric_weight(m))]
+    have = [m for m in metrics if _has(df, metric_weight(m))]
     if not have:
         return None
-    traces = [{**_line(df, N.metric_weight(m), m, metric_colour(metrics, m)), "line_shape": "hv"} for m in have]
+    traces = [{**_line(df, metric_weight(m), m, metric_colour(metrics, m)), "line_shape": "hv"} for m in have]
     return _figure(traces, "Reward weights in force", "weight", key="weights", changes=changes)
 
 

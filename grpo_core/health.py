@@ -16,7 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from grpo_core import names as N
+from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO,
+                             FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, NOISE_GROUPS,
+                             PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO, metric_group_std,
+                             metric_mean, metric_weight)
 
 # Float noise: a group of identical rewards has std ~1e-17, not 0; "not all equal" must say no.
 STD_EPS = 1e-8  # torch.isclose(std, 0) in TRL uses atol 1e-8
@@ -91,22 +94,22 @@ def step_scalars(stats: GroupStats, scores: np.ndarray, metric_names: list[str],
     t = int(stats.trainable.sum())
     cs, ct = cum_submitted + p, cum_trainable + t
     out = {
-        N.GROUPS_SUBMITTED: p, N.GROUPS_TRAINABLE: t,
-        N.CUM_GROUPS_SUBMITTED: cs, N.CUM_GROUPS_TRAINABLE: ct,
-        N.TRAINABLE_RATIO: trainable_ratio(p, t), N.CUM_TRAINABLE_RATIO: trainable_ratio(cs, ct),
-        N.PHANTOM_GROUPS: int(stats.phantom.sum()),
-        N.NOISE_GROUPS: int(stats.noise.sum()) if stats.noise is not None else 0,
-        N.REWARD: float(_nan_stat(np.nanmean, stats.mean, 0)), N.REWARD_STD: float(_nan_stat(np.nanmean, stats.std, 0)),
-        N.FRAC_REWARD_ZERO_STD: float((~(stats.std > STD_EPS)).mean()),
+        GROUPS_SUBMITTED: p, GROUPS_TRAINABLE: t,
+        CUM_GROUPS_SUBMITTED: cs, CUM_GROUPS_TRAINABLE: ct,
+        TRAINABLE_RATIO: trainable_ratio(p, t), CUM_TRAINABLE_RATIO: trainable_ratio(cs, ct),
+        PHANTOM_GROUPS: int(stats.phantom.sum()),
+        NOISE_GROUPS: int(stats.noise.sum()) if stats.noise is not None else 0,
+        REWARD: float(_nan_stat(np.nanmean, stats.mean, 0)), REWARD_STD: float(_nan_stat(np.nanmean, stats.std, 0)),
+        FRAC_REWARD_ZERO_STD: float((~(stats.std > STD_EPS)).mean()),
     }
     scores = np.asarray(scores, dtype=np.float64)
     means = _nan_stat(np.nanmean, scores.reshape(-1, scores.shape[-1]), 0)
     mstd = _nan_stat(np.nanmean, stats.metric_std if stats.metric_std is not None
                      else _nan_stat(np.nanstd, scores, 1), 0)
     for k, name in enumerate(metric_names):
-        out[N.metric_mean(name)] = float(means[k])
-        out[N.metric_group_std(name)] = float(mstd[k])
-        out[N.metric_weight(name)] = float(weights.get(name, 0.0))
+        out[metric_mean(name)] = float(means[k])
+        out[metric_group_std(name)] = float(mstd[k])
+        out[metric_weight(name)] = float(weights.get(name, 0.0))
     return out
 
 
@@ -222,19 +225,19 @@ def _col(wide: pd.DataFrame, name: str) -> pd.Series | None:
 def step_ratio_series(wide: pd.DataFrame) -> pd.Series:
     """Per-step trainable ratio from whatever the run logged: our ratio, the step counts,
     ART's cumulative counts, or TRL's frac_reward_zero_std (imported runs have only some)."""
-    r = _col(wide, N.TRAINABLE_RATIO)
+    r = _col(wide, TRAINABLE_RATIO)
     if r is not None:
         return r.dropna()
-    sub, tr = _col(wide, N.GROUPS_SUBMITTED), _col(wide, N.GROUPS_TRAINABLE)
+    sub, tr = _col(wide, GROUPS_SUBMITTED), _col(wide, GROUPS_TRAINABLE)
     if sub is not None and tr is not None:
         return (tr / sub.where(sub > 0)).dropna()
-    csub, ctr = _col(wide, N.CUM_GROUPS_SUBMITTED), _col(wide, N.CUM_GROUPS_TRAINABLE)
+    csub, ctr = _col(wide, CUM_GROUPS_SUBMITTED), _col(wide, CUM_GROUPS_TRAINABLE)
     if csub is not None and ctr is not None:
         cum = pd.DataFrame({"s": csub, "t": ctr}).dropna()
         d = cum.diff()
         d.iloc[0] = cum.iloc[0]  # first row: the run so far (exact when the frame starts at step 0)
         return (d["t"] / d["s"].where(d["s"] > 0)).dropna()
-    z = _col(wide, N.FRAC_REWARD_ZERO_STD)
+    z = _col(wide, FRAC_REWARD_ZERO_STD)
     if z is not None:
         return (1.0 - z).dropna()
     return pd.Series(dtype=np.float64)
@@ -245,7 +248,7 @@ def window_ratio(wide: pd.DataFrame, window: int) -> tuple[float | None, int | N
 
     Pooled (sum of trainable / sum of submitted), so 5 of 28 groups reads 5/28 whatever
     the step sizes; counts are None when the run logged only ratios."""
-    sub, tr = _col(wide, N.GROUPS_SUBMITTED), _col(wide, N.GROUPS_TRAINABLE)
+    sub, tr = _col(wide, GROUPS_SUBMITTED), _col(wide, GROUPS_TRAINABLE)
     if sub is not None and tr is not None:  # numpy, not a frame: the trainer calls this every step
         a, b = sub.to_numpy(np.float64, na_value=np.nan), tr.to_numpy(np.float64, na_value=np.nan)
         ok = ~(np.isnan(a) | np.isnan(b))
@@ -253,7 +256,7 @@ def window_ratio(wide: pd.DataFrame, window: int) -> tuple[float | None, int | N
         if len(a) and a.sum() > 0:
             s, t = int(a.sum()), int(b.sum())
             return t / s, t, s, len(a)
-    csub, ctr = _col(wide, N.CUM_GROUPS_SUBMITTED), _col(wide, N.CUM_GROUPS_TRAINABLE)
+    csub, ctr = _col(wide, CUM_GROUPS_SUBMITTED), _col(wide, CUM_GROUPS_TRAINABLE)
     if csub is not None and ctr is not None:
         d = pd.DataFrame({"s": csub, "t": ctr}).dropna()
         if len(d):
@@ -280,8 +283,8 @@ def _last_step(wide: pd.DataFrame) -> int | None:
 
 # The scalars alerts() reads: a caller may pass a frame of only these columns (the trainer
 # does, every step: a 7-column frame costs a fraction of one with every logged name).
-ALERT_INPUTS = (N.TRAINABLE_RATIO, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.CUM_GROUPS_SUBMITTED,
-                N.CUM_GROUPS_TRAINABLE, N.FRAC_REWARD_ZERO_STD, N.REWARD_STD)
+ALERT_INPUTS = (TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE, CUM_GROUPS_SUBMITTED,
+                CUM_GROUPS_TRAINABLE, FRAC_REWARD_ZERO_STD, REWARD_STD)
 
 
 @dataclass
@@ -347,7 +350,7 @@ def alert_kinds(history: list[dict], h) -> set[str] | None:
     try:
         steps = np.array([r["step"] for r in history], np.float64)
         sub, tr, ratio, rstd = (np.array([r[n] for r in history], np.float64) for n in
-                                (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.TRAINABLE_RATIO, N.REWARD_STD))
+                                (GROUPS_SUBMITTED, GROUPS_TRAINABLE, TRAINABLE_RATIO, REWARD_STD))
     except (KeyError, TypeError, ValueError):
         return None
     if not len(steps) or not all(np.isfinite(a).all() for a in (sub, tr, ratio, rstd)):
@@ -372,10 +375,10 @@ def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:
         return []
     wide = wide.sort_index()
     ratio_s = step_ratio_series(wide)
-    tr = _col(wide, N.GROUPS_TRAINABLE)
+    tr = _col(wide, GROUPS_TRAINABLE)
     zero = (tr.dropna() == 0).to_numpy() if tr is not None else (ratio_s == 0).to_numpy()
     ratio, t, s, k = window_ratio(wide, cfg.trend_window)
-    rstd = _col(wide, N.REWARD_STD)
+    rstd = _col(wide, REWARD_STD)
     w = rstd.dropna().tail(cfg.trend_window) if rstd is not None else None
     inputs = AlertInputs(_last_step(wide), _trailing_run(zero), ratio, t, s, k,
                          None if w is None else float(w.mean()), 0 if w is None else len(w),
@@ -400,7 +403,7 @@ def verdict(wide: pd.DataFrame, cfg) -> Verdict:
     wide = wide.sort_index()
     checks = []
 
-    rstd = _col(wide, N.REWARD_STD)
+    rstd = _col(wide, REWARD_STD)
     if rstd is not None:
         w = rstd.dropna().tail(cfg.trend_window)
         v = float(w.mean())
@@ -420,7 +423,7 @@ def verdict(wide: pd.DataFrame, cfg) -> Verdict:
     else:
         checks.append(Check("trainable_ratio", None, None, cfg.min_trainable_ratio, "no group counts logged"))
 
-    rew = _col(wide, N.REWARD)
+    rew = _col(wide, REWARD)
     trend = reward_trend(rew.dropna().tail(cfg.trend_window), cfg.min_trend_points) if rew is not None \
         else Trend(None, 0, None, 0)
     if trend.n < max(cfg.min_trend_points, 3):

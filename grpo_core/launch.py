@@ -10,8 +10,8 @@ import sys
 import traceback
 
 from grpo_core import models
-from grpo_core import names as N
-from grpo_core import store as S
+from grpo_core.names import REWARD, TRAINABLE_RATIO
+from grpo_core.store import CREATED, FAILED, RunStore, check_run_id, new_run_id, runs_dir, storage_problem
 from grpo_core.config import ConfigError, RunConfig, apply_overrides, from_dict, load_config, validate
 from grpo_core.tasks import build_metrics, make_task
 from grpo_core.trainer import Trainer, set_threads
@@ -39,7 +39,7 @@ def preflight(cfg: RunConfig):
         models.check_model_path(cfg.model.path)
 
 
-def open_run(args) -> tuple[RunConfig, S.RunStore]:
+def open_run(args) -> tuple[RunConfig, RunStore]:
     """Config + store from CLI args (new run, a run the dashboard created, or --resume)."""
     overrides = list(getattr(args, "overrides", None) or [])
     if getattr(args, "resume", False):
@@ -48,16 +48,16 @@ def open_run(args) -> tuple[RunConfig, S.RunStore]:
         if args.config:
             raise ConfigError("--resume continues with the run's stored config: drop --config "
                               "(use --set, e.g. --set grpo.steps=400, to change a knob)")
-        store = S.RunStore.open(S.runs_dir(args.runs_dir) / S.check_run_id(args.run_id))
+        store = RunStore.open(runs_dir(args.runs_dir) / check_run_id(args.run_id))
         cfg = validate(from_dict(apply_overrides(store.config, overrides)))
         return cfg, store
     cfg = load_config(args.config, overrides)
     preflight(cfg)  # bad dataset rows, metrics or model folder: one line, and no run is created
     root = args.runs_dir or cfg.log.runs_dir or None
-    run_id = args.run_id or S.new_run_id(cfg.task.name)
-    store = S.RunStore.create(run_id, cfg.to_dict(), root=root, exist_ok=True)
+    run_id = args.run_id or new_run_id(cfg.task.name)
+    store = RunStore.create(run_id, cfg.to_dict(), root=root, exist_ok=True)
     status = store.get_meta().get("status")
-    if status != S.CREATED:
+    if status != CREATED:
         store.close()
         raise ConfigError(f"run {run_id!r} already exists (status {status}): pass --resume to continue it, "
                           "or choose another --run-id")
@@ -79,7 +79,7 @@ def cli_train(args) -> int:
     except BaseException as e:
         msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
         store.reject_open_requests("trainer failed to start")
-        store.set_status(S.FAILED, error=msg)
+        store.set_status(FAILED, error=msg)
         raise
     install_stop_signals(trainer)
     try:
@@ -87,7 +87,7 @@ def cli_train(args) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:
-        why = S.storage_problem(e)
+        why = storage_problem(e)
         if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
             print(f"error: {trainer.storage_message(why)}", file=sys.stderr)
         else:
@@ -96,6 +96,6 @@ def cli_train(args) -> int:
     last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
     if last is not None and not last.empty:
         r = last.iloc[-1]
-        print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[N.REWARD]:.3f}, "
-              f"trainable ratio {r[N.TRAINABLE_RATIO]:.2f}", file=sys.stderr)
+        print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[REWARD]:.3f}, "
+              f"trainable ratio {r[TRAINABLE_RATIO]:.2f}", file=sys.stderr)
     return 0

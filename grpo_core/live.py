@@ -24,7 +24,10 @@ import pandas as pd
 
 from grpo_core import health
 from grpo_core import live_settings
-from grpo_core import names as N
+from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO, DIFFICULTY,
+                             FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, MIN_GROUP_STD,
+                             NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TIME_STEP, TRAINABLE_RATIO,
+                             metric_group_std, metric_mean, metric_weight, parse_metric_name)
 from grpo_core.config import HealthConfig
 from grpo_core.control import accepted_kinds, unsupported_note
 from grpo_core.store import (APPLIED, DB_NAME, EV_AUTOPILOT, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED,
@@ -36,9 +39,9 @@ WHATIF_STEPS = 50  # rollouts window behind the what-if and the weight suggestio
 REFRESH_S = 2.0  # the live page's refresh period while a run is live
 MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
 
-BASE_NAMES = (N.TRAINABLE_RATIO, N.CUM_TRAINABLE_RATIO, N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE,
-              N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE, N.PHANTOM_GROUPS, N.NOISE_GROUPS, N.REWARD, N.REWARD_STD,
-              N.FRAC_REWARD_ZERO_STD, N.MIN_GROUP_STD, N.DIFFICULTY, N.TIME_STEP)
+BASE_NAMES = (TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
+              CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
+              FRAC_REWARD_ZERO_STD, MIN_GROUP_STD, DIFFICULTY, TIME_STEP)
 
 
 def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:
@@ -46,14 +49,14 @@ def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:
     cfg = meta.get("config") or {}
     metrics = list(((cfg.get("reward") or {}).get("weights") or {}).keys())
     for n in names:
-        parsed = N.parse_metric_name(n)
+        parsed = parse_metric_name(n)
         if parsed and parsed[0] not in metrics:
             metrics.append(parsed[0])
     return metrics
 
 
 def chart_names(metrics: list[str]) -> list[str]:
-    per = [f(m) for m in metrics for f in (N.metric_mean, N.metric_group_std, N.metric_weight)]
+    per = [f(m) for m in metrics for f in (metric_mean, metric_group_std, metric_weight)]
     return list(BASE_NAMES) + per
 
 
@@ -141,50 +144,50 @@ def _load(run, state):
 
 def _first_load(store: RunStore) -> LiveState:
     meta = store.get_meta()
-    st = LiveState(run_id=store.run_id, db=str(store.path), meta=meta)
+    state = LiveState(run_id=store.run_id, db=str(store.path), meta=meta)
     last = store.last_step()
-    st.metrics = run_metrics(meta, store.scalar_names(last) if last is not None else [])
-    st.names = chart_names(st.metrics)
-    st.recent = pd.DataFrame(index=pd.Index([], name="step", dtype="int64"), columns=st.names, dtype=float)
-    st.bin_sum = pd.DataFrame(columns=st.names, dtype=float)
-    st.bin_cnt = pd.DataFrame(columns=st.names, dtype=float)
+    state.metrics = run_metrics(meta, store.scalar_names(last) if last is not None else [])
+    state.names = chart_names(state.metrics)
+    state.recent = pd.DataFrame(index=pd.Index([], name="step", dtype="int64"), columns=state.names, dtype=float)
+    state.bin_sum = pd.DataFrame(columns=state.names, dtype=float)
+    state.bin_cnt = pd.DataFrame(columns=state.names, dtype=float)
     if last is not None:
         split = last - RECENT_STEPS
         if split >= 0:  # the old part arrives binned: SQLite aggregates, pandas never sees every step
-            st.bin_size = 1 << max(0, math.ceil(math.log2(max(1, (split + 1) / MAX_BINS))))
-            long = store.scalars_binned(st.names, st.bin_size, until_step=split)
-            st.bin_sum = _pivot(long, "total", st.names)
-            st.bin_cnt = _pivot(long, "count", st.names)
-            st.folded_upto = split
-            st.rows_read += len(long)  # rows that reach Python: one per (bin, name)
-        st.recent = _wide(store, max(split, -1), st.names)
-        st.rows_read += int(st.recent.notna().sum().sum())
-        st.last_step = last
-    _read_events(store, st)
-    _read_control(store, st)
-    _read_rollouts(store, st)
-    st.loaded_at = time.time()
-    st.version = 1
-    return st
+            state.bin_size = 1 << max(0, math.ceil(math.log2(max(1, (split + 1) / MAX_BINS))))
+            long = store.scalars_binned(state.names, state.bin_size, until_step=split)
+            state.bin_sum = _pivot(long, "total", state.names)
+            state.bin_cnt = _pivot(long, "count", state.names)
+            state.folded_upto = split
+            state.rows_read += len(long)  # rows that reach Python: one per (bin, name)
+        state.recent = _wide(store, max(split, -1), state.names)
+        state.rows_read += int(state.recent.notna().sum().sum())
+        state.last_step = last
+    _read_events(store, state)
+    _read_control(store, state)
+    _read_rollouts(store, state)
+    state.loaded_at = time.time()
+    state.version = 1
+    return state
 
 
-def _refresh(store: RunStore, st: LiveState):
-    st.meta = store.get_meta()
-    st.rows_read = 0
-    new = _wide(store, st.last_step, st.names)
+def _refresh(store: RunStore, state: LiveState):
+    state.meta = store.get_meta()
+    state.rows_read = 0
+    new = _wide(store, state.last_step, state.names)
     changed = False
     if len(new):
-        st.rows_read = int(new.notna().sum().sum())
-        st.recent = new if st.recent.empty else pd.concat([st.recent, new])
-        st.last_step = int(new.index[-1])
-        _fold(st)
+        state.rows_read = int(new.notna().sum().sum())
+        state.recent = new if state.recent.empty else pd.concat([state.recent, new])
+        state.last_step = int(new.index[-1])
+        _fold(state)
         changed = True
-    changed |= _read_events(store, st)
-    changed |= _read_control(store, st)
-    _read_rollouts(store, st)
-    st.loaded_at = time.time()
+    changed |= _read_events(store, state)
+    changed |= _read_control(store, state)
+    _read_rollouts(store, state)
+    state.loaded_at = time.time()
     if changed:
-        st.version += 1
+        state.version += 1
 
 
 def _wide(store: RunStore, since: int, names: list[str]) -> pd.DataFrame:
@@ -199,30 +202,30 @@ def _pivot(long: pd.DataFrame, value: str, names: list[str]) -> pd.DataFrame:
     return p.fillna(0.0)
 
 
-def _fold(st: LiveState):
+def _fold(state: LiveState):
     """Move raw rows older than RECENT_STEPS into the bins once there are 2x RECENT_STEPS."""
-    if len(st.recent) <= 2 * RECENT_STEPS:
+    if len(state.recent) <= 2 * RECENT_STEPS:
         return
-    cut = int(st.recent.index[-RECENT_STEPS - 1])
-    old, st.recent = st.recent[st.recent.index <= cut], st.recent[st.recent.index > cut]
-    key = old.index.to_numpy() // st.bin_size
+    cut = int(state.recent.index[-RECENT_STEPS - 1])
+    old, state.recent = state.recent[state.recent.index <= cut], state.recent[state.recent.index > cut]
+    key = old.index.to_numpy() // state.bin_size
     sums, cnts = old.fillna(0.0).groupby(key).sum(), old.notna().astype(float).groupby(key).sum()
-    st.bin_sum = sums if st.bin_sum.empty else st.bin_sum.add(sums, fill_value=0.0)
-    st.bin_cnt = cnts if st.bin_cnt.empty else st.bin_cnt.add(cnts, fill_value=0.0)
-    st.folded_upto = cut
-    while len(st.bin_sum) > MAX_BINS:  # twice as wide bins: memory stays bounded forever
-        st.bin_size *= 2
-        st.bin_sum = st.bin_sum.groupby(st.bin_sum.index // 2).sum()
-        st.bin_cnt = st.bin_cnt.groupby(st.bin_cnt.index // 2).sum()
+    state.bin_sum = sums if state.bin_sum.empty else state.bin_sum.add(sums, fill_value=0.0)
+    state.bin_cnt = cnts if state.bin_cnt.empty else state.bin_cnt.add(cnts, fill_value=0.0)
+    state.folded_upto = cut
+    while len(state.bin_sum) > MAX_BINS:  # twice as wide bins: memory stays bounded forever
+        state.bin_size *= 2
+        state.bin_sum = state.bin_sum.groupby(state.bin_sum.index // 2).sum()
+        state.bin_cnt = state.bin_cnt.groupby(state.bin_cnt.index // 2).sum()
 
 
-def _read_events(store: RunStore, st: LiveState) -> bool:
-    ev = store.events(since_id=st.event_id, kinds=[EV_CHANGE, EV_AUTOPILOT])
+def _read_events(store: RunStore, state: LiveState) -> bool:
+    ev = store.events(since_id=state.event_id, kinds=[EV_CHANGE, EV_AUTOPILOT])
     if ev.empty:
         return False
-    st.event_id = int(ev["id"].max())
+    state.event_id = int(ev["id"].max())
     auto = ev["kind"] == EV_AUTOPILOT
-    st.moves += [{**p, "step": int(s)} for s, p in zip(ev.loc[auto, "step"], ev.loc[auto, "payload"])]
+    state.moves += [{**p, "step": int(s)} for s, p in zip(ev.loc[auto, "step"], ev.loc[auto, "payload"])]
     ev = ev[~auto]
     if ev.empty:
         return True
@@ -230,89 +233,85 @@ def _read_events(store: RunStore, st: LiveState) -> bool:
                          "request": [p.get("request") for p in ev["payload"]],
                          "source": [p.get("source") for p in ev["payload"]],
                          "message": [p.get("message", "") for p in ev["payload"]]})
-    st.changes = rows if st.changes.empty else pd.concat([st.changes, rows], ignore_index=True)
+    state.changes = rows if state.changes.empty else pd.concat([state.changes, rows], ignore_index=True)
     return True
 
 
-def _read_control(store: RunStore, st: LiveState) -> bool:
+def _read_control(store: RunStore, state: LiveState) -> bool:
     """New rows, plus rows that were still open (pending/applying) last time: re-read from
     the oldest open id, so a status change is seen without re-reading the whole table."""
-    if st.control.empty:
+    if state.control.empty:
         since = 0
     else:
-        open_ids = st.control.loc[st.control["status"].isin([PENDING, APPLYING]), "id"]
-        since = int(open_ids.min()) - 1 if len(open_ids) else int(st.control["id"].max())
+        open_ids = state.control.loc[state.control["status"].isin([PENDING, APPLYING]), "id"]
+        since = int(open_ids.min()) - 1 if len(open_ids) else int(state.control["id"].max())
     rows = store.control(since_id=since)
     if rows.empty:
         return False
-    before = st.control
+    before = state.control
     kept = before[before["id"] <= since] if not before.empty else before
     new = pd.concat([kept, rows], ignore_index=True) if not kept.empty else rows
-    st.control = new.tail(MAX_CONTROL_ROWS).reset_index(drop=True)
-    if before.empty or len(before) != len(st.control):
+    state.control = new.tail(MAX_CONTROL_ROWS).reset_index(drop=True)
+    if before.empty or len(before) != len(state.control):
         return True
-    return not before[["id", "status"]].reset_index(drop=True).equals(st.control[["id", "status"]])
+    return not before[["id", "status"]].reset_index(drop=True).equals(state.control[["id", "status"]])
 
 
-def _read_rollouts(store: RunStore, st: LiveState):
+def _read_rollouts(store: RunStore, state: LiveState):
     """Keep the rollouts of the last WHATIF_STEPS logged steps (with rollouts)."""
-    if st.last_step < 0 or st.rollout_step >= st.last_step:
+    if state.last_step < 0 or state.rollout_step >= state.last_step:
         return
-    lo = max(st.rollout_step, st.last_step - WHATIF_STEPS)
-    new = store.rollouts(since_step=lo, until_step=st.last_step, with_text=False)
-    st.rollout_step = st.last_step
+    lo = max(state.rollout_step, state.last_step - WHATIF_STEPS)
+    new = store.rollouts(since_step=lo, until_step=state.last_step, with_text=False)
+    state.rollout_step = state.last_step
     if new.empty:
         return
-    keep = st.rollouts[st.rollouts["step"] > st.last_step - WHATIF_STEPS] if not st.rollouts.empty else st.rollouts
-    st.rollouts = pd.concat([keep, new], ignore_index=True) if not keep.empty else new.reset_index(drop=True)
+    keep = state.rollouts[state.rollouts["step"] > state.last_step - WHATIF_STEPS] if not state.rollouts.empty else state.rollouts
+    state.rollouts = pd.concat([keep, new], ignore_index=True) if not keep.empty else new.reset_index(drop=True)
 
 
 # ---- what the pages show -------------------------------------------------------------------------
-def chart_frame(st: LiveState) -> pd.DataFrame:
+def chart_frame(state: LiveState) -> pd.DataFrame:
     """History for the charts: bin means (x = the bin's mean step) then the raw recent steps."""
-    if st._frame is not None and st._frame[0] == st.version:
-        return st._frame[1]
+    if state._frame is not None and state._frame[0] == state.version:
+        return state._frame[1]
     parts = []
-    if not st.bin_sum.empty:
-        mean = st.bin_sum / st.bin_cnt.where(st.bin_cnt > 0)
-        b = st.bin_sum.index.to_numpy()
-        lo, hi = b * st.bin_size, np.minimum(b * st.bin_size + st.bin_size - 1, st.folded_upto)
+    if not state.bin_sum.empty:
+        mean = state.bin_sum / state.bin_cnt.where(state.bin_cnt > 0)
+        b = state.bin_sum.index.to_numpy()
+        lo, hi = b * state.bin_size, np.minimum(b * state.bin_size + state.bin_size - 1, state.folded_upto)
         mean.index = pd.Index((lo + hi) / 2.0, name="step")
         parts.append(mean)
-    if not st.recent.empty:
-        parts.append(st.recent)
-    df = pd.concat(parts) if len(parts) > 1 else (parts[0] if parts else st.recent)
+    if not state.recent.empty:
+        parts.append(state.recent)
+    df = pd.concat(parts) if len(parts) > 1 else (parts[0] if parts else state.recent)
     df = df.dropna(axis=1, how="all")
-    st._frame = (st.version, df)
+    state._frame = (state.version, df)
     return df
 
 
-def last_row(st: LiveState) -> pd.Series:
-    return st.recent.iloc[-1] if len(st.recent) else pd.Series(dtype=float)
-
-
-def _last_value(st: LiveState, name: str):
-    if name not in st.recent.columns:
+def _last_value(state: LiveState, name: str):
+    if name not in state.recent.columns:
         return None
-    s = st.recent[name].dropna()
+    s = state.recent[name].dropna()
     return float(s.iloc[-1]) if len(s) else None
 
 
-def current_settings(st: LiveState) -> dict:
+def current_settings(state: LiveState) -> dict:
     """Weights, threshold and level in force at the last step (logged), else the config's."""
-    cfg = st.meta.get("config") or {}
+    cfg = state.meta.get("config") or {}
     weights = dict(((cfg.get("reward") or {}).get("weights") or {}))
-    for m in st.metrics:
-        v = _last_value(st, N.metric_weight(m))
+    for m in state.metrics:
+        v = _last_value(state, metric_weight(m))
         if v is not None:
             weights[m] = v
-    thr = _last_value(st, N.MIN_GROUP_STD)
-    lvl = _last_value(st, N.DIFFICULTY)
+    thr = _last_value(state, MIN_GROUP_STD)
+    lvl = _last_value(state, DIFFICULTY)
     thr = float(thr if thr is not None else (cfg.get("grpo") or {}).get("min_group_std", 0.01))
     lvl = int(lvl if lvl is not None else (cfg.get("task") or {}).get("level", 1))
     # Requests applied from a step not logged yet are in force too (the next step trains with them).
-    if not st.control.empty:
-        ahead = st.control[(st.control["status"] == APPLIED) & (st.control["applied_step"] > st.last_step)]
+    if not state.control.empty:
+        ahead = state.control[(state.control["status"] == APPLIED) & (state.control["applied_step"] > state.last_step)]
         for _, r in ahead.sort_values("id").iterrows():
             p = r["payload"] or {}
             if r["kind"] == "set_weights":
@@ -321,8 +320,8 @@ def current_settings(st: LiveState) -> dict:
                 thr = float(p.get("min_group_std", thr))
             elif r["kind"] == "set_difficulty":
                 lvl = int(p.get("level", lvl))
-    return {"weights": {m: float(weights.get(m, 0.0)) for m in st.metrics}, "min_group_std": thr, "level": lvl,
-            "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None, **run_settings(st.meta)}
+    return {"weights": {m: float(weights.get(m, 0.0)) for m in state.metrics}, "min_group_std": thr, "level": lvl,
+            "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None, **run_settings(state.meta)}
 
 
 # The live page's run-setting inputs: grpo.<key> numbers, by key (live_settings.RUN_INPUTS).
@@ -374,38 +373,38 @@ def status_badge(status: str, text: str | None = None) -> str:
 TREND_ARROWS = {1: "↑", 0: "→", -1: "↓"}
 
 
-def progress(st: LiveState) -> tuple[int | None, float, float | None]:
+def progress(state: LiveState) -> tuple[int | None, float, float | None]:
     """(steps done, fraction, ETA seconds) from the last step and the recent step time."""
-    total = st.steps_total
-    if st.last_step < 0:
+    total = state.steps_total
+    if state.last_step < 0:
         return None, 0.0, None
-    done = st.last_step  # the trainer numbers steps from 1: the last step is the count done
+    done = state.last_step  # the trainer numbers steps from 1: the last step is the count done
     if not total:
         return done, 0.0, None
     frac = min(1.0, done / total)
     eta = None
-    if st.is_live and N.TIME_STEP in st.recent.columns:
-        dt = st.recent[N.TIME_STEP].dropna().tail(20)
+    if state.is_live and TIME_STEP in state.recent.columns:
+        dt = state.recent[TIME_STEP].dropna().tail(20)
         if len(dt):
             eta = max(0.0, (total - done) * float(dt.mean()))
     return done, frac, eta
 
 
-def cards(st: LiveState) -> Cards:
-    cfg = health_config(st.meta)
-    window = st.recent.tail(max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 5)
+def cards(state: LiveState) -> Cards:
+    cfg = health_config(state.meta)
+    window = state.recent.tail(max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 5)
     v = health.verdict(window.dropna(axis=1, how="all"), cfg)
-    done, frac, eta = progress(st)
+    done, frac, eta = progress(state)
     rstd = next((c.value for c in v.checks if c.name == "reward_std"), None)
     trend_check = next((c for c in v.checks if c.name == "reward_trend"), None)
-    sub, tr = _last_value(st, N.CUM_GROUPS_SUBMITTED), _last_value(st, N.CUM_GROUPS_TRAINABLE)
-    ratio = _last_value(st, N.TRAINABLE_RATIO)
-    if ratio is None and N.FRAC_REWARD_ZERO_STD in st.recent.columns:  # imported TRL runs
-        z = _last_value(st, N.FRAC_REWARD_ZERO_STD)
+    sub, tr = _last_value(state, CUM_GROUPS_SUBMITTED), _last_value(state, CUM_GROUPS_TRAINABLE)
+    ratio = _last_value(state, TRAINABLE_RATIO)
+    if ratio is None and FRAC_REWARD_ZERO_STD in state.recent.columns:  # imported TRL runs
+        z = _last_value(state, FRAC_REWARD_ZERO_STD)
         ratio = None if z is None else 1.0 - z
-    return Cards(status=st.status, step=done, steps=st.steps_total, progress=frac, eta_s=eta,
-                 ratio=ratio, cum_ratio=_last_value(st, N.CUM_TRAINABLE_RATIO),
-                 reward=_last_value(st, N.REWARD), reward_std=rstd, trend=v.trend.sign,
+    return Cards(status=state.status, step=done, steps=state.steps_total, progress=frac, eta_s=eta,
+                 ratio=ratio, cum_ratio=_last_value(state, CUM_TRAINABLE_RATIO),
+                 reward=_last_value(state, REWARD), reward_std=rstd, trend=v.trend.sign,
                  trend_text=trend_check.text if trend_check else "",
                  submitted=None if sub is None else int(sub), trainable=None if tr is None else int(tr),
                  verdict=v.status, colour=VERDICT_COLOURS.get(v.status, "gray"), checks=v.checks,
@@ -420,38 +419,38 @@ def fmt_eta(seconds: float | None) -> str:
 
 
 # ---- what-if and suggestions (the sliders) ---------------------------------------------------------
-def capabilities(st: LiveState) -> dict:
+def capabilities(state: LiveState) -> dict:
     """What this run can show. Imported runs carry scalars only: say so instead of empty charts.
     accepts: the request kinds the process behind the run applies (control.accepted_kinds), so
     the page offers only those controls; accepts_note says which ones it lacks and why."""
-    has_rollouts = not st.rollouts.empty
+    has_rollouts = not state.rollouts.empty
     # A TRL run writes source "trl" like a TRL log imported from a file, but its callback is live and
     # applies requests: only a run with no process of ours behind it is "imported".
-    imported = st.source != "grpo_core" and st.meta.get("kind") != "trl"
+    imported = state.source != "grpo_core" and state.meta.get("kind") != "trl"
     why = ""
     if imported:
-        why = (f"Imported from {st.source}: this run has logged scalars only, no per-rollout scores, "
+        why = (f"Imported from {state.source}: this run has logged scalars only, no per-rollout scores, "
                "so there is no what-if, no weight suggestion and no rollout inspector; it cannot be "
                "steered either (no trainer of ours is attached).")
-    elif st.last_step >= 0 and not has_rollouts:
+    elif state.last_step >= 0 and not has_rollouts:
         why = "No rollout scores in the last steps: the what-if needs them."
-    return {"imported": imported, "what_if": has_rollouts, "steer": st.is_live and not imported,
-            "message": why, "accepts": accepted_kinds(st.meta), "accepts_note": unsupported_note(st.meta)}
+    return {"imported": imported, "what_if": has_rollouts, "steer": state.is_live and not imported,
+            "message": why, "accepts": accepted_kinds(state.meta), "accepts_note": unsupported_note(state.meta)}
 
 
-def rollout_arrays(st: LiveState):
-    if st._arrays is not None and st._arrays[0] == (st.rollout_step, len(st.rollouts)):
-        return st._arrays[1]
-    a = health.rollout_arrays(st.rollouts, st.metrics) if not st.rollouts.empty else None
-    st._arrays = ((st.rollout_step, len(st.rollouts)), a)
+def rollout_arrays(state: LiveState):
+    if state._arrays is not None and state._arrays[0] == (state.rollout_step, len(state.rollouts)):
+        return state._arrays[1]
+    a = health.rollout_arrays(state.rollouts, state.metrics) if not state.rollouts.empty else None
+    state._arrays = ((state.rollout_step, len(state.rollouts)), a)
     return a
 
 
-def what_if(st: LiveState, weights: dict, min_group_std: float) -> dict:
+def what_if(state: LiveState, weights: dict, min_group_std: float) -> dict:
     """Trainable ratio of the recent window under the settings in force and under the
     slider settings. Raises ConfigError for weights that could not be applied either."""
-    a = rollout_arrays(st)
-    cur = current_settings(st)
+    a = rollout_arrays(state)
+    cur = current_settings(state)
     if a is None or a.n_groups == 0:
         return {"available": False, "steps": 0, "groups": 0, "now": None, "predicted": None}
     steps = int(len(np.unique(a.group_step)))
@@ -460,12 +459,12 @@ def what_if(st: LiveState, weights: dict, min_group_std: float) -> dict:
     return {"available": True, "steps": steps, "groups": int(a.n_groups), "now": now, "predicted": pred}
 
 
-def suggestions(st: LiveState, weights: dict | None = None, min_group_std: float | None = None,
+def suggestions(state: LiveState, weights: dict | None = None, min_group_std: float | None = None,
                 n: int = 3) -> list[dict]:
-    a = rollout_arrays(st)
+    a = rollout_arrays(state)
     if a is None:
         return []
-    cur = current_settings(st)
+    cur = current_settings(state)
     return health.suggest_weights(a, weights or cur["weights"],
                                   cur["min_group_std"] if min_group_std is None else min_group_std,
                                   n=n, outcome_metric=cur["outcome_metric"])
@@ -500,11 +499,11 @@ def describe_request(row) -> str:
     return "pending (applied at the next step boundary)" if row["status"] == PENDING else "being applied"
 
 
-def request_lines(st: LiveState, ids: list[int]) -> list[dict]:
+def request_lines(state: LiveState, ids: list[int]) -> list[dict]:
     """Status of the requests this session sent, newest first."""
-    if st.control.empty or not ids:
+    if state.control.empty or not ids:
         return []
-    rows = st.control[st.control["id"].isin(ids)].sort_values("id", ascending=False)
+    rows = state.control[state.control["id"].isin(ids)].sort_values("id", ascending=False)
     return [{"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"], "status": r["status"],
              "applied_step": None if r["applied_step"] != r["applied_step"] else r["applied_step"],
              "text": describe_request(r)} for _, r in rows.iterrows()]
@@ -523,18 +522,18 @@ def request_summary(kind: str, payload: dict) -> str:
     return kind
 
 
-def autopilot_moves(st: LiveState) -> list[dict]:
+def autopilot_moves(state: LiveState) -> list[dict]:
     """The autopilot's moves, newest first: step decided, what, why, the request's status,
     and the inverse request the page's Undo sends (None for a stop, or once undone)."""
     from grpo_core.autopilot import undo_request  # pure; kept local so live.py stays light
-    ctl = st.control.set_index("id") if not st.control.empty else pd.DataFrame()
+    ctl = state.control.set_index("id") if not state.control.empty else pd.DataFrame()
     undone = {}
-    if not st.control.empty:
-        for rid, p in zip(st.control["id"], st.control["payload"]):
+    if not state.control.empty:
+        for rid, p in zip(state.control["id"], state.control["payload"]):
             if isinstance(p, dict) and p.get("undo_of") is not None:
                 undone[int(p["undo_of"])] = int(rid)
     out = []
-    for m in reversed(st.moves):
+    for m in reversed(state.moves):
         rid = int(m.get("request_id", 0))
         row = ctl.loc[rid] if rid in ctl.index else None
         status = describe_request(row) if row is not None else "sent"
@@ -570,10 +569,10 @@ def runs_overview(root=None) -> pd.DataFrame:
                     meta = s.get_meta()
                     last = s.last_step()
                     dt = s.scalars_wide(since_step=(last - 20) if last is not None else -1,
-                                        names=[N.TIME_STEP]) if last is not None else pd.DataFrame()
-                st = LiveState(run_id=r["run_id"], db=str(s.path), meta=meta, last_step=-1 if last is None else last,
+                                        names=[TIME_STEP]) if last is not None else pd.DataFrame()
+                state = LiveState(run_id=r["run_id"], db=str(s.path), meta=meta, last_step=-1 if last is None else last,
                                recent=dt)
-                done, frac, eta = progress(st)
+                done, frac, eta = progress(state)
                 row.update(progress=frac, eta=fmt_eta(eta) if eta is not None else "–", done=done,
                            summary=config_summary(meta))
                 started = meta.get("started") or meta.get("launched") or meta.get("created")

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_core import health as H
+from grpo_core.health import (metric_columns, min_group_size, p_trainable_binary, per_metric_group_std,
+                              rollout_arrays, suggest_weights, trainable_ratio, uniform_fraction)
 from grpo_core.config import RunConfig
 from grpo_core.report import MOST_GROUPS
 from grpo_core.rewards import KINDS
@@ -102,7 +103,7 @@ class PilotSummary:
 
 
 def _metric_names(rollouts: pd.DataFrame, weights: dict) -> list[str]:
-    cols = H.metric_columns(rollouts)
+    cols = metric_columns(rollouts)
     return [m for m in weights if m in cols] + [c for c in cols if c not in weights]
 
 
@@ -114,14 +115,14 @@ def _is_binary(name: str, values: np.ndarray) -> bool:
 
 def _within_group(arrays, uniform_std: float):
     """(mean within-group std [K], share of groups where each metric is uniform [K])."""
-    return (np.asarray(H.per_metric_group_std(arrays), dtype=float),
-            np.asarray(H.uniform_fraction(arrays, uniform_std), dtype=float))
+    return (np.asarray(per_metric_group_std(arrays), dtype=float),
+            np.asarray(uniform_fraction(arrays, uniform_std), dtype=float))
 
 
 def planner_curve(p: float, g_max: int = PLANNER_G_MAX) -> pd.DataFrame:
     """P(a group of G has both outcomes) for G = 2 .. g_max, from health.p_trainable_binary."""
     g = np.arange(2, g_max + 1)
-    return pd.DataFrame({"G": g, "p_trainable": np.asarray(H.p_trainable_binary(p, g), dtype=float)})
+    return pd.DataFrame({"G": g, "p_trainable": np.asarray(p_trainable_binary(p, g), dtype=float)})
 
 
 def _group_shares(rollouts: pd.DataFrame, metric: str) -> tuple[float, float]:
@@ -174,10 +175,10 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
         solved_share=None, failed_share=None, key_metric=None, diversity=None, plans=[], suggestions=[])
     if not len(groups) or not metrics:
         return out
-    out.ratio = H.trainable_ratio(out.submitted, out.trainable)
+    out.ratio = trainable_ratio(out.submitted, out.trainable)
     out.reward_std = float(groups["reward_std"].mean())
 
-    arrays = H.rollout_arrays(rollouts, metrics)  # ragged groups allowed (imported runs)
+    arrays = rollout_arrays(rollouts, metrics)  # ragged groups allowed (imported runs)
     vals = arrays.scores  # [N, K], missing scores as 0 (as the trainer scores a failed metric)
     wstd, ufrac = _within_group(arrays, uniform_std)
     binary = [_is_binary(m, vals[:, k]) for k, m in enumerate(metrics)]
@@ -198,8 +199,8 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
             continue
         p = float(table.at[m, "success_rate"])
         out.plans.append(Plan(m, p, weights.get(m, 0.0), group_size,
-                              float(H.p_trainable_binary(p, group_size)), float(1.0 - ufrac[k]),
-                              H.min_group_size(p, target), planner_curve(p, g_max)))
+                              float(p_trainable_binary(p, group_size)), float(1.0 - ufrac[k]),
+                              min_group_size(p, target), planner_curve(p, g_max)))
     weighted_binary = [pl for pl in out.plans if pl.weight > 0]
     outcome = reward.get("outcome_metric") or ""
     key = next((pl for pl in weighted_binary if pl.metric == outcome), None) or \
@@ -210,7 +211,7 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
 
     if any(w > 0 for w in weights.values()):
         scored = {m: w for m, w in weights.items() if m in metrics}
-        out.suggestions = list(H.suggest_weights(arrays, scored, min_group_std=float(grpo.get("min_group_std", 0.01)),
+        out.suggestions = list(suggest_weights(arrays, scored, min_group_std=float(grpo.get("min_group_std", 0.01)),
                                                  outcome_metric=outcome or None, uniform_std=uniform_std))
     out.verdict = pilot_verdict(out)
     return out
@@ -285,7 +286,7 @@ def _ratio_actions(s: PilotSummary) -> list[Action]:
     hetero = False
     if cands:
         pl = min(cands, key=lambda x: x.g_needed)
-        new = float(H.p_trainable_binary(pl.p, pl.g_needed))
+        new = float(p_trainable_binary(pl.p, pl.g_needed))
         text = (f"raise grpo.group_size from {G} to {pl.g_needed}: {pl.metric} succeeds {pl.p:.0%} of the time, "
                 f"so a group of {G} has both outcomes with probability {pl.current_p_trainable:.2f}, a group of "
                 f"{pl.g_needed} with {new:.2f} (target {s.target:.2f}); it costs {pl.g_needed / G:.1f}x the "
@@ -448,12 +449,12 @@ def _pilot_failed(e: BaseException, store, batch: int) -> int:
     """The exit code of a pilot that failed at `batch` (its store says failed already)."""
     import traceback
 
-    from grpo_core import store as S
+    from grpo_core.store import storage_problem
     if isinstance(e, KeyboardInterrupt):
         return 130
     if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
         raise e
-    why = S.storage_problem(e)
+    why = storage_problem(e)
     if why:  # disk full / read-only: one line (meta.error has the traceback)
         print(f"error: cannot write to {store.run_dir} ({why}): the pilot stopped after batch {batch}; free space "
               "and pilot again", file=sys.stderr)
@@ -479,7 +480,7 @@ def cli_pilot(args) -> int:
     if not _explicit_steps(overrides):  # a training config's steps is its length, not the pilot's
         overrides.append(f"grpo.steps={min(steps, DEFAULT_BATCHES)}")
     from grpo_core import launch
-    from grpo_core import trainer as T
+    from grpo_core.trainer import Trainer, set_threads
 
     args = copy.copy(args)
     args.overrides, args.resume = overrides, False
@@ -487,12 +488,12 @@ def cli_pilot(args) -> int:
     cfg, store = launch.open_run(args)  # new store, or the one start_pilot created
     # kind, and our pid before the (maybe long) model load: a pilot killed while starting shows stale.
     store.set_meta(kind="pilot", pid=os.getpid(), host=os.uname().nodename)
-    T.set_threads(cfg)
+    set_threads(cfg)
     print(f"pilot {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
     sampling = copy.deepcopy(cfg)
     sampling.grpo.beta = 0.0  # no update: a reference model would only cost memory
     try:
-        trainer = T.Trainer(sampling, store)
+        trainer = Trainer(sampling, store)
     except BaseException as e:
         store.reject_open_requests("pilot failed to start")
         store.set_status(FAILED, error=str(e) if isinstance(e, ValueError) else traceback.format_exc())

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_core import health
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.config import ConfigError
 from grpo_core import live_settings
 from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_STEPS, SET_THRESHOLD, SET_WEIGHTS
@@ -93,7 +93,7 @@ class RunData:
 
 
 ROLLOUT_BUDGET = 100_000  # rollouts one report reads at most (~0.5 s); a larger run's are sampled by step
-GROUP_SCALARS = (N.GROUPS_SUBMITTED, N.GROUPS_TRAINABLE, N.PHANTOM_GROUPS, N.REWARD, N.REWARD_STD)
+GROUP_SCALARS = (names.GROUPS_SUBMITTED, names.GROUPS_TRAINABLE, names.PHANTOM_GROUPS, names.REWARD, names.REWARD_STD)
 
 
 def _sample_steps(store: RunStore, wide: pd.DataFrame, changes: pd.DataFrame, window: int,
@@ -150,7 +150,7 @@ def load_run(run, window: int = DEFAULT_WINDOW, budget: int | None = None) -> Ru
         if col not in ROLLOUT_FIXED_COLS and col not in metrics:
             metrics.append(col)
     for col in wide.columns:
-        parsed = N.parse_metric_name(col)
+        parsed = names.parse_metric_name(col)
         if parsed and parsed[0] not in metrics:
             metrics.append(parsed[0])
     return RunData(run_id=store.run_id, db_path=store.path, meta=meta, config=config,
@@ -227,11 +227,11 @@ def notices(data: RunData) -> list[Notice]:
 
 
 def _ratio_source(data: RunData) -> str:
-    for name in (N.GROUPS_SUBMITTED, N.TRAINABLE_RATIO, N.CUM_GROUPS_SUBMITTED, N.FRAC_REWARD_ZERO_STD):
+    for name in (names.GROUPS_SUBMITTED, names.TRAINABLE_RATIO, names.CUM_GROUPS_SUBMITTED, names.FRAC_REWARD_ZERO_STD):
         if _col(data.wide, name) is not None:
-            return {N.GROUPS_SUBMITTED: "the logged group counts", N.TRAINABLE_RATIO: f"the logged {name}",
-                    N.CUM_GROUPS_SUBMITTED: "the logged cumulative group counts",
-                    N.FRAC_REWARD_ZERO_STD: f"1 - {name} (TRL's share of zero-std groups)"}[name]
+            return {names.GROUPS_SUBMITTED: "the logged group counts", names.TRAINABLE_RATIO: f"the logged {name}",
+                    names.CUM_GROUPS_SUBMITTED: "the logged cumulative group counts",
+                    names.FRAC_REWARD_ZERO_STD: f"1 - {name} (TRL's share of zero-std groups)"}[name]
     return "nothing (no ratio was logged)"
 
 
@@ -245,7 +245,7 @@ def steps_table(data: RunData, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
     steps = _steps_index(data)
     df = pd.DataFrame(index=steps)
     w, g = data.wide.reindex(steps), data.groups
-    sub, tr = _col(w, N.GROUPS_SUBMITTED), _col(w, N.GROUPS_TRAINABLE)
+    sub, tr = _col(w, names.GROUPS_SUBMITTED), _col(w, names.GROUPS_TRAINABLE)
     if sub is not None and tr is not None:
         df["submitted"], df["trainable"] = sub, tr
     elif len(g):
@@ -262,17 +262,17 @@ def steps_table(data: RunData, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
         df["ratio_rolling"] = rt / rs.where(rs > 0)  # pooled over the trailing window
     else:  # ratio only (imported): TRAINABLE_RATIO or 1 - frac_reward_zero_std, per step
         df["ratio"] = health.step_ratio_series(w).reindex(steps)
-        cum = _col(w, N.CUM_TRAINABLE_RATIO)  # an importer's cumulative ratio knows the step weights
+        cum = _col(w, names.CUM_TRAINABLE_RATIO)  # an importer's cumulative ratio knows the step weights
         df["cum_ratio"] = cum if cum is not None else df["ratio"].expanding().mean()
         df["ratio_rolling"] = df["ratio"].rolling(window, min_periods=1).mean()
-    ph = _col(w, N.PHANTOM_GROUPS)
+    ph = _col(w, names.PHANTOM_GROUPS)
     if ph is not None:
         df["phantom"] = ph
     elif len(g):
         df["phantom"] = g.groupby("step")["phantom"].sum().astype(float).reindex(steps)
     else:
         df["phantom"] = np.nan
-    for col, name, gcol in (("reward", N.REWARD, "reward_mean"), ("reward_std", N.REWARD_STD, "reward_std")):
+    for col, name, gcol in (("reward", names.REWARD, "reward_mean"), ("reward_std", names.REWARD_STD, "reward_std")):
         s = _col(w, name)
         if s is None and len(g):
             s = g.groupby("step")[gcol].mean().reindex(steps)
@@ -316,7 +316,7 @@ def _weights_per_step(data: RunData, steps: pd.Index) -> pd.DataFrame:
     default = (lambda m: float(w0.get(m, 0.0))) if w0 else (lambda m: np.nan)  # noqa: E731
     out = pd.DataFrame(index=steps)
     for m in data.metrics:
-        s = _col(data.wide, N.metric_weight(m))
+        s = _col(data.wide, names.metric_weight(m))
         out[m] = s.reindex(steps).ffill().bfill().fillna(default(m)) if s is not None else default(m)
     return out
 
@@ -364,7 +364,7 @@ def bottlenecks(data: RunData) -> pd.DataFrame:
             n += seg.n_groups
         share[scored] = acc / n if n else np.nan
     for m in metrics:  # no rollouts for it (imported): the logged per-metric within-group std, if any
-        s = _col(data.wide, N.metric_group_std(m))
+        s = _col(data.wide, names.metric_group_std(m))
         if m not in scored and s is not None:
             std[m] = float(s.mean())
     rows = []
@@ -415,10 +415,10 @@ def _values_at(data: RunData, kind: str, step: int | None):
         return None
     row = data.wide.loc[step]
     if kind == SET_WEIGHTS:
-        vals = {m: float(row[N.metric_weight(m)]) for m in data.metrics
-                if N.metric_weight(m) in row.index and pd.notna(row[N.metric_weight(m)])}
+        vals = {m: float(row[names.metric_weight(m)]) for m in data.metrics
+                if names.metric_weight(m) in row.index and pd.notna(row[names.metric_weight(m)])}
         return vals or None
-    name = {SET_THRESHOLD: N.MIN_GROUP_STD, SET_DIFFICULTY: N.DIFFICULTY}.get(kind)
+    name = {SET_THRESHOLD: names.MIN_GROUP_STD, SET_DIFFICULTY: names.DIFFICULTY}.get(kind)
     if name and name in row.index and pd.notna(row[name]):
         return float(row[name])
     return None
@@ -641,7 +641,7 @@ class GroupView:
 
 
 def _threshold_at(data: RunData, step: int) -> float:
-    s = _col(data.wide, N.MIN_GROUP_STD)
+    s = _col(data.wide, names.MIN_GROUP_STD)
     if s is not None and step in s.index and pd.notna(s.loc[step]):
         return float(s.loc[step])
     thr = data.cfg("grpo", "min_group_std", 0.01)
@@ -762,7 +762,7 @@ def compare_runs(runs: list, window: int = DEFAULT_WINDOW) -> tuple[pd.DataFrame
     for d in datas:
         st = steps_table(d, window)
         tr, rt = trainability(st), reward_trend(st, window)
-        step_s = _col(d.wide, N.TIME_STEP)
+        step_s = _col(d.wide, names.TIME_STEP)
         rows.append({"run": d.run_id, "status": d.status, "steps": tr["steps"],
                      "last_step": tr["last_step"], "planned_steps": d.cfg("grpo", "steps"),
                      "submitted": tr["submitted"], "trainable": tr["trainable"], "ratio": tr["ratio"],

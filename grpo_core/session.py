@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grpo_core import store as S
+from grpo_core.store import CONTROL_KINDS, EV_LIFECYCLE, FAILED, RUNNING, RunStore
 
 
 class Heartbeat(threading.Thread):
@@ -21,7 +21,7 @@ class Heartbeat(threading.Thread):
         self.db_path, self.every, self.fold_wal, self.done = db_path, every, fold_wal, threading.Event()
 
     def run(self):
-        store = S.RunStore(self.db_path)
+        store = RunStore(self.db_path)
         try:
             while True:
                 try:
@@ -53,7 +53,7 @@ class RunSession:
     "accepts" when it starts (the live page offers those controls, control.accepted_kinds), and
     a request of any other kind is answered by `refuse`, with the reason that run gives."""
 
-    def __init__(self, store: S.RunStore, handlers: dict[str, Handler], refuse: Handler, *,
+    def __init__(self, store: RunStore, handlers: dict[str, Handler], refuse: Handler, *,
                  fold_wal: bool = True):
         self.store, self.handlers, self.refuse = store, handlers, refuse
         self.fold_wal = fold_wal  # the heartbeat folds the WAL; this process's commits never wait for it
@@ -61,14 +61,14 @@ class RunSession:
 
     @property
     def accepts(self) -> tuple[str, ...]:
-        return tuple(k for k in S.CONTROL_KINDS if k in self.handlers)
+        return tuple(k for k in CONTROL_KINDS if k in self.handlers)
 
     def start(self, step: int, event: dict, **meta):
         """Status running with `meta`, the lifecycle event `event` at `step`, the heartbeat on."""
         self.store.set_meta(pid=os.getpid(), host=os.uname().nodename, started=time.time(), error=None,
                             accepts=list(self.accepts), **meta)
-        self.store.set_status(S.RUNNING, stop_reason=None)
-        self.store.add_event(S.EV_LIFECYCLE, event, step=step)
+        self.store.set_status(RUNNING, stop_reason=None)
+        self.store.add_event(EV_LIFECYCLE, event, step=step)
         self.beat = Heartbeat(self.store.path, fold_wal=self.fold_wal)
         self.beat.start()
         if self.fold_wal:
@@ -96,13 +96,13 @@ class RunSession:
         """The run ended normally: finished or stopped at `step` (`reason`: why it stopped). `at`
         tells a request still open why it was not applied."""
         self.stop_heartbeat()
-        self.store.add_event(S.EV_LIFECYCLE, {"event": status, "reason": reason}, step=step)
+        self.store.add_event(EV_LIFECYCLE, {"event": status, "reason": reason}, step=step)
         self.store.reject_open_requests(at.format(status=status, step=step))
         self.store.set_status(status, **status_meta)
 
     def fail(self, error: str, step: int | None, summary: str, at: str = "run failed at step {step}"):
         """The run failed: `summary` (one line) in the event, `error` (a traceback) in meta."""
         self.stop_heartbeat()
-        self.store.add_event(S.EV_LIFECYCLE, {"event": S.FAILED, "error": summary}, step=step)
+        self.store.add_event(EV_LIFECYCLE, {"event": FAILED, "error": summary}, step=step)
         self.store.reject_open_requests(at.format(step=step))
-        self.store.set_status(S.FAILED, error=error)
+        self.store.set_status(FAILED, error=error)

@@ -36,8 +36,6 @@ import numpy as np
 import pandas as pd
 
 from grpo_core import live_settings
-from grpo_core.live_settings import (SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS,  # noqa: F401
-                                     SET_STEPS, SET_TEMPERATURE, SET_THRESHOLD, SET_WEIGHTS)
 
 SCHEMA_VERSION = 2
 DB_NAME = "run.db"

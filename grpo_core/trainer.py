@@ -20,14 +20,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from grpo_core import autopilot as AP
+from grpo_core import autopilot
 from grpo_core import checkpoints
 from grpo_core import grpo
 from grpo_core import health
 from grpo_core import live_settings
 from grpo_core import models
-from grpo_core import names as N
-from grpo_core import store as S
+from grpo_core import names
+from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
+from grpo_core.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT,
+                             EV_REJECTED, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, RunMeta, RunStore, STOP,
+                             STOPPED, StepGroups, StepRollouts, storage_problem)
 from grpo_core.config import ConfigError, RunConfig
 from grpo_core.control import validate_request
 from grpo_core.rewards import CompositeReward
@@ -54,7 +57,7 @@ def resumed_budget(meta: dict, steps: int) -> int:
     request changes it mid-run; meta "settings" records it, as the runs list shows it), unless
     this resume sets grpo.steps itself (`--set grpo.steps=N`: then it differs from the stored
     config, which run() rewrites with the budget in force at each start)."""
-    run = S.RunMeta.parse(meta)
+    run = RunMeta.parse(meta)
     return int(run.steps_budget) if run.steps_budget is not None and steps == run.configured_steps else steps
 
 
@@ -70,7 +73,7 @@ def set_threads(cfg: RunConfig | None = None):
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, store: S.RunStore, *, resume: bool = False, log=None):
+    def __init__(self, cfg: RunConfig, store: RunStore, *, resume: bool = False, log=None):
         self.cfg, self.store, self.resume = cfg, store, resume
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.runs_root = store.run_dir.parent
@@ -91,7 +94,7 @@ class Trainer:
         self.last_log_s = 0.0
         self.last_ckpt_step: int | None = None
         self.autopilot_on = cfg.autopilot.enabled  # set_autopilot switches it mid-run
-        self.autopilot = AP.AutopilotState()
+        self.autopilot = autopilot.AutopilotState()
         self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
         self.writer: BatchedWrites | None = None  # during run(): how steps reach the store
 
@@ -108,7 +111,7 @@ class Trainer:
             self.ref_model.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay)
         # Its requests are its handlers: every kind, a difficulty only on a task with levels.
-        kinds = [k for k in S.CONTROL_KINDS if k != S.SET_DIFFICULTY or self.task.levels >= 2]
+        kinds = [k for k in CONTROL_KINDS if k != SET_DIFFICULTY or self.task.levels >= 2]
         self.session = RunSession(store, dict.fromkeys(kinds, self.apply_request), self.refuse_request)
         if resume:
             self._load_checkpoint()
@@ -143,7 +146,7 @@ class Trainer:
         return Sample(grpo.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
                       t_gen, t_score)
 
-    def train_step(self, update: bool = True) -> tuple[dict, S.StepGroups, S.StepRollouts]:
+    def train_step(self, update: bool = True) -> tuple[dict, StepGroups, StepRollouts]:
         """One step; update=False samples, scores and logs without training (the pilot)."""
         g = self.cfg.grpo
         t_start = time.perf_counter()
@@ -165,28 +168,28 @@ class Trainer:
 
         scalars = health.step_scalars(stats, scores, self.reward.names, self.reward.weights,
                                       self.cum_submitted, self.cum_trainable)
-        self.cum_submitted, self.cum_trainable = (int(scalars[N.CUM_GROUPS_SUBMITTED]),
-                                                  int(scalars[N.CUM_GROUPS_TRAINABLE]))
+        self.cum_submitted, self.cum_trainable = (int(scalars[names.CUM_GROUPS_SUBMITTED]),
+                                                  int(scalars[names.CUM_GROUPS_TRAINABLE]))
         n_tokens = int(roll.completion_mask.sum())
         step_s = time.perf_counter() - t_start
         scalars.update({
-            N.LOSS_POLICY: loss["policy"], N.LOSS_KL: loss["kl"], N.LOSS_ENTROPY: loss["entropy"],
-            N.GRAD_NORM: loss["grad_norm"], N.CLIP_RATIO: loss["clip_ratio"],
-            N.COMPLETION_MEAN_LENGTH: n_tokens / len(roll.texts),
-            N.TIME_STEP: step_s, N.TIME_GENERATE: t_gen, N.TIME_SCORE: t_score, N.TIME_TRAIN: t_train,
-            N.TIME_LOG: self.last_log_s, N.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
-            N.MIN_GROUP_STD: g.min_group_std, N.DIFFICULTY: float(self.task.level),
-            N.SCORING_ERRORS: float(sum(e is not None for e in errors)), N.SAMPLING_BATCHES: float(sample.batches),
+            names.LOSS_POLICY: loss["policy"], names.LOSS_KL: loss["kl"], names.LOSS_ENTROPY: loss["entropy"],
+            names.GRAD_NORM: loss["grad_norm"], names.CLIP_RATIO: loss["clip_ratio"],
+            names.COMPLETION_MEAN_LENGTH: n_tokens / len(roll.texts),
+            names.TIME_STEP: step_s, names.TIME_GENERATE: t_gen, names.TIME_SCORE: t_score, names.TIME_TRAIN: t_train,
+            names.TIME_LOG: self.last_log_s, names.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
+            names.MIN_GROUP_STD: g.min_group_std, names.DIFFICULTY: float(self.task.level),
+            names.SCORING_ERRORS: float(sum(e is not None for e in errors)), names.SAMPLING_BATCHES: float(sample.batches),
         })
         if not update:  # nothing trained: log no loss at all rather than empty values
-            for k in (N.LOSS_POLICY, N.LOSS_KL, N.LOSS_ENTROPY, N.GRAD_NORM, N.CLIP_RATIO):
+            for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO):
                 scalars.pop(k)
-        groups = S.StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
+        groups = StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
                               G, stats.mean, stats.std, stats.trainable, stats.phantom)
         keep_all = self.cfg.log.keep_text == "all"
         n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
         n = P * G
-        rollouts = S.StepRollouts(self.reward.names, np.arange(n) // G, np.arange(n) % G, totals.reshape(-1), raw,
+        rollouts = StepRollouts(self.reward.names, np.arange(n) // G, np.arange(n) % G, totals.reshape(-1), raw,
                                   roll.texts[:n_text * G] + [None] * (n - n_text * G), errors)
         return scalars, groups, rollouts
 
@@ -200,7 +203,7 @@ class Trainer:
         for req, applied, step, message in self.session.serve():
             self.log(f"request {req['id']} {req['kind']}: {'applied' if applied else 'rejected'} ({message})")
             if applied:
-                AP.note_applied(self.autopilot, req, step)
+                autopilot.note_applied(self.autopilot, req, step)
                 self.publish_settings()
 
     def apply_request(self, req: dict) -> tuple[bool, int | None, str]:
@@ -211,10 +214,10 @@ class Trainer:
             payload = validate_request(kind, req.get("payload") or {}, self.reward.names, max_level=self.task.levels)
         except ConfigError as e:
             return False, None, str(e)
-        if kind == S.SET_WEIGHTS:
+        if kind == SET_WEIGHTS:
             new = self.reward.set_weights({**self.reward.weights, **payload["weights"]})
             return True, nxt, "weights " + ", ".join(f"{k}={v:g}" for k, v in new.items()) + f" from step {nxt}"
-        if kind == S.SET_DIFFICULTY:
+        if kind == SET_DIFFICULTY:
             old = self.task.level
             self.task.set_level(payload["level"])
             return True, nxt, f"level {old} -> {self.task.level} from step {nxt}"
@@ -227,33 +230,33 @@ class Trainer:
             if key == "steps":  # a budget has no "from": it says whether this step is the last
                 return True, nxt, f"steps {old} -> {g.steps}" + (" (ends after this step)" if g.steps == self.step else "")
             return True, nxt, f"{key} {old:g} -> {payload[key]:g} from step {nxt}"
-        if kind == S.SET_AUTOPILOT:
+        if kind == SET_AUTOPILOT:
             self.autopilot_on = payload["enabled"]
             return True, nxt, f"autopilot {'on' if self.autopilot_on else 'off'} from step {nxt}"
-        if kind == S.PAUSE:
+        if kind == PAUSE:
             if self.paused:
                 return False, None, "already paused"
             self.paused = True
-            self.store.set_status(S.PAUSED)
+            self.store.set_status(PAUSED)
             return True, self.step, f"paused after step {self.step}"
-        if kind == S.RESUME:
+        if kind == RESUME:
             if not self.paused:
                 return False, None, "not paused"
             self.paused = False
-            self.store.set_status(S.RUNNING)
+            self.store.set_status(RUNNING)
             return True, nxt, f"resumed at step {nxt}"
-        if kind == S.STOP:
+        if kind == STOP:
             self.stop_source = req.get("source") or "ui"
             why = payload.get("reason")
             self.stop_reason = f"stop request {req['id']} from {self.stop_source}" + (f": {why}" if why else "")
             return True, self.step, f"stopping after step {self.step}"
-        if kind == S.CHECKPOINT:
+        if kind == CHECKPOINT:
             path = self.save_checkpoint("request")
             return True, self.step, f"checkpoint {path.name}"
         return self.refuse_request(req)
 
     def refuse_request(self, req: dict) -> tuple[bool, None, str]:
-        if req["kind"] == S.SET_DIFFICULTY:
+        if req["kind"] == SET_DIFFICULTY:
             return False, None, f"task {self.task.name!r} has no difficulty levels"
         return False, None, f"unknown request kind {req['kind']!r}"
 
@@ -268,7 +271,7 @@ class Trainer:
         return {"weights": dict(self.reward.weights), **numbers, "level": self.task.level,
                 "max_level": self.task.levels, "autopilot": self.autopilot_on,
                 "outcome_metric": self.cfg.reward.outcome_metric or None, "uniform_std": self.cfg.health.uniform_std,
-                "metric_max": AP.metric_max(self.metric_kinds)}
+                "metric_max": autopilot.metric_max(self.metric_kinds)}
 
     def publish_settings(self):
         """Meta "settings": what is in force now (the live page and the runs list read it)."""
@@ -278,7 +281,7 @@ class Trainer:
         """The autopilot looks at the steps so far; its moves are requests that poll_control
         applies at the next step boundary, like the user's."""
         self.autopilot.settings = self.settings()
-        ids = AP.step_hook(self.store, self.step, self.autopilot, self.cfg.autopilot, self.cfg.health)
+        ids = autopilot.step_hook(self.store, self.step, self.autopilot, self.cfg.autopilot, self.cfg.health)
         if ids:
             self.log(f"autopilot after step {self.step}: request(s) {', '.join(map(str, ids))}")
 
@@ -301,7 +304,7 @@ class Trainer:
         wide = pd.DataFrame({n: [r.get(n, np.nan) for r in self.history] for n in health.ALERT_INPUTS},
                             index=pd.Index([r["step"] for r in self.history], name="step"))
         now = health.alerts(wide, h)
-        events = [(S.EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
+        events = [(EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
                   for a in now if is_new(a.kind)]
         self.active_alerts.update({a.kind: step for a in now})
         return events
@@ -310,7 +313,7 @@ class Trainer:
         c = self.cfg.curriculum
         if c.mode != "auto" or self.task.levels < 2:
             return []
-        easy = scalars[N.TRAINABLE_RATIO] < c.raise_ratio and scalars[N.REWARD] > c.raise_reward
+        easy = scalars[names.TRAINABLE_RATIO] < c.raise_ratio and scalars[names.REWARD] > c.raise_reward
         self.curriculum_streak = self.curriculum_streak + 1 if easy else 0
         top = min(c.max_level, self.task.levels)
         if self.curriculum_streak < c.window or self.task.level >= top:
@@ -321,7 +324,7 @@ class Trainer:
         msg = (f"curriculum: level {old} -> {self.task.level} from step {self.step + 1} (ratio < {c.raise_ratio:g} "
                f"and reward > {c.raise_reward:g} for {c.window} steps)")
         self.log(msg)
-        return [(S.EV_CHANGE, {"kind": S.SET_DIFFICULTY, "request": {"level": self.task.level},
+        return [(EV_CHANGE, {"kind": SET_DIFFICULTY, "request": {"level": self.task.level},
                                "source": "curriculum", "message": msg})]
 
     # ---- checkpoints ---------------------------------------------------------------------------
@@ -338,7 +341,7 @@ class Trainer:
                                    for s in live_settings.NUMBER_SETTINGS if s.replay}}
         final = checkpoints.write_checkpoint(self.store.run_dir, self.step, self.model, self.tokenizer, state)
         self.last_ckpt_step = self.step
-        self.store.add_event(S.EV_CHECKPOINT, {"path": str(final), "reason": reason}, step=self.step)
+        self.store.add_event(EV_CHECKPOINT, {"path": str(final), "reason": reason}, step=self.step)
         return final
 
     def _load_checkpoint(self):
@@ -364,14 +367,14 @@ class Trainer:
         for k, v in st.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: below)
             setattr(self.cfg.grpo, k, v)
         self.cfg.grpo.steps = resumed_budget(self.store.get_meta(), self.cfg.grpo.steps)
-        self.autopilot = AP.AutopilotState.from_dict(st.get("autopilot"))
+        self.autopilot = autopilot.AutopilotState.from_dict(st.get("autopilot"))
         self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
         self.autopilot_on = st.get("autopilot_on", self.autopilot_on)
         self.step = self.last_ckpt_step = int(st["step"])
         # Requests applied after the checkpoint were part of the lost steps: apply them again.
         done = self.store.control()
         if len(done):
-            later = done[(done["status"] == S.APPLIED) & (done["applied_step"] > self.step)]
+            later = done[(done["status"] == APPLIED) & (done["applied_step"] > self.step)]
             for _, r in later.iterrows():
                 if r["kind"] in live_settings.REPLAYED:
                     self.apply_request({"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"]})
@@ -414,7 +417,7 @@ class Trainer:
                 if mirror is not None:
                     mirror.finish()
         self.save_checkpoint("stop" if self.stop_reason else "end")
-        status = S.STOPPED if self.stop_reason else S.FINISHED
+        status = STOPPED if self.stop_reason else FINISHED
         self.session.finish(status, self.step, self.stop_reason, **({"stop_reason": self.stop_source or "signal",
                                                                      "stop_message": self.stop_reason}
                                                                     if self.stop_reason else {}))
@@ -438,7 +441,7 @@ class Trainer:
             self.run_autopilot()
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(reward=f"{scalars[N.REWARD]:.3f}", ratio=f"{scalars[N.TRAINABLE_RATIO]:.2f}",
+            bar.set_postfix(reward=f"{scalars[names.REWARD]:.3f}", ratio=f"{scalars[names.TRAINABLE_RATIO]:.2f}",
                             level=self.task.level, refresh=False)
         every = cfg.log.checkpoint_every
         if every and self.step % every == 0 and self.step < cfg.grpo.steps:
@@ -452,7 +455,7 @@ class Trainer:
                     dynamic_ncols=True, mininterval=0.5)
 
     # ---- the store writes of the loop ---------------------------------------------------------
-    def log_step(self, scalars: dict, groups: S.StepGroups, rollouts: S.StepRollouts, events: list[tuple]):
+    def log_step(self, scalars: dict, groups: StepGroups, rollouts: StepRollouts, events: list[tuple]):
         """Step self.step into the store: in run(), kept and committed with the steps of the last
         log.commit_every_s (BatchedWrites); else written here. Each step is whole in the store
         either way."""
@@ -480,12 +483,12 @@ class Trainer:
         return WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
                            self.store.run_dir, self.cfg.to_dict())
 
-    def mirror_step(self, mirror, scalars: dict, groups: S.StepGroups, rollouts: S.StepRollouts):
+    def mirror_step(self, mirror, scalars: dict, groups: StepGroups, rollouts: StepRollouts):
         """Mirror the step just stored, and every event since the last one (applied and
         rejected requests come from the store, so the mirror sees exactly what readers see)."""
         mirror.log_step(self.step, scalars, groups.frame(), rollouts)
         ev = self.store.events(since_id=self._mirrored_event,
-                               kinds=[S.EV_CHANGE, S.EV_REJECTED, S.EV_ALERT, S.EV_CHECKPOINT])
+                               kinds=[EV_CHANGE, EV_REJECTED, EV_ALERT, EV_CHECKPOINT])
         for kind, payload, step in zip(ev["kind"], ev["payload"], ev["step"]):
             mirror.event(kind, payload, None if step != step else int(step))
         if len(ev):
@@ -497,7 +500,7 @@ class Trainer:
             return self.run()
         except BaseException as e:
             text = traceback.format_exc()
-            why = S.storage_problem(e)
+            why = storage_problem(e)
             if why:  # the disk's fault: the last line (what the runs page shows) says so and what to do
                 text += "\n" + self.storage_message(why)
             for attempt in range(2):

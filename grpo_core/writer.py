@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 
-from grpo_core import store as S
+from grpo_core.store import RunStore
 
 
 class BatchedWrites:
@@ -35,7 +35,7 @@ class BatchedWrites:
     something must see the steps so far (a request's answer, a checkpoint, the autopilot, the
     W&B mirror, the end of the run)."""
 
-    def __init__(self, store: S.RunStore, commit_every_s: float):
+    def __init__(self, store: RunStore, commit_every_s: float):
         self.store, self.every_s = store, commit_every_s
         self.kept: list[tuple] = []
         self.last_commit = time.monotonic()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpo_core import charts as C
+from grpo_core import charts
 from grpo_core import presets
-from grpo_core import report as R
+from grpo_core import report
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, list_runs
 from grpo_core.safety import require_token
@@ -25,9 +25,9 @@ st.header("Analysis")
 
 
 @st.cache_data(show_spinner="Reading the run…", max_entries=8)
-def load_report(path: str, window: int, stamp: tuple) -> R.Report:
+def load_report(path: str, window: int, stamp: tuple) -> report.Report:
     """Cached per (run, window, store state): a live run's new steps change the stamp (report.store_stamp)."""
-    return R.build_report(path, window=window)
+    return report.build_report(path, window=window)
 
 
 # ---- which run ---------------------------------------------------------------------------------
@@ -41,10 +41,10 @@ if run_id not in ids:
     run_id = ids[0]  # list_runs() is newest first
 row = runs.set_index("run_id").loc[run_id]
 st.caption(f"Run **{run_id}** · {row['status']} (choose another run in the sidebar)")
-window = int(st.number_input("Window (steps)", 1, 10_000, R.DEFAULT_WINDOW, key="analysis_window",
+window = int(st.number_input("Window (steps)", 1, 10_000, report.DEFAULT_WINDOW, key="analysis_window",
                              help="Steps before/after each change in the ledger, and the rolling ratio"))
 try:
-    rep = load_report(row["path"], window, R.store_stamp(row["path"]))
+    rep = load_report(row["path"], window, report.store_stamp(row["path"]))
 except (StoreError, ConfigError, ValueError) as e:
     st.error(f"Cannot analyse run {run_id}: {e}")
     st.stop()
@@ -61,17 +61,17 @@ tab_tr, tab_bn, tab_led, tab_roll, tab_cmp, tab_exp = st.tabs(
 with tab_tr:
     s = rep.summary
     c = st.columns(4)
-    c[0].metric("Groups trainable", R.fmt(s["trainable"]) + (f" / {R.fmt(s['submitted'])}" if s["submitted"] else ""))
-    c[1].metric("Trainable ratio", R.fmt(s["ratio"]))
+    c[0].metric("Groups trainable", report.fmt(s["trainable"]) + (f" / {report.fmt(s['submitted'])}" if s["submitted"] else ""))
+    c[1].metric("Trainable ratio", report.fmt(s["ratio"]))
     c[2].metric("Steps with zero trainable", len(s["zero_trainable_steps"]))
-    c[3].metric("Phantom groups", R.fmt(s["phantom"]))
+    c[3].metric("Phantom groups", report.fmt(s["phantom"]))
     if s["zero_trainable_steps"]:
-        st.caption("Zero trainable groups at steps: " + R.fmt(s["zero_trainable_steps"][:50])
+        st.caption("Zero trainable groups at steps: " + report.fmt(s["zero_trainable_steps"][:50])
                    + (" …" if len(s["zero_trainable_steps"]) > 50 else ""))
-    st.plotly_chart(R.fig_ratio(rep.steps, rep.ledger), key="an_ratio")
+    st.plotly_chart(report.fig_ratio(rep.steps, rep.ledger), key="an_ratio")
     st.markdown(f"**Reward trend**: whole run {rep.trend['run_text']}; last {rep.window} steps "
                 f"{rep.trend['last_text']}.")
-    st.plotly_chart(R.fig_reward(rep.steps, rep.trend, rep.ledger), key="an_reward")
+    st.plotly_chart(report.fig_reward(rep.steps, rep.trend, rep.ledger), key="an_reward")
     if rep.verdict is not None:
         st.markdown(f"**Health verdict (last window): {rep.verdict.status}**")
         for chk in rep.verdict.checks:
@@ -87,8 +87,8 @@ with tab_bn:
         for why in rep.bottlenecks.loc[rep.bottlenecks["bottleneck"], "why"]:
             st.markdown(f"- {why}")
         if rep.bottlenecks["uniform_fraction"].notna().any():
-            st.plotly_chart(R.fig_bottlenecks(rep.bottlenecks), key="an_bn_fig")
-    fig = C.metric_std_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
+            st.plotly_chart(report.fig_bottlenecks(rep.bottlenecks), key="an_bn_fig")
+    fig = charts.metric_std_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
     if fig is not None:
         st.plotly_chart(fig, key="an_metric_std")
 
@@ -98,7 +98,7 @@ with tab_led:
                "steps before it and from it on (a window stops at a neighbouring change and at the run's ends). "
                "reuse: the ratio rose and the reward did not fall.")
     if len(rep.ledger):
-        st.dataframe(rep.ledger[R.LEDGER_SHOW], hide_index=True, key="an_ledger")
+        st.dataframe(rep.ledger[report.LEDGER_SHOW], hide_index=True, key="an_ledger")
     else:
         st.info("No applied changes in this run.")
     reuse = rep.ledger[rep.ledger["reuse"].astype(bool) & (rep.ledger["kind"] == "set_weights")] \
@@ -107,7 +107,7 @@ with tab_led:
         with st.expander("Save a weight change that helped (reuse) as a preset"):
             pick = st.selectbox("Change", list(reuse.index), key="an_preset_row",
                                 format_func=lambda i: f"step {reuse.loc[i, 'step']}: {reuse.loc[i, 'change']} (ratio "
-                                f"{R.fmt(reuse.loc[i, 'ratio_before'], 2)} → {R.fmt(reuse.loc[i, 'ratio_after'], 2)})")
+                                f"{report.fmt(reuse.loc[i, 'ratio_before'], 2)} → {report.fmt(reuse.loc[i, 'ratio_after'], 2)})")
             name = st.text_input("Preset name", key="an_preset_name", placeholder="e.g. cite-less")
             if st.button("Save preset", key="an_save_preset", disabled=not name.strip()):
                 try:
@@ -115,13 +115,13 @@ with tab_led:
                     st.success(f"saved preset {name.strip()} ({path}): start a run from it on the Runs page")
                 except ConfigError as e:
                     st.error(str(e))
-    fig = C.weights_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
+    fig = charts.weights_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
     if fig is not None:
         st.plotly_chart(fig, key="an_weights")
 
 # ---- rollout inspector --------------------------------------------------------------------------
 with tab_roll:
-    idx = R.group_index(rep.data)
+    idx = report.group_index(rep.data)
     if rep.data.rollouts.empty:
         st.info("No rollouts recorded in this run: the rollout inspector has nothing to show.")
     else:
@@ -138,8 +138,8 @@ with tab_roll:
                                        "trainable" if r["trainable"].iloc[0] else "not trainable")
         group = c2.selectbox("Group", [int(g) for g in at_step["group"]], format_func=label, key="an_group")
         try:
-            gv = R.inspect_group(rep.data, step, group)
-        except (R.ReportError, StoreError) as e:
+            gv = report.inspect_group(rep.data, step, group)
+        except (report.ReportError, StoreError) as e:
             st.error(str(e))
         else:
             if gv.prompt_id:
@@ -156,7 +156,7 @@ with tab_cmp:
     else:
         paths = [runs.set_index("run_id").loc[r, "path"] for r in chosen]
         try:
-            summary, diff = R.compare_runs(paths, window)
+            summary, diff = report.compare_runs(paths, window)
         except (StoreError, ConfigError, ValueError) as e:
             st.error(str(e))
         else:
@@ -166,15 +166,15 @@ with tab_cmp:
                 st.dataframe(diff.astype(str), key="an_cmp_diff")
             else:
                 st.caption("The configs are identical.")
-            st.plotly_chart(R.fig_compare(paths, window), key="an_cmp_fig")
+            st.plotly_chart(report.fig_compare(paths, window), key="an_cmp_fig")
 
 # ---- export ----------------------------------------------------------------------------------------
 with tab_exp:
     st.caption("The HTML report is one self-contained file (charts included): it opens offline.")
     c = st.columns(3)
-    c[0].download_button("HTML report", lambda: R.to_html(rep), f"{run_id}-report.html", "text/html",
+    c[0].download_button("HTML report", lambda: report.to_html(rep), f"{run_id}-report.html", "text/html",
                          key="an_dl_html")
-    c[1].download_button("Markdown report", lambda: R.to_markdown(rep), f"{run_id}-report.md", "text/markdown",
+    c[1].download_button("Markdown report", lambda: report.to_markdown(rep), f"{run_id}-report.md", "text/markdown",
                          key="an_dl_md")
-    c[2].download_button("Per-step CSV", lambda: R.steps_csv(rep), f"{run_id}-steps.csv", "text/csv",
+    c[2].download_button("Per-step CSV", lambda: report.steps_csv(rep), f"{run_id}-steps.csv", "text/csv",
                          key="an_dl_csv")

@@ -222,15 +222,11 @@ def buttons(s: live.LiveState, caps: dict, cur: dict, keys: steering.Keys, weigh
             ss[keys.suggestions] = live.suggestions(s, weights, thr)
         except (ConfigError, ValueError) as e:
             st.error(str(e))
-    if "pause" not in accepts:
-        pass
-    elif s.status == "paused":
-        if b[3].button("Resume", key="resume"):
-            send("resume", {})
+    if "pause" in accepts:
+        label, kind = ("Resume", "resume") if s.status == "paused" else ("Pause", "pause")
+        if b[3].button(label, key=kind):
+            send(kind, {})
             st.rerun()
-    elif b[3].button("Pause", key="pause"):
-        send("pause", {})
-        st.rerun()
     if b[4].button("Stop", key="stop", help="finish the current step, checkpoint, stop"):
         send("stop", {})
         st.rerun()

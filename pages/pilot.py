@@ -10,7 +10,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from grpo_core import charts
-from grpo_core import pilot as P
+from grpo_core import pilot
 from grpo_core import runner
 from grpo_core.config import DEMO_WEIGHTS, ConfigError
 from grpo_core.store import LIVE_STATUSES, StoreError, list_runs
@@ -42,7 +42,7 @@ with st.expander("Start a pilot", expanded=pilots.empty):
         group_size = c2.number_input("Group size G", 2, GROUP_SIZE.hi, 8, help="grpo.group_size: completions per prompt")
         prompts = c3.number_input("Prompts per batch", 1, PROMPTS.hi, 8, help="grpo.prompts_per_step")
         c1, c2, c3 = st.columns(3)
-        batches = c1.number_input("Batches", 1, 200, P.DEFAULT_BATCHES, help="pilot batches (grpo.steps)")
+        batches = c1.number_input("Batches", 1, 200, pilot.DEFAULT_BATCHES, help="pilot batches (grpo.steps)")
         temperature = c2.number_input("Temperature", 0.05, TEMPERATURE.hi, 1.0, step=0.1, help="grpo.temperature")
         model_path = c3.text_input("Model path", "", help="local HF model folder; empty = built-in tiny model")
         st.caption("Reward weights")
@@ -52,8 +52,8 @@ with st.expander("Start a pilot", expanded=pilots.empty):
         start = st.form_submit_button("Start pilot", type="primary")
     if start:
         try:
-            cfg = P.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
-            new = P.start_pilot(cfg, untrusted=True)
+            cfg = pilot.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
+            new = pilot.start_pilot(cfg, untrusted=True)
             st.session_state["pilot_pick"] = new  # show the new pilot
             st.success(f"pilot {new} started")
             runs = list_runs()
@@ -76,7 +76,7 @@ live = pilots.set_index("run_id").at[run_id, "status"] in LIVE_STATUSES
 
 def show(run_id: str, target: float, polling: bool = False):
     try:
-        s = P.pilot_summary(run_id, target=target)
+        s = pilot.pilot_summary(run_id, target=target)
     except (StoreError, ValueError) as e:
         st.error(str(e))
         return
@@ -105,12 +105,12 @@ def show(run_id: str, target: float, polling: bool = False):
     start_training(s, weight_options(s))
 
 
-def verdict(s: P.PilotSummary):
+def verdict(s: pilot.PilotSummary):
     """The verdict, its actions and reasons, and the pilot's numbers."""
     v = s.verdict
     (st.success if v.ready else st.warning)(f"**{v.headline}**")
     for a in v.actions:
-        st.markdown(f"- **{P.KIND_LABEL[a.kind]}**: {a.text}")
+        st.markdown(f"- **{pilot.KIND_LABEL[a.kind]}**: {a.text}")
     with st.expander("Why", expanded=not v.ready):
         for r in v.reasons:
             st.markdown(f"- {r}")
@@ -125,13 +125,13 @@ def verdict(s: P.PilotSummary):
         st.warning("Uniform inside groups (variance bottleneck): " + ", ".join(f"`{m}`" for m in s.uniform_metrics))
 
 
-def planner(s: P.PilotSummary):
+def planner(s: pilot.PilotSummary):
     st.subheader("Group-size planner (binary metrics)")
     if not s.plans:
         st.caption("No binary metric in this pilot.")
     else:
         names = [p.metric for p in s.plans]
-        focus = P.planner_focus(s)
+        focus = pilot.planner_focus(s)
         pick_m = st.selectbox("Binary metric", names, index=names.index(focus) if focus in names else 0,
                               key=f"pilot_plan_metric_{s.run_id}")
         plan = s.plans[names.index(pick_m)]
@@ -141,7 +141,7 @@ def planner(s: P.PilotSummary):
         st.plotly_chart(charts.pilot_planner(plan, s.target), width="stretch")
 
 
-def weight_options(s: P.PilotSummary) -> dict:
+def weight_options(s: pilot.PilotSummary) -> dict:
     """The weight suggestions; returns the weights to start training with, by their label."""
     st.subheader("Weight suggestions")
     options = {"pilot's weights": s.weights}
@@ -155,7 +155,7 @@ def weight_options(s: P.PilotSummary) -> dict:
     return options
 
 
-def start_training(s: P.PilotSummary, options: dict):
+def start_training(s: pilot.PilotSummary, options: dict):
     """The pilot's settings with the verdict's first change, carried into the Runs page's form."""
     v = s.verdict
     st.subheader("Start training with these settings")
@@ -170,7 +170,7 @@ def start_training(s: P.PilotSummary, options: dict):
     lvl = c[2].number_input("Demo level", 1, 4, int(by_kind.get("difficulty", {}).get(
         "level", (s.config.get("task") or {}).get("level", 1))), key="pilot_train_level")
     if st.button("Start training with these settings", type="primary", key="pilot_start_training"):
-        st.session_state["start_form_defaults"] = P.training_defaults(
+        st.session_state["start_form_defaults"] = pilot.training_defaults(
             s, weights=options[pick], group_size=g_new, level=lvl,
             temperature=by_kind.get("temperature", {}).get("temperature"))
         try:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_core import health
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.config import DEMO_WEIGHTS, RunConfig
 from grpo_core.store import RUNNING, RunStore
 
@@ -62,10 +62,10 @@ def synth_run(root, run_id: str, steps: int, *, rollouts_last: int | None = None
     rng = np.random.default_rng(seed + start)
     weights = dict(store.config["reward"]["weights"])
     last = store.last_step()
-    wide = store.scalars_wide(since_step=last - 1, names=[N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE]) \
+    wide = store.scalars_wide(since_step=last - 1, names=[names.CUM_GROUPS_SUBMITTED, names.CUM_GROUPS_TRAINABLE]) \
         if last is not None else pd.DataFrame()
-    cs = int(wide[N.CUM_GROUPS_SUBMITTED].iloc[-1]) if len(wide) else 0
-    ct = int(wide[N.CUM_GROUPS_TRAINABLE].iloc[-1]) if len(wide) else 0
+    cs = int(wide[names.CUM_GROUPS_SUBMITTED].iloc[-1]) if len(wide) else 0
+    ct = int(wide[names.CUM_GROUPS_TRAINABLE].iloc[-1]) if len(wide) else 0
     w = np.array([weights[m] for m in metrics])
     end = start + steps
     for step in range(start, end):
@@ -80,10 +80,10 @@ def synth_run(root, run_id: str, steps: int, *, rollouts_last: int | None = None
         totals = scores @ w
         stats = health.group_stats(totals, scores, min_group_std=0.01)
         sc = health.step_scalars(stats, scores, metrics, weights, cs, ct)
-        cs, ct = int(sc[N.CUM_GROUPS_SUBMITTED]), int(sc[N.CUM_GROUPS_TRAINABLE])
-        sc.update({N.MIN_GROUP_STD: 0.01, N.DIFFICULTY: 1, N.TIME_STEP: 0.5 + 0.01 * rng.random(),
-                   N.LOSS_POLICY: float(rng.normal()), N.LOSS_KL: 0.0, N.GRAD_NORM: float(rng.random()),
-                   N.COMPLETION_MEAN_LENGTH: 10.0, N.TIME_GENERATE: 0.3, N.TIME_TRAIN: 0.2})
+        cs, ct = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
+        sc.update({names.MIN_GROUP_STD: 0.01, names.DIFFICULTY: 1, names.TIME_STEP: 0.5 + 0.01 * rng.random(),
+                   names.LOSS_POLICY: float(rng.normal()), names.LOSS_KL: 0.0, names.GRAD_NORM: float(rng.random()),
+                   names.COMPLETION_MEAN_LENGTH: 10.0, names.TIME_GENERATE: 0.3, names.TIME_TRAIN: 0.2})
         groups = pd.DataFrame({"group": np.arange(P), "prompt_id": [f"p{step}-{g}" for g in range(P)],
                                "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
                                "trainable": stats.trainable, "phantom": stats.phantom})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core import runner
 from grpo_core.store import RunStore, list_runs
 from tests.helpers_dashboard import REPO, TRAINED_STEPS, synth_run, trained_run, wait_for
@@ -59,10 +59,10 @@ def test_live_page_shows_a_finished_real_run_once(trained):
     with RunStore.open(root / rid, readonly=True) as s:
         last = s.scalars_wide(since_step=TRAINED_STEPS - 1).iloc[-1]
     m = metrics(at)
-    assert m["Trainable ratio (cumulative)"] == f"{last[N.CUM_TRAINABLE_RATIO]:.0%}"
-    assert m["Trainable ratio (step)"] == f"{last[N.TRAINABLE_RATIO]:.0%}"
-    assert m["Groups trainable / submitted"] == (f"{int(last[N.CUM_GROUPS_TRAINABLE])} / "
-                                                 f"{int(last[N.CUM_GROUPS_SUBMITTED])}")
+    assert m["Trainable ratio (cumulative)"] == f"{last[names.CUM_TRAINABLE_RATIO]:.0%}"
+    assert m["Trainable ratio (step)"] == f"{last[names.TRAINABLE_RATIO]:.0%}"
+    assert m["Groups trainable / submitted"] == (f"{int(last[names.CUM_GROUPS_TRAINABLE])} / "
+                                                 f"{int(last[names.CUM_GROUPS_SUBMITTED])}")
     specs = chart_specs(at)
     assert len(specs) == 6
     ratio = next(s for s in specs if s["layout"]["title"]["text"] == "Trainable ratio")

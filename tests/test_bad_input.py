@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core import runner
-from grpo_core import store as S
+from grpo_core.store import RunStore, StoreError, list_runs
 from grpo_core.__main__ import main
 from tests.helpers_dashboard import REPO, synth_run
 
@@ -107,7 +107,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_creates_nothing(case, files, runs_
     cap = capsys.readouterr()
     line = one_line(cap.err)
     assert want.replace("{in}", str(files)) in line, line
-    assert cap.out == "" and S.list_runs(runs_dir).empty and not (runs_dir.parent / "escape").exists()
+    assert cap.out == "" and list_runs(runs_dir).empty and not (runs_dir.parent / "escape").exists()
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_control_of_a_finished_run_or_with_bad_values_is_refused_in_one_line(fin
                                                                               args, want):
     assert main(["control", str(runs_dir / finished_run), *args]) == 2
     assert want in one_line(capsys.readouterr().err)
-    with S.RunStore.open(runs_dir / finished_run, readonly=True) as s:
+    with RunStore.open(runs_dir / finished_run, readonly=True) as s:
         assert s.control().empty
 
 
@@ -138,7 +138,7 @@ def test_the_real_cli_process_prints_one_line_and_no_traceback(files, runs_dir):
                           "task.name=jsonl", "--set", f"task.dataset={files}/not-json.jsonl"],
                          cwd=REPO, capture_output=True, text=True, timeout=180)
     assert out.returncode == 2 and out.stdout == ""
-    assert "line 3: not valid JSON" in one_line(out.stderr) and S.list_runs(runs_dir).empty
+    assert "line 3: not valid JSON" in one_line(out.stderr) and list_runs(runs_dir).empty
 
 
 # ---- the dashboard: st.error with the message, no exception, no run ---------------------------------------
@@ -181,7 +181,7 @@ def test_start_form_bad_input_is_one_st_error_and_starts_nothing(case, runs_dir,
     model, extra, want = (x.replace("{runs}", str(runs_dir)) for x in UI_CASES[case])
     errs = start_form(runs_page(), model, extra)
     assert len(errs) == 1 and want in errs[0] and "\n" not in errs[0], errs
-    assert not spawned and S.list_runs(runs_dir).empty
+    assert not spawned and list_runs(runs_dir).empty
 
 
 def test_start_form_takes_a_model_folder_inside_the_runs_dir(runs_dir, monkeypatch):
@@ -192,7 +192,7 @@ def test_start_form_takes_a_model_folder_inside_the_runs_dir(runs_dir, monkeypat
     errs = start_form(runs_page(), str(runs_dir / "models" / ".." / "models" / "mine"), "model.warm_start_steps=0")
     assert errs == [] and len(spawned) == 1
     rid = spawned[0][1]
-    assert S.RunStore.open(runs_dir / rid).config["model"]["path"] == str(runs_dir / "models" / "mine")
+    assert RunStore.open(runs_dir / rid).config["model"]["path"] == str(runs_dir / "models" / "mine")
 
 
 def test_pilot_form_refuses_a_model_path_outside(runs_dir, monkeypatch):
@@ -203,7 +203,7 @@ def test_pilot_form_refuses_a_model_path_outside(runs_dir, monkeypatch):
     next(b for b in at.button if b.label == "Start pilot").click().run()
     assert not at.exception
     errs = [e.value for e in at.error]
-    assert len(errs) == 1 and "model.path '/etc' is outside the folders" in errs[0] and S.list_runs(runs_dir).empty
+    assert len(errs) == 1 and "model.path '/etc' is outside the folders" in errs[0] and list_runs(runs_dir).empty
 
 
 def test_import_of_the_wrong_kind_on_the_runs_page_is_one_line(files, runs_dir):
@@ -214,7 +214,7 @@ def test_import_of_the_wrong_kind_on_the_runs_page_is_one_line(files, runs_dir):
     at.button(key="import_go").click().run()
     errs = [e.value for e in at.error]
     assert not at.exception and len(errs) == 1 and "expected a TRL trainer_state.json" in errs[0]
-    assert S.list_runs(runs_dir).empty
+    assert list_runs(runs_dir).empty
 
 
 def test_an_upload_name_with_dots_and_slashes_stays_in_the_runs_dir(files, runs_dir):
@@ -224,7 +224,7 @@ def test_an_upload_name_with_dots_and_slashes_stays_in_the_runs_dir(files, runs_
     at.run()
     at.button(key="import_go").click().run()
     assert not at.exception and not at.error
-    runs = S.list_runs(runs_dir)
+    runs = list_runs(runs_dir)
     assert len(runs) == 1 and Path(runs["path"].iloc[0]).parent == runs_dir and ".." not in runs["run_id"].iloc[0]
 
 
@@ -235,7 +235,7 @@ def test_a_finished_run_offers_no_control_and_refuses_a_request(runs_dir):
     store.set_status("finished")  # finishes while the page is open: the next rerun offers nothing to send
     at.run()
     assert not at.exception and not [b for b in at.button if b.key in ("stop_r", "pause_r")]
-    with pytest.raises(S.StoreError, match="run r is finished: control requests apply only to a live run"):
+    with pytest.raises(StoreError, match="run r is finished: control requests apply only to a live run"):
         runner.stop_run("r", root=runs_dir)  # what the button calls, had it been clicked a moment earlier
     assert store.control().empty
 
@@ -315,7 +315,7 @@ def misbehaving_runs(tmp_path_factory):
 @pytest.mark.parametrize("metric", list(RULES))
 def test_a_metric_that_raises_or_returns_nan_inf_or_text_is_a_scoring_error_and_the_step_goes_on(
         misbehaving_runs, metric):
-    with S.RunStore.open(misbehaving_runs / "metrics", readonly=True) as s:
+    with RunStore.open(misbehaving_runs / "metrics", readonly=True) as s:
         meta, roll, wide = s.get_meta(), s.rollouts(), s.scalars_wide()
     assert meta["status"] == "finished" and list(wide.index) == list(range(1, STEPS + 1))
     assert len(roll) == STEPS * BP * BG  # every rollout kept, the failing ones too
@@ -327,17 +327,17 @@ def test_a_metric_that_raises_or_returns_nan_inf_or_text_is_a_scoring_error_and_
     assert not errors[~hit].str.contains(f"{metric}: ", regex=False).any()
     assert (roll.loc[hit, metric] == 0).all()  # a failed score counts as 0 in the total, visibly
     per_step = roll.assign(bad=errors != "").groupby("step")["bad"].sum()
-    assert wide[N.SCORING_ERRORS].tolist() == per_step.astype(float).tolist()  # counted, step by step
+    assert wide[names.SCORING_ERRORS].tolist() == per_step.astype(float).tolist()  # counted, step by step
 
 
 @pytest.mark.slow
 def test_empty_completions_are_scored_and_kept(misbehaving_runs):
-    with S.RunStore.open(misbehaving_runs / "empty", readonly=True) as s:
+    with RunStore.open(misbehaving_runs / "empty", readonly=True) as s:
         meta, roll, wide, groups = s.get_meta(), s.rollouts(), s.scalars_wide(), s.groups()
     assert meta["status"] == "finished" and list(wide.index) == list(range(1, STEPS + 1))
     assert len(roll) == STEPS * BP * BG and (roll["completion"] == "").all()  # "" kept, not NULL or dropped
-    assert roll["error"].isna().all() and (wide[N.SCORING_ERRORS] == 0).all()
+    assert roll["error"].isna().all() and (wide[names.SCORING_ERRORS] == 0).all()
     for m in ("answer_f1", "exact", "citation", "format"):
         assert (roll[m] == 0).all()
-    assert (roll["length"] == 0).all() and (wide[N.COMPLETION_MEAN_LENGTH] <= 1).all()
-    assert not groups["trainable"].any() and (wide[N.TRAINABLE_RATIO] == 0).all()
+    assert (roll["length"] == 0).all() and (wide[names.COMPLETION_MEAN_LENGTH] <= 1).all()
+    assert not groups["trainable"].any() and (wide[names.TRAINABLE_RATIO] == 0).all()

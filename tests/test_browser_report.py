@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from grpo_core import control
-from grpo_core import names as N
-from grpo_core import report as R
+from grpo_core import names
+from grpo_core import report
 from grpo_core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,16 +65,16 @@ def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, 
     from playwright.sync_api import sync_playwright
 
     run = train_demo(runs_dir)
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     # the report reads what the trainer logged: its per-step ratio is the trainer's own scalar
     with RunStore.open(run, readonly=True) as s:
-        logged = s.scalars_wide()[N.TRAINABLE_RATIO]
+        logged = s.scalars_wide()[names.TRAINABLE_RATIO]
     assert list(rep.steps.index) == list(range(1, STEPS + 1))
     assert rep.steps["ratio"].tolist() == pytest.approx(logged.tolist())
     assert rep.data.status == "finished" and not [n for n in rep.notices if n.level != "info"]
     assert len(rep.ledger) == 1 and rep.ledger.iloc[0]["source"] == "cli"
     out = tmp_path / "report.html"
-    out.write_text(R.to_html(rep), encoding="utf-8")
+    out.write_text(report.to_html(rep), encoding="utf-8")
 
     attempted, errors = [], []
     with sync_playwright() as p:
@@ -108,9 +108,9 @@ def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, 
     assert errors == []
     assert n_plots == 3 and all(t > 0 for t in traces)  # ratio, bottlenecks, reward: each drew its traces
     assert status == "finished"
-    assert summary == [[label, value] for _, label, value in R.summary_rows(rep)]
+    assert summary == [[label, value] for _, label, value in report.summary_rows(rep)]
     bn = rep.bottlenecks
-    assert bottlenecks == [[R.cell(c, r[c]) for c in R.BOTTLENECK_COLS] + [r["why"]] for _, r in bn.iterrows()]
-    assert ledger == [[R.cell(c, r[c]) for c in R.LEDGER_SHOW] for _, r in rep.ledger.iterrows()]
-    assert steps == [[str(s)] + [R.cell(c, r[c]) for c in R.STEP_COLS] for s, r in rep.steps.iterrows()]
+    assert bottlenecks == [[report.cell(c, r[c]) for c in report.BOTTLENECK_COLS] + [r["why"]] for _, r in bn.iterrows()]
+    assert ledger == [[report.cell(c, r[c]) for c in report.LEDGER_SHOW] for _, r in rep.ledger.iterrows()]
+    assert steps == [[str(s)] + [report.cell(c, r[c]) for c in report.STEP_COLS] for s, r in rep.steps.iterrows()]
     assert [r[0] for r in bottlenecks] == ["answer_f1", "exact", "citation", "format", "length"]

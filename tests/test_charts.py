@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import pytest
 
 from grpo_core import charts, live
-from grpo_core import names as N
+from grpo_core import names
 from tests.helpers_dashboard import synth_run
 
 NEW_W = {"answer_f1": 0.5, "exact": 0.3, "citation": 0.1, "format": 0.05, "length": 0.05}
@@ -31,13 +31,13 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
     assert all(isinstance(f, go.Figure) for f in figs.values())
     per_step = _trace(figs["ratio"], "per step")
     np.testing.assert_array_equal(per_step.x, wide.index.to_numpy())
-    np.testing.assert_allclose(per_step.y, wide[N.TRAINABLE_RATIO].to_numpy())
-    np.testing.assert_allclose(_trace(figs["ratio"], "cumulative").y, wide[N.CUM_TRAINABLE_RATIO].to_numpy())
-    np.testing.assert_allclose(_trace(figs["groups"], "trainable").y, wide[N.GROUPS_TRAINABLE].to_numpy())
+    np.testing.assert_allclose(per_step.y, wide[names.TRAINABLE_RATIO].to_numpy())
+    np.testing.assert_allclose(_trace(figs["ratio"], "cumulative").y, wide[names.CUM_TRAINABLE_RATIO].to_numpy())
+    np.testing.assert_allclose(_trace(figs["groups"], "trainable").y, wide[names.GROUPS_TRAINABLE].to_numpy())
     np.testing.assert_allclose(_trace(figs["metric_std"], "length").y,
-                               wide[N.metric_group_std("length")].to_numpy())
+                               wide[names.metric_group_std("length")].to_numpy())
     assert [t.name for t in figs["metric_std"].data] == ["answer_f1", "exact", "citation", "format", "length"]
-    np.testing.assert_allclose(_trace(figs["reward"], "total (weighted)").y, wide[N.REWARD].to_numpy())
+    np.testing.assert_allclose(_trace(figs["reward"], "total (weighted)").y, wide[names.REWARD].to_numpy())
 
 
 def test_unvalidated_fast_path_builds_the_same_figure(run, monkeypatch):
@@ -93,8 +93,8 @@ def test_add_markers_on_a_figure_built_elsewhere(run):
 
 def test_imported_run_shape_charts_what_it_has_and_nothing_else():
     # A TRL import: reward, reward_std, frac_reward_zero_std only; no group counts, no per-metric stds.
-    wide = pd.DataFrame({N.REWARD: [0.1, 0.2, 0.3], N.REWARD_STD: [0.3, 0.2, 0.1],
-                         N.FRAC_REWARD_ZERO_STD: [0.25, 0.5, 0.75]}, index=pd.Index([10, 20, 30], name="step"))
+    wide = pd.DataFrame({names.REWARD: [0.1, 0.2, 0.3], names.REWARD_STD: [0.3, 0.2, 0.1],
+                         names.FRAC_REWARD_ZERO_STD: [0.25, 0.5, 0.75]}, index=pd.Index([10, 20, 30], name="step"))
     figs = dict(charts.live_charts(wide, [], None))
     assert figs["groups"] is None and figs["metric_std"] is None and figs["phantom"] is None
     np.testing.assert_allclose(figs["ratio"].data[0].y, [0.75, 0.5, 0.25])  # 1 - frac_reward_zero_std
@@ -104,7 +104,7 @@ def test_imported_run_shape_charts_what_it_has_and_nothing_else():
 def test_no_data_no_figure():
     empty = pd.DataFrame(index=pd.Index([], name="step"))
     assert all(f is None for _, f in charts.live_charts(empty, ["a"], None))
-    nan_only = pd.DataFrame({N.TRAINABLE_RATIO: [np.nan]}, index=pd.Index([1], name="step"))
+    nan_only = pd.DataFrame({names.TRAINABLE_RATIO: [np.nan]}, index=pd.Index([1], name="step"))
     assert charts.ratio_chart(nan_only) is None
 
 

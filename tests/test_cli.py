@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import health as H
-from grpo_core import names as N
-from grpo_core import store as S
+from grpo_core import health
+from grpo_core import names
+from grpo_core import store
 from grpo_core.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,15 +27,15 @@ def cli(*args) -> subprocess.CompletedProcess:
 @pytest.fixture
 def live_run(runs_dir):
     """A running run with two logged steps: 8 groups, 3 then 5 trainable."""
-    s = S.RunStore.create("live-1", {"reward": {"weights": WEIGHTS}, "grpo": {"steps": 50}})
-    s.set_status(S.RUNNING, pid=os.getpid())
+    s = store.RunStore.create("live-1", {"reward": {"weights": WEIGHTS}, "grpo": {"steps": 50}})
+    s.set_status(store.RUNNING, pid=os.getpid())
     cum = (0, 0)
     for step, t in enumerate([3, 5]):
         totals = np.zeros((8, 4))
         totals[:t] = [0.0, 1.0, 0.5, 1.0]
         scores = np.repeat(totals[..., None], 3, axis=-1)
-        scal = H.step_scalars(H.group_stats(totals, scores), scores, list(WEIGHTS), WEIGHTS, *cum)
-        cum = scal[N.CUM_GROUPS_SUBMITTED], scal[N.CUM_GROUPS_TRAINABLE]
+        scal = health.step_scalars(health.group_stats(totals, scores), scores, list(WEIGHTS), WEIGHTS, *cum)
+        cum = scal[names.CUM_GROUPS_SUBMITTED], scal[names.CUM_GROUPS_TRAINABLE]
         s.log_step(step, scal)
     s.close()
     return "live-1"
@@ -65,21 +65,21 @@ def test_status_control_and_runs_on_a_real_store(live_run, runs_dir):
     r = cli("status", live_run, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["run_id"] == live_run and out["status"] == S.RUNNING and out["last_step"] == 1
+    assert out["run_id"] == live_run and out["status"] == store.RUNNING and out["last_step"] == 1
     assert out["steps"] == 50 and out["pending_requests"] == 0
-    assert out[N.TRAINABLE_RATIO] == 5 / 8 and out[N.CUM_TRAINABLE_RATIO] == 8 / 16
-    assert out[N.CUM_GROUPS_SUBMITTED] == 16 and out[N.CUM_GROUPS_TRAINABLE] == 8
+    assert out[names.TRAINABLE_RATIO] == 5 / 8 and out[names.CUM_TRAINABLE_RATIO] == 8 / 16
+    assert out[names.CUM_GROUPS_SUBMITTED] == 16 and out[names.CUM_GROUPS_TRAINABLE] == 8
 
     r = cli("control", live_run, "set-weights", "answer_f1=0.5", "exact=0.2")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("request 1 sent: set-weights")
-    with S.RunStore.open(live_run, readonly=True) as s:
+    with store.RunStore.open(live_run, readonly=True) as s:
         ctl = s.control()
     assert ctl[["kind", "status", "source"]].values.tolist() == [["set_weights", "pending", "cli"]]
     assert ctl["payload"].iloc[0] == {"weights": {"answer_f1": 0.5, "exact": 0.2}}
 
     r = cli("status", runs_dir / live_run)  # a run dir works as well as an id
-    assert r.returncode == 0 and "pending_requests: 1" in r.stdout and f"{N.TRAINABLE_RATIO}: 0.625" in r.stdout
+    assert r.returncode == 0 and "pending_requests: 1" in r.stdout and f"{names.TRAINABLE_RATIO}: 0.625" in r.stdout
 
     (runs_dir / "broken").mkdir()
     (runs_dir / "broken" / "run.db").write_text("garbage")
@@ -102,7 +102,7 @@ def test_bad_input_exits_2_with_one_line(live_run, args, parts):
     r = cli(*args)
     assert r.returncode == 2 and r.stdout == ""
     one_error_line(r.stderr, *parts)
-    with S.RunStore.open(live_run, readonly=True) as s:
+    with store.RunStore.open(live_run, readonly=True) as s:
         assert s.control().empty  # nothing was sent
 
 
@@ -143,11 +143,11 @@ def test_control_requests_in_process(live_run, capsys):
     assert main(["control", live_run, "set-threshold", "0"]) == 0
     assert main(["control", live_run, "set-difficulty", "3"]) == 0
     assert main(["control", live_run, "pause"]) == 0
-    with S.RunStore.open(live_run) as s:
+    with store.RunStore.open(live_run) as s:
         ctl = s.control()
         assert ctl["kind"].tolist() == ["set_threshold", "set_difficulty", "pause"]
         assert ctl["payload"].tolist() == [{"min_group_std": 0.0}, {"level": 3}, {}]
-        s.set_status(S.FINISHED)
+        s.set_status(store.FINISHED)
     capsys.readouterr()
     assert main(["control", live_run, "resume"]) == 2
     one_error_line(capsys.readouterr().err, "is finished: control requests apply only to a live run")

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import names as N
-from grpo_core import store as S
+from grpo_core import names
+from grpo_core import store
 from grpo_core.config import DEMO_WEIGHTS
 from tests.helpers_dashboard import REPO, synth_run, wait_for
 
@@ -53,7 +53,7 @@ out.write_text(json.dumps(sent))
 
 
 def last_step(run) -> int:
-    with S.RunStore.open(run, readonly=True) as s:
+    with store.RunStore.open(run, readonly=True) as s:
         return s.last_step() or 0
 
 
@@ -79,11 +79,11 @@ def test_100_weight_requests_from_4_processes_each_applied_once_in_order_or_reje
                       key=lambda r: r["id"])
 
         def all_resolved():
-            with S.RunStore.open(run, readonly=True) as s:
+            with store.RunStore.open(run, readonly=True) as s:
                 c = s.control()
             return c if len(c) == len(sent) and c["status"].isin(["applied", "rejected"]).all() else None
         ctl = wait_for(all_resolved, 120, what="every request resolved")
-        with S.RunStore.open(run) as s:
+        with store.RunStore.open(run) as s:
             s.request("stop", {}, source="test")
         assert trainer.wait(timeout=120) == 0
     finally:
@@ -92,7 +92,7 @@ def test_100_weight_requests_from_4_processes_each_applied_once_in_order_or_reje
                 p.kill()
                 p.wait()
 
-    with S.RunStore.open(run, readonly=True) as s:
+    with store.RunStore.open(run, readonly=True) as s:
         ctl, events, wide = s.control(), s.events(kinds=["change", "rejected"]), s.scalars_wide()
     ctl = ctl[ctl["kind"] == "set_weights"].set_index("id")
     # none lost, none duplicated, none altered
@@ -179,8 +179,8 @@ def test_independent_sessions_on_different_runs_do_not_mix(runs_dir):
             last = stores[rid].last_step()
             assert f"step {last} of {totals[rid]}" in step_text(at), (round_, rid, step_text(at))
             assert at.session_state["run_id"] == rid
-    with S.RunStore.open(runs_dir / "a", readonly=True) as s:  # the sessions only read
+    with store.RunStore.open(runs_dir / "a", readonly=True) as s:  # the sessions only read
         assert s.control().empty
-    assert N.TRAINABLE_RATIO in stores["a"].scalar_names()
+    assert names.TRAINABLE_RATIO in stores["a"].scalar_names()
     for s in stores.values():
         s.close()

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from grpo_core import config as C
+from grpo_core import config
 from grpo_core.config import ConfigError, load_config
 
 
@@ -17,8 +17,8 @@ def write(tmp_path, text, name="run.toml"):
 def test_defaults_are_valid_and_every_knob_has_help():
     cfg = load_config()
     assert cfg.grpo.group_size == 8 and cfg.grpo.min_group_std == 0.01
-    assert cfg.reward.weights == C.DEMO_WEIGHTS and cfg.reward.weights is not C.DEMO_WEIGHTS
-    knobs = C.describe()
+    assert cfg.reward.weights == config.DEMO_WEIGHTS and cfg.reward.weights is not config.DEMO_WEIGHTS
+    knobs = config.describe()
     n_fields = sum(len(dataclasses.fields(type(getattr(cfg, s.name)))) for s in dataclasses.fields(cfg))
     assert len(knobs) == n_fields
     assert all(help_.strip() for _, _, help_ in knobs), [k for k, _, h in knobs if not h.strip()]
@@ -45,7 +45,7 @@ near_zero_steps = 7
     assert cfg.grpo.drop_untrainable is False
     assert cfg.reward.weights == {"exact": 1, "answer_f1": 0.25}  # a file's table replaces the demo weights
     assert cfg.reward.outcome_metric == "exact" and cfg.health.near_zero_steps == 7
-    assert cfg.grpo.steps == C.GRPOConfig().steps  # untouched knobs keep their defaults
+    assert cfg.grpo.steps == config.GRPOConfig().steps  # untouched knobs keep their defaults
 
 
 def test_toml_round_trip(tmp_path):
@@ -63,7 +63,7 @@ def test_set_overrides(tmp_path):
     assert cfg.log.progress is False
     # without a file, one weight override keeps the other demo weights
     cfg = load_config(None, ["reward.weights.answer_f1=0.5"])
-    assert cfg.reward.weights == {**C.DEMO_WEIGHTS, "answer_f1": 0.5}
+    assert cfg.reward.weights == {**config.DEMO_WEIGHTS, "answer_f1": 0.5}
     # later overrides win
     assert load_config(None, ["grpo.steps=5", "grpo.steps=9"]).grpo.steps == 9
 
@@ -118,10 +118,10 @@ def test_all_zero_weights_and_bad_files(tmp_path):
 
 
 def test_validate_weights():
-    assert C.validate_weights({"a": 1, "b": "0.5"}, ["a", "b"]) == {"a": 1.0, "b": 0.5}
+    assert config.validate_weights({"a": 1, "b": "0.5"}, ["a", "b"]) == {"a": 1.0, "b": 0.5}
     with pytest.raises(ConfigError, match="unknown metric \\(did you mean 'answer_f1'\\?\\)"):
-        C.validate_weights({"answer_f2": 1.0}, ["answer_f1", "exact"])
+        config.validate_weights({"answer_f2": 1.0}, ["answer_f1", "exact"])
     for bad, msg in [({"a": math.inf}, "finite"), ({"a": -0.1}, ">= 0"), ({"a": 0.0}, "all zero"),
                      ({}, "at least one metric"), ({"a": None}, "must be a number")]:
         with pytest.raises(ConfigError, match=msg):
-            C.validate_weights(bad, None)
+            config.validate_weights(bad, None)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import store as S
+from grpo_core import store
 from grpo_core.__main__ import main
 from tests.helpers_dashboard import REPO, synth_run, wait_for
 
@@ -68,14 +68,14 @@ def spawn(root: Path, run_id: str, *, resume=False, sets=(), preexec=None) -> su
 
 
 def read(root: Path, run_id: str):
-    return S.RunStore.open(root / run_id, readonly=True)
+    return store.RunStore.open(root / run_id, readonly=True)
 
 
 def last_step(root, run_id) -> int:
     try:
         with read(root, run_id) as s:
             return s.last_step() or 0
-    except S.StoreError:
+    except store.StoreError:
         return 0
 
 
@@ -92,7 +92,7 @@ def complete_checkpoints(run_dir: Path) -> list[int]:
 
 def assert_whole_steps(root: Path, run_id: str, P: int = P, G: int = G) -> int:
     """integrity_check ok; steps 1..N each with P groups, P*G rollouts and the same scalar names."""
-    with S.RunStore.open(root / run_id) as s:  # read-write open, as a resuming trainer does
+    with store.RunStore.open(root / run_id) as s:  # read-write open, as a resuming trainer does
         assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         steps = [r[0] for r in s.conn.execute("SELECT DISTINCT step FROM scalars ORDER BY step")]
         assert steps == list(range(1, len(steps) + 1)), steps
@@ -161,7 +161,7 @@ def test_sigkill_at_random_moments_never_loses_a_step_or_loads_a_half_checkpoint
         what = kill_at(mode, runs_dir, rid, proc, rng)
         t_kill = time.time()
         # the dashboard's view, before anyone reaps the process (a zombie is not a live trainer)
-        status = wait_for(lambda: (st := S.list_runs(runs_dir).set_index("run_id").loc[rid, "status"]) in
+        status = wait_for(lambda: (st := store.list_runs(runs_dir).set_index("run_id").loc[rid, "status"]) in
                           ("stale", "failed") and st, 10, every=0.05, what="stale or failed")
         stale_s = time.time() - t_kill
         proc.wait(timeout=30)
@@ -187,7 +187,7 @@ def test_sigkill_at_random_moments_never_loses_a_step_or_loads_a_half_checkpoint
     wait_new_step(runs_dir, rid, before, proc, timeout=180)
     assert main(["control", str(runs_dir / rid), "stop"]) == 0
     assert proc.wait(timeout=120) == 0
-    assert S.list_runs(runs_dir).set_index("run_id").loc[rid, "status"] == "stopped"
+    assert store.list_runs(runs_dir).set_index("run_id").loc[rid, "status"] == "stopped"
     final = assert_whole_steps(runs_dir, rid, KP, KG)
     assert not list((runs_dir / rid / "checkpoints").glob(".tmp-*"))
     if REPORT:  # with where a step's time goes, i.e. where a random kill lands
@@ -217,7 +217,7 @@ def test_disk_full_stops_with_one_clear_line_and_leaves_nothing_corrupt(runs_dir
         last = out.strip().splitlines()[-1]
         assert last.startswith(f"error: cannot write to {runs_dir / rid} ("), last
         assert ("--resume" in last) == (rid == "store") and ("start the run again" in last) == (rid == "ckpt")
-        row = S.list_runs(runs_dir).set_index("run_id").loc[rid]
+        row = store.list_runs(runs_dir).set_index("run_id").loc[rid]
         assert row["status"] == "failed" and row["error"].strip().splitlines()[-1] == last[len("error: "):]
         steps = assert_whole_steps(runs_dir, rid)
         assert f"stopped after step {steps}" in last
@@ -287,7 +287,7 @@ def test_truncated_and_foreign_stores_are_listed_unreadable_and_other_runs_still
     at.switch_page("pages/runs.py").run()
     assert not at.exception
     errs = [e.value for e in at.error]
-    runs = S.list_runs(runs_dir).set_index("run_id")
+    runs = store.list_runs(runs_dir).set_index("run_id")
     for rid in (*damaged, "victim"):
         assert runs.loc[rid, "status"] == "unreadable", rid
         reason = runs.loc[rid, "error"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.__main__ import main
 from grpo_core.config import ConfigError
 from grpo_core.integrations.importers import import_path, import_run, parse
@@ -47,20 +47,20 @@ def test_trl_fixture_every_step_and_ratio(runs):
     assert wide.index.tolist() == list(range(5, 201, 5)) and len(hist) == 40
     for e in hist:
         row = wide.loc[e["step"]]
-        assert row[N.TRAINABLE_RATIO] == pytest.approx(1 - e["frac_reward_zero_std"])
-        assert row[N.FRAC_REWARD_ZERO_STD] == e["frac_reward_zero_std"]
-        assert row[N.REWARD] == e["reward"]
-        assert row[N.TRL_REWARD_STD] == e["reward_std"]  # TRL's batch std: under its own name
+        assert row[names.TRAINABLE_RATIO] == pytest.approx(1 - e["frac_reward_zero_std"])
+        assert row[names.FRAC_REWARD_ZERO_STD] == e["frac_reward_zero_std"]
+        assert row[names.REWARD] == e["reward"]
+        assert row[names.TRL_REWARD_STD] == e["reward_std"]  # TRL's batch std: under its own name
         for fn in FNS:
-            assert row[N.metric_mean(fn)] == e[f"rewards/{fn}/mean"]
-            assert row[N.metric_batch_std(fn)] == e[f"rewards/{fn}/std"]
-        assert row[N.GRAD_NORM] == e["grad_norm"] and row[N.LOSS_KL] == e["kl"]
+            assert row[names.metric_mean(fn)] == e[f"rewards/{fn}/mean"]
+            assert row[names.metric_batch_std(fn)] == e[f"rewards/{fn}/std"]
+        assert row[names.GRAD_NORM] == e["grad_norm"] and row[names.LOSS_KL] == e["kl"]
         assert row["trl/learning_rate"] == e["learning_rate"]
-    assert N.REWARD_STD not in wide and not any(c.endswith("/group_std") for c in wide)
+    assert names.REWARD_STD not in wide and not any(c.endswith("/group_std") for c in wide)
     # equal 5-step intervals: the cumulative ratio is the running mean of the logged ratios
     running = np.cumsum([1 - e["frac_reward_zero_std"] for e in hist]) / np.arange(1, 41)
-    np.testing.assert_allclose(wide[N.CUM_TRAINABLE_RATIO].to_numpy(), running)
-    assert 0 < wide[N.TRAINABLE_RATIO].min() < 1  # the run has steps with zero-std groups
+    np.testing.assert_allclose(wide[names.CUM_TRAINABLE_RATIO].to_numpy(), running)
+    assert 0 < wide[names.TRAINABLE_RATIO].min() < 1  # the run has steps with zero-std groups
     assert meta["source"] == "trl" and meta["status"] == "finished" and meta["kind"] == "import"
     assert meta["lacks"] == ["groups", "rollouts"]
     assert meta["config"]["grpo"]["steps"] == 200 and meta["config"]["reward"]["metrics"] == FNS
@@ -78,10 +78,10 @@ def test_trl_groups_per_step_gives_counts(runs):
         wide = s.scalars_wide()
     ratio = 1 - np.array([e["frac_reward_zero_std"] for e in _history()])
     assert rid == "chaos"
-    assert (wide[N.GROUPS_SUBMITTED] == 2).all()
-    np.testing.assert_allclose(wide[N.GROUPS_TRAINABLE], 2 * ratio)
-    assert wide[N.CUM_GROUPS_SUBMITTED].iloc[-1] == 400  # 200 steps x 2 groups
-    np.testing.assert_allclose(wide[N.CUM_GROUPS_TRAINABLE].iloc[-1], 2 * 5 * ratio.sum())
+    assert (wide[names.GROUPS_SUBMITTED] == 2).all()
+    np.testing.assert_allclose(wide[names.GROUPS_TRAINABLE], 2 * ratio)
+    assert wide[names.CUM_GROUPS_SUBMITTED].iloc[-1] == 400  # 200 steps x 2 groups
+    np.testing.assert_allclose(wide[names.CUM_GROUPS_TRAINABLE].iloc[-1], 2 * 5 * ratio.sum())
 
 
 def test_trl_quirks_are_counted_not_dropped(runs, tmp_path):
@@ -109,8 +109,8 @@ def test_trl_quirks_are_counted_not_dropped(runs, tmp_path):
     }
     assert meta["summary"] == {"train_runtime": 12.5, "train_loss": 0.01, "total_flos": 0.0, "epoch": 1.0}
     assert wide.loc[15, "trl/eval_reward"] == 0.3 and wide.loc[15, "trl/eval_loss"] == 0.7
-    assert wide.loc[16, "trl/loss"] == 0.5 and math.isnan(wide.loc[16, N.TRAINABLE_RATIO])
-    assert wide.loc[17, N.TRAINABLE_RATIO] == 0.75 and math.isnan(wide.loc[17, N.REWARD])
+    assert wide.loc[16, "trl/loss"] == 0.5 and math.isnan(wide.loc[16, names.TRAINABLE_RATIO])
+    assert wide.loc[17, names.TRAINABLE_RATIO] == 0.75 and math.isnan(wide.loc[17, names.REWARD])
     assert any("1 evaluation entries" in n for n in rep["notes"])
     assert any("no reward keys" in n for n in rep["notes"])
     assert "trl/train_runtime" not in wide and "trl/train_loss" not in wide  # the summary is not a step
@@ -164,10 +164,10 @@ def test_csv_chart_export_trl_names(runs):
     rid = import_run("csv", csv.encode(), "chart.csv")
     with _open(runs, rid) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
-    assert wide[N.TRAINABLE_RATIO].tolist() == [0.75, 0.5, 1.0]
-    assert wide[N.REWARD].tolist()[:2] == [0.5, 0.7] and math.isnan(wide.loc[3, N.REWARD])
-    assert wide.loc[1, N.TRL_REWARD_STD] == 0.3 and wide.loc[1, N.metric_mean("fmt")] == 1.0
-    assert N.REWARD_STD not in wide
+    assert wide[names.TRAINABLE_RATIO].tolist() == [0.75, 0.5, 1.0]
+    assert wide[names.REWARD].tolist()[:2] == [0.5, 0.7] and math.isnan(wide.loc[3, names.REWARD])
+    assert wide.loc[1, names.TRL_REWARD_STD] == 0.3 and wide.loc[1, names.metric_mean("fmt")] == 1.0
+    assert names.REWARD_STD not in wide
     rep = meta["import_report"]
     assert rep["skipped"] == {"myrun - train/reward__MIN: min/max band of a W&B chart (the value column is "
                               "imported)": 3, "myrun - train/reward__MAX: min/max band of a W&B chart (the value "
@@ -182,9 +182,9 @@ def test_csv_history_art_names(runs):
     rid = import_run("csv", csv.encode(), "history.csv")
     with _open(runs, rid) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
-    assert wide[N.TRAINABLE_RATIO].tolist() == [0.75, 0.25]
-    assert wide[N.FRAC_REWARD_ZERO_STD].tolist() == [0.25, 0.75]  # ART's rule: not all equal
-    assert wide[N.CUM_TRAINABLE_RATIO].tolist() == [0.75, 0.5]
+    assert wide[names.TRAINABLE_RATIO].tolist() == [0.75, 0.25]
+    assert wide[names.FRAC_REWARD_ZERO_STD].tolist() == [0.25, 0.75]  # ART's rule: not all equal
+    assert wide[names.CUM_TRAINABLE_RATIO].tolist() == [0.75, 0.5]
     assert wide["wandb/train/exception_rate"].tolist() == [0.0, 0.1]
     assert meta["import_report"]["skipped"] == {"_runtime: W&B bookkeeping / step axis": 2}
 
@@ -234,12 +234,12 @@ def test_wandb_reader_spans_blocks_and_reports_a_torn_tail(runs):
     rid = import_run("wandb", data, "run-abc.wandb")
     with _open(runs, rid) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
-    assert wide[N.REWARD].tolist() == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert wide[names.REWARD].tolist() == [0.0, 0.1, 0.2, 0.3, 0.4]
     assert meta["import_report"]["skipped"]["note: not a scalar (text or list): only scalars are imported"] == 5
     torn = import_run("wandb", data[:-20], "run-torn.wandb")
     with _open(runs, torn) as s:
         rep = s.get_meta()["import_report"]
-        assert s.scalars_wide()[N.REWARD].tolist() == [0.0, 0.1, 0.2, 0.3]
+        assert s.scalars_wide()[names.REWARD].tolist() == [0.0, 0.1, 0.2, 0.3]
     assert rep["skipped"] == {"W&B file tail: torn record (the run was stopped mid-write)": 1,
                               "note: not a scalar (text or list): only scalars are imported": 4,
                               "_step: W&B bookkeeping / step axis": 4}
@@ -253,8 +253,8 @@ def test_wandb_reader_spans_blocks_and_reports_a_torn_tail(runs):
 def test_parse_reports_every_name_mapping():
     p = parse("trl", FIXTURE.read_bytes(), FIXTURE.name)
     m = p.report.mapped
-    assert m["reward_std"] == N.TRL_REWARD_STD and m["rewards/pnl_reward_fn/std"] == "reward/pnl_reward_fn/batch_std"
-    assert m["completion_length"] == N.COMPLETION_MEAN_LENGTH and m["loss"] == "trl/loss"
+    assert m["reward_std"] == names.TRL_REWARD_STD and m["rewards/pnl_reward_fn/std"] == "reward/pnl_reward_fn/batch_std"
+    assert m["completion_length"] == names.COMPLETION_MEAN_LENGTH and m["loss"] == "trl/loss"
 
 
 def _run_record(config: dict) -> bytes:
@@ -283,8 +283,8 @@ def test_trl_in_wandb_uses_the_run_config(runs, scale, ratio):
         wide, meta = s.scalars_wide(), s.get_meta()
     assert meta["config"]["grpo"]["group_size"] == 4 and meta["config"]["reward"]["weights"] == {"fmt": 1.0}
     if ratio is None:
-        assert N.TRAINABLE_RATIO not in wide and N.GROUPS_SUBMITTED not in wide
+        assert names.TRAINABLE_RATIO not in wide and names.GROUPS_SUBMITTED not in wide
         assert any("not a per-group measure" in n for n in meta["import_report"]["notes"])
     else:
-        assert wide[N.TRAINABLE_RATIO].tolist() == ratio
-        assert wide[N.GROUPS_SUBMITTED].tolist() == [4, 4] and wide[N.CUM_GROUPS_TRAINABLE].tolist() == [2, 6]
+        assert wide[names.TRAINABLE_RATIO].tolist() == ratio
+        assert wide[names.GROUPS_SUBMITTED].tolist() == [4, 4] and wide[names.CUM_GROUPS_TRAINABLE].tolist() == [2, 6]

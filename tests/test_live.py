@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from grpo_core import control, health, live
-from grpo_core import names as N
+from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO,
+                             FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, REWARD, TIME_STEP,
+                             TRAINABLE_RATIO, metric_group_std)
 from grpo_core.config import ConfigError, DEMO_WEIGHTS, RunConfig
 from grpo_core.store import RunStore
 from tests.helpers_dashboard import synth_run
@@ -35,7 +37,7 @@ def test_refresh_reads_only_the_new_steps(runs_dir):
     assert st.last_step == 35 and st.version == v + 1
     frame = live.chart_frame(st)
     full = store.scalars_wide(names=st.names)
-    pd.testing.assert_series_equal(frame[N.TRAINABLE_RATIO], full[N.TRAINABLE_RATIO], check_names=False)
+    pd.testing.assert_series_equal(frame[TRAINABLE_RATIO], full[TRAINABLE_RATIO], check_names=False)
 
 
 def _sums(store, names):
@@ -60,13 +62,13 @@ def test_memory_stays_bounded_while_watching_and_nothing_is_lost(runs_dir, monke
     total, count = _sums(store, st.names)
     held = st.bin_sum.sum() + st.recent.sum()
     held_n = st.bin_cnt.sum() + st.recent.notna().sum()
-    for name in (N.TRAINABLE_RATIO, N.REWARD, N.metric_group_std("length")):
+    for name in (TRAINABLE_RATIO, REWARD, metric_group_std("length")):
         assert held[name] == pytest.approx(total[name])
         assert held_n[name] == count[name]
     frame = live.chart_frame(st)
     assert frame.index.is_monotonic_increasing and frame.index[0] >= 1 and frame.index[-1] == step - 1
     assert len(frame) <= live.MAX_BINS + 2 * live.RECENT_STEPS
-    np.testing.assert_allclose(frame[N.REWARD].tail(5), store.scalars_wide()[N.REWARD].tail(5))
+    np.testing.assert_allclose(frame[REWARD].tail(5), store.scalars_wide()[REWARD].tail(5))
 
 
 def test_first_load_of_a_long_run_reads_it_binned(runs_dir, monkeypatch):
@@ -77,15 +79,15 @@ def test_first_load_of_a_long_run_reads_it_binned(runs_dir, monkeypatch):
     assert len(st.bin_sum) <= live.MAX_BINS and len(st.recent) == live.RECENT_STEPS
     assert st.rows_read <= (live.MAX_BINS + 1 + live.RECENT_STEPS) * len(st.names)  # not 300 x names
     total, count = _sums(store, st.names)
-    assert (st.bin_sum.sum() + st.recent.sum())[N.REWARD] == pytest.approx(total[N.REWARD])
-    assert (st.bin_cnt.sum() + st.recent.notna().sum())[N.REWARD] == count[N.REWARD] == 300
+    assert (st.bin_sum.sum() + st.recent.sum())[REWARD] == pytest.approx(total[REWARD])
+    assert (st.bin_cnt.sum() + st.recent.notna().sum())[REWARD] == count[REWARD] == 300
     frame = live.chart_frame(st)
     bins = frame[frame.index <= 290]
     # Each point is the mean of its bin: the first bin's value equals the mean of its raw steps.
-    raw = store.scalars_wide(names=[N.REWARD])[N.REWARD]
+    raw = store.scalars_wide(names=[REWARD])[REWARD]
     width = st.bin_size
     first_bin = raw[raw.index < width]  # steps 1..width-1 (bin 0 holds steps 0..width-1)
-    assert bins[N.REWARD].iloc[0] == pytest.approx(first_bin.mean())
+    assert bins[REWARD].iloc[0] == pytest.approx(first_bin.mean())
     assert bins.index[0] == pytest.approx((0 + width - 1) / 2)
 
 
@@ -96,8 +98,8 @@ def test_a_resumed_run_that_redid_steps_is_read_again(runs_dir):
     _extend(store, 21, 5, seed=99)  # different values for steps 21..25
     st2 = live.load(store.run_dir, st)
     assert st2.last_step == 25
-    np.testing.assert_allclose(live.chart_frame(st2)[N.REWARD].to_numpy(),
-                               store.scalars_wide()[N.REWARD].to_numpy())
+    np.testing.assert_allclose(live.chart_frame(st2)[REWARD].to_numpy(),
+                               store.scalars_wide()[REWARD].to_numpy())
 
 
 def test_applied_changes_arrive_incrementally_as_markers(runs_dir):
@@ -151,7 +153,7 @@ def test_what_if_under_the_recorded_settings_is_the_recorded_ratio(runs_dir):
     wi = live.what_if(st, cur["weights"], cur["min_group_std"])
     assert wi["available"] and wi["steps"] == live.WHATIF_STEPS
     window = store.scalars_wide(since_step=80 - live.WHATIF_STEPS)
-    recorded = window[N.GROUPS_TRAINABLE].sum() / window[N.GROUPS_SUBMITTED].sum()
+    recorded = window[GROUPS_TRAINABLE].sum() / window[GROUPS_SUBMITTED].sum()
     assert wi["now"] == pytest.approx(recorded) and wi["predicted"] == pytest.approx(recorded)
 
 
@@ -201,8 +203,8 @@ def test_cards_are_the_health_verdict_of_the_recent_window(runs_dir):
     assert c.verdict == v.status and [a.message for a in c.alerts] == [a.message for a in v.alerts]
     assert c.colour == live.VERDICT_COLOURS[v.status]
     last = store.scalars_wide(since_step=119).iloc[-1]
-    assert c.ratio == last[N.TRAINABLE_RATIO] and c.cum_ratio == last[N.CUM_TRAINABLE_RATIO]
-    assert (c.submitted, c.trainable) == (int(last[N.CUM_GROUPS_SUBMITTED]), int(last[N.CUM_GROUPS_TRAINABLE]))
+    assert c.ratio == last[TRAINABLE_RATIO] and c.cum_ratio == last[CUM_TRAINABLE_RATIO]
+    assert (c.submitted, c.trainable) == (int(last[CUM_GROUPS_SUBMITTED]), int(last[CUM_GROUPS_TRAINABLE]))
     assert c.step == 120 and c.progress == 1.0 and c.status == "running"
 
 
@@ -210,7 +212,7 @@ def test_progress_and_eta_from_the_recent_step_time(runs_dir):
     store = synth_run(runs_dir, "r", 40, steps_total=100)
     st = live.load(store.run_dir)
     done, frac, eta = live.progress(st)
-    dt = store.scalars_wide(since_step=20, names=[N.TIME_STEP])[N.TIME_STEP].mean()
+    dt = store.scalars_wide(since_step=20, names=[TIME_STEP])[TIME_STEP].mean()
     assert done == 40 and frac == pytest.approx(0.4) and eta == pytest.approx(60 * dt)
     assert live.fmt_eta(3725) == "1h 02m" and live.fmt_eta(75) == "1m 15s" and live.fmt_eta(None) == "–"
 
@@ -229,7 +231,7 @@ def test_an_imported_run_says_what_it_lacks(runs_dir):
     store.set_meta(source="trl")
     store.set_status("finished")
     for s in range(1, 6):
-        store.log_step(s, {N.REWARD: 0.1 * s, N.FRAC_REWARD_ZERO_STD: 0.5})
+        store.log_step(s, {REWARD: 0.1 * s, FRAC_REWARD_ZERO_STD: 0.5})
     st = live.load(store.run_dir)
     caps = live.capabilities(st)
     assert caps["imported"] and not caps["what_if"] and not caps["steer"]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from grpo_core import charts, control, live, runner
-from grpo_core import report as R
+from grpo_core import report
 from grpo_core.__main__ import main
 from grpo_core.config import ConfigError
 from grpo_core.store import APPLIED, EV_AUTOPILOT, EV_CHANGE, REJECTED, RunStore, status_label
@@ -182,7 +182,7 @@ def test_a_real_trainer_applies_each_new_request_exactly_once_at_a_step_boundary
         (3, 3, 0.7, k + 3, True)
     assert status_label(meta["status"], meta.get("stop_reason")) == "finished"
     # the analysis ledger has a row per change, old -> new
-    led = R.change_ledger(R.load_run(run))
+    led = report.change_ledger(report.load_run(run))
     changes = dict(zip(led["kind"], led["change"]))
     assert changes["set_group_size"] == "group_size 4→3" and changes["set_prompts"] == "prompts_per_step 2→3"
     assert changes["set_temperature"] == "temperature 1→0.700" and changes["set_autopilot"] == "autopilot off→on"

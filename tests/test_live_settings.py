@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from grpo_core import charts, control, live, live_settings
-from grpo_core import report as R
-from grpo_core import store as S
+from grpo_core import report
+from grpo_core.store import CONTROL_KINDS, FINISHED, RUNNING, RunStore
 from grpo_core.__main__ import main
 from grpo_core.config import ConfigError, load_config
 from grpo_core.checkpoints import checkpoint_dirs
@@ -22,14 +22,14 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
 
 def _trainer(root, resume=False):
     cfg = load_config(None, TINY)
-    store = S.RunStore.create("r", cfg.to_dict(), root=root, exist_ok=True)
+    store = RunStore.create("r", cfg.to_dict(), root=root, exist_ok=True)
     return Trainer(cfg, store, resume=resume, log=lambda m: None), store
 
 
 def test_every_setting_is_a_request_kind_the_built_in_trainer_accepts_and_the_cli_offers():
     accepted = control.accepted_kinds({"kind": "train", "config": {"task": {"name": "demo"}}})
     for setting in live_settings.SETTINGS:
-        assert setting.kind in S.CONTROL_KINDS and setting.kind in accepted
+        assert setting.kind in CONTROL_KINDS and setting.kind in accepted
         assert setting.cli in control.cli_actions() and setting.cli in control.cli_help()
     assert len(set(live_settings.KINDS)) == len(live_settings.KINDS)
 
@@ -60,14 +60,14 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     assert capsys.readouterr().err.strip() == "error: top_p must be a number in (0, 1], got 0.0"
     tr.save_checkpoint("periodic")  # at step 0: the resume below starts from here and must replay
     assert main(["control", str(run), "set-top-p", "0.9"]) == 0
-    assert tr.run() == S.FINISHED
+    assert tr.run() == FINISHED
     ctl = store.control()
     assert ctl[["kind", "status", "applied_step"]].values.tolist() == [["set_top_p", "applied", 1]]
     assert ctl["message"].iloc[0] == "top_p 1 -> 0.9 from step 1"
     assert tr.cfg.grpo.top_p == 0.9 and store.get_meta()["settings"]["top_p"] == 0.9  # in force, for readers
     assert live.run_settings(store.get_meta())["top_p"] == 0.9
     # the change ledger and the chart markers
-    rep = R.build_report(run, examples=False)
+    rep = report.build_report(run, examples=False)
     row = rep.ledger.iloc[0]
     assert row["kind"] == "set_top_p" and row["change"] == "top_p 1→0.900" and row["step"] == 1
     shapes, notes = charts.marker_specs(store.changes())
@@ -78,7 +78,7 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     # resume from the step-0 checkpoint: the request applied after it is replayed
     for ckpt in checkpoint_dirs(run)[1:]:
         shutil.rmtree(ckpt)
-    store.set_status(S.RUNNING)
+    store.set_status(RUNNING)
     resumed, _ = _trainer(tmp_path, resume=True)
     assert resumed.step == 0 and resumed.cfg.grpo.top_p == 0.9
     store.close()

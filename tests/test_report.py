@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from grpo_core import health
-from grpo_core import names as N
-from grpo_core import report as R
+from grpo_core import names
+from grpo_core import report
 from grpo_core.config import ConfigError, RunConfig
 from grpo_core.store import RunStore
 
@@ -67,9 +67,9 @@ def make_run(run_id: str, *, steps: int, weights: dict, scores, changes=(), min_
         stats = health.group_stats(totals, raw, min_group_std=thr,
                                    outcome_index=metrics.index(outcome) if outcome else None)
         sc = health.step_scalars(stats, raw, metrics, w, cum_s, cum_t)
-        sc[N.MIN_GROUP_STD], sc[N.DIFFICULTY] = thr, level
-        sc[N.TIME_STEP] = 0.5
-        cum_s, cum_t = int(sc[N.CUM_GROUPS_SUBMITTED]), int(sc[N.CUM_GROUPS_TRAINABLE])
+        sc[names.MIN_GROUP_STD], sc[names.DIFFICULTY] = thr, level
+        sc[names.TIME_STEP] = 0.5
+        cum_s, cum_t = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
         gdf = pd.DataFrame({"group": range(groups), "prompt_id": [f"p{step}-{g}" for g in range(groups)],
                             "size": group_size, "reward_mean": stats.mean, "reward_std": stats.std,
                             "trainable": stats.trainable, "phantom": stats.phantom})
@@ -108,7 +108,7 @@ def test_trainability_counts_and_zero_steps():
     def scores(step, g, i):
         return {"exact": float(i % 2) if (g == 0 and step != 3) else 1.0, "f1": 0.5}
     run = make_run("zero", steps=6, weights={"exact": 1.0, "f1": 0.0}, scores=scores)
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     s = rep.summary
     assert (s["submitted"], s["trainable"]) == (24, 5)  # 6 steps x 4 groups; g0 trainable except step 3
     assert s["ratio"] == pytest.approx(5 / 24)
@@ -120,7 +120,7 @@ def test_trainability_counts_and_zero_steps():
 # ---- 2. variance bottlenecks --------------------------------------------------------------
 def test_uniform_binary_metric_is_named_the_bottleneck():
     run = make_run("bn", steps=10, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores)
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     bn = rep.bottlenecks.set_index("metric")
     assert bool(bn.loc["exact", "bottleneck"]) and not bool(bn.loc["answer_f1", "bottleneck"])
     assert bn.loc["exact", "uniform_fraction"] == 1.0 and bn.loc["answer_f1", "uniform_fraction"] == 0.0
@@ -139,7 +139,7 @@ def test_zero_weight_uniform_metric_is_not_flagged_and_phantoms_counted():
         return {"exact": float(i % 2) if g == 0 else 1.0, "f1": 0.1 * i, "length": 0.0}
     run = make_run("ph", steps=5, weights={"exact": 0.5, "f1": 0.5, "length": 0.0}, scores=scores,
                    outcome="exact")
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     bn = rep.bottlenecks.set_index("metric")
     assert bn.loc["length", "uniform_fraction"] == 1.0 and not bool(bn.loc["length", "bottleneck"])
     assert "weight is 0" in bn.loc["length", "why"]
@@ -150,7 +150,7 @@ def test_zero_weight_uniform_metric_is_not_flagged_and_phantoms_counted():
 # ---- 3. weight-change ledger ----------------------------------------------------------------
 def test_weight_change_at_50_lifts_ratio_and_is_marked_reuse():
     run = make_run("chg", steps=100, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=CHANGE_AT_50)
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     assert len(rep.ledger) == 1
     row = rep.ledger.iloc[0]
     assert (row["step"], row["kind"], row["source"]) == (50, "set_weights", "ui")
@@ -168,7 +168,7 @@ def test_weight_change_at_50_lifts_ratio_and_is_marked_reuse():
     assert row["reward_diff_same_weights"] == pytest.approx(0.0, abs=1e-12)
     assert bool(row["reuse"])
     # a narrower window: 5 steps on each side
-    row5 = R.change_ledger(R.load_run(run), window=5).iloc[0]
+    row5 = report.change_ledger(report.load_run(run), window=5).iloc[0]
     assert (row5["before"], row5["after"]) == ("45–49", "50–54")
 
 
@@ -176,7 +176,7 @@ def test_windows_clip_at_neighbouring_changes_and_run_end():
     changes = CHANGE_AT_50 + [(60, "set_threshold", {"min_group_std": 0.2}, "cli"),
                               (70, "pause", {}, "ui"), (95, "set_difficulty", {"level": 2}, "autopilot")]
     run = make_run("clip", steps=100, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=changes)
-    led = R.build_report(run).ledger
+    led = report.build_report(run).ledger
     assert list(led["step"]) == [50, 60, 70, 95]
     assert list(led["source"]) == ["ui", "cli", "ui", "autopilot"]
     assert list(led["before"]) == ["30–49", "50–59", "60–69", "75–94"]
@@ -194,7 +194,7 @@ def test_curriculum_change_recorded_a_step_early_is_placed_where_it_took_effect(
     # the auto curriculum logs its change event with the step just finished (29); level 2 from step 30
     changes = [(29, "set_difficulty", {"level": 2}, "curriculum")]
     run = make_run("cur", steps=50, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=changes)
-    row = R.build_report(run).ledger.iloc[0]
+    row = report.build_report(run).ledger.iloc[0]
     assert (row["step"], row["source"], row["change"]) == (30, "curriculum", "level 1→2")
     assert (row["before"], row["after"]) == ("10–29", "30–49")
     assert row["note"] == "recorded at step 29; the logged setting changes at step 30"
@@ -203,26 +203,26 @@ def test_curriculum_change_recorded_a_step_early_is_placed_where_it_took_effect(
 def test_ledger_rejects_bad_window():
     run = make_run("w", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores)
     with pytest.raises(ConfigError, match="window"):
-        R.change_ledger(R.load_run(run), window=0)
+        report.change_ledger(report.load_run(run), window=0)
 
 
 # ---- 4. reward trend ------------------------------------------------------------------------
 def test_reward_trend_rising_and_short():
     def scores(step, g, i):
         return {"f1": 0.01 * step + 0.1 * i + 0.003 * ((step * 7) % 5)}  # rising, with noise
-    rep = R.build_report(make_run("trend", steps=30, weights={"f1": 1.0}, scores=scores))
+    rep = report.build_report(make_run("trend", steps=30, weights={"f1": 1.0}, scores=scores))
     t = rep.trend["run"]
     assert t.sign == 1 and t.slope == pytest.approx(0.01, abs=0.002) and t.p_value < 0.05
     assert rep.trend["run_text"].startswith("rising: slope +0.01")
-    short = R.reward_trend(rep.steps.head(3))
+    short = report.reward_trend(rep.steps.head(3))
     assert short["run"].sign == 0 and "at least 5 steps" in short["run_text"]
 
 
 # ---- 5. rollout inspector -------------------------------------------------------------------
 def test_inspector_trainable_and_not_trainable():
     run = make_run("insp", steps=12, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores)
-    data = R.load_run(run)
-    tr = R.inspect_group(data, 10, 0)
+    data = report.load_run(run)
+    tr = report.inspect_group(data, 10, 0)
     assert tr.trainable and not tr.phantom
     assert list(tr.table["total"]) == [1.0, 1.0, 0.0, 0.0] and list(tr.table["idx"]) == [1, 3, 0, 2]
     assert list(tr.table["rank"]) == [1, 2, 3, 4]
@@ -231,28 +231,28 @@ def test_inspector_trainable_and_not_trainable():
     assert tr.explanation.startswith("Trainable: the total-reward std 0.5000 of its 4 completions is above "
                                      "the threshold 0.01")
     assert "exact (std 0.500)" in tr.explanation and "f1 (std 0.112)" in tr.explanation
-    no = R.inspect_group(data, 10, 1)  # exact all 0, f1 varies but has weight 0
+    no = report.inspect_group(data, 10, 1)  # exact all 0, f1 varies but has weight 0
     assert no.trainable is False
     assert no.explanation.startswith("Not trainable: all 4 completions got the same total reward 0.0000")
     assert "f1 (std 0.112)" in no.explanation and "carry no weight" in no.explanation
-    with pytest.raises(R.ReportError, match="step 99, group 0 is not in run insp"):
-        R.inspect_group(data, 99, 0)
+    with pytest.raises(report.ReportError, match="step 99, group 0 is not in run insp"):
+        report.inspect_group(data, 99, 0)
 
 
 def test_inspector_small_std_and_phantom():
     def scores(step, g, i):
         return {"exact": float(i % 2) if g == 0 else 1.0, "f1": [0.1 * i, 0.01 * i, 0.1 * i, 0.0][g]}
     run = make_run("insp2", steps=2, weights={"exact": 0.5, "f1": 0.5}, scores=scores, outcome="exact")
-    data = R.load_run(run)
-    ph = R.inspect_group(data, 1, 2)  # exact uniform 1, f1 varies: std 0.0559 > 0.01 but the outcome gate fails
+    data = report.load_run(run)
+    ph = report.inspect_group(data, 1, 2)  # exact uniform 1, f1 varies: std 0.0559 > 0.01 but the outcome gate fails
     assert ph.phantom and not ph.trainable
     assert ph.explanation.startswith("Not trainable (phantom variance): the total-reward std 0.0559 passes")
     assert "outcome metric 'exact' was uniform (every completion scored 1)" in ph.explanation
     assert ph.explanation.endswith("shaping terms: f1.")
-    small = R.inspect_group(data, 1, 1)  # 0.5 * std(0, .01, .02, .03) = 0.0056 <= 0.01
+    small = report.inspect_group(data, 1, 1)  # 0.5 * std(0, .01, .02, .03) = 0.0056 <= 0.01
     assert not small.trainable and not small.phantom
     assert small.explanation.startswith("Not trainable: the total-reward std 0.0056 is at or below the threshold 0.01")
-    gated = R.inspect_group(data, 1, 0)
+    gated = report.inspect_group(data, 1, 0)
     assert gated.trainable and "the outcome metric 'exact' varied" in gated.explanation
 
 
@@ -261,7 +261,7 @@ def test_comparison_shows_only_differing_config_keys():
     a = make_run("cmp-a", steps=8, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores)
     b = make_run("cmp-b", steps=12, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores,
                  config={"grpo.lr": 5e-3, "task.level": 3})
-    summary, diff = R.compare_runs([a, b])
+    summary, diff = report.compare_runs([a, b])
     assert set(diff.index) == {"grpo.lr", "grpo.steps", "task.level"}
     assert diff.loc["grpo.lr"].tolist() == [RunConfig().grpo.lr, 5e-3]  # a keeps the default
     assert diff.loc["task.level"].tolist() == [1, 3]
@@ -269,36 +269,36 @@ def test_comparison_shows_only_differing_config_keys():
     assert summary.loc["cmp-a", "ratio"] == 1.0
     assert summary.loc["cmp-b", "train_time_s"] == pytest.approx(6.0)  # 12 steps x time/step_s 0.5
     assert summary.loc["cmp-a", "reward_final"] == pytest.approx(0.5 * (0.15 + 0.075))  # mean f1 0.15, g 0.075
-    with pytest.raises(R.ReportError, match="at least two runs"):
-        R.compare_runs([a])
+    with pytest.raises(report.ReportError, match="at least two runs"):
+        report.compare_runs([a])
 
 
 # ---- run states: each a clear message, never a traceback -------------------------------
 def test_empty_run():
     store = RunStore.create("empty", RunConfig().to_dict())
     store.close()
-    rep = R.build_report("empty")
+    rep = report.build_report("empty")
     assert [n.text for n in rep.notices if "No steps logged" in n.text]
     assert rep.summary["steps"] == 0 and rep.ledger.empty
-    assert "No steps logged yet" in R.to_markdown(rep) and "No steps logged yet" in R.to_html(rep)
+    assert "No steps logged yet" in report.to_markdown(rep) and "No steps logged yet" in report.to_html(rep)
 
 
 def test_one_step_failed_run():
     run = make_run("fail1", steps=1, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, status="failed",
                    error="CUDA out of memory at generate")
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     texts = [n.text for n in rep.notices]
     assert any(t.startswith("Run failed at step 0: CUDA out of memory at generate") for t in texts)
     assert any("Only one step logged" in t for t in texts)
     assert rep.trend["run"].slope is None and "not enough steps" in rep.trend["run_text"]
-    R.to_html(rep), R.to_markdown(rep), R.steps_csv(rep)
+    report.to_html(rep), report.to_markdown(rep), report.steps_csv(rep)
 
 
 def test_running_run_says_in_progress():
     run = make_run("live", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, status="running")
     with RunStore.open(run) as s:
         s.heartbeat()
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     assert rep.data.status == "running"
     assert any(n.text.startswith("Run still in progress (running, step 2 of 3)") for n in rep.notices)
 
@@ -309,7 +309,7 @@ def test_run_whose_trainer_died_is_stale():
     gone.wait()
     with RunStore.open(run) as s:
         s.set_meta(pid=gone.pid)
-    rep = R.build_report(run)
+    rep = report.build_report(run)
     assert rep.data.status == "stale"
     assert rep.notices[0].level == "warning"
     assert rep.notices[0].text.startswith("The trainer stopped reporting (no heartbeat) at step 2 of 3")
@@ -320,14 +320,14 @@ def make_imported(run_id: str = "imported") -> Path:
     store = RunStore.create(run_id, {"source": "trl"}, kind="import")
     store.set_meta(source="trl", status="finished")
     for step, (rew, z) in enumerate([(0.2, 0.75), (0.3, 0.5), (0.35, 0.5), (0.5, 0.25)]):
-        store.log_step(step * 5, {N.REWARD: rew, N.REWARD_STD: 0.1, N.FRAC_REWARD_ZERO_STD: z,
-                                  N.metric_group_std("fmt"): 0.0, N.metric_group_std("acc"): 0.2})
+        store.log_step(step * 5, {names.REWARD: rew, names.REWARD_STD: 0.1, names.FRAC_REWARD_ZERO_STD: z,
+                                  names.metric_group_std("fmt"): 0.0, names.metric_group_std("acc"): 0.2})
     store.close()
     return Path(os.environ["GRPO_RUNS_DIR"]) / run_id
 
 
 def test_imported_run_without_groups_says_what_is_missing():
-    rep = R.build_report(make_imported())
+    rep = report.build_report(make_imported())
     msg = " ".join(n.text for n in rep.notices)
     assert "No per-group or per-rollout records" in msg and "rollout inspector are unavailable" in msg
     assert "frac_reward_zero_std" in msg
@@ -339,7 +339,7 @@ def test_imported_run_without_groups_says_what_is_missing():
     assert bn.loc["fmt", "mean_group_std"] == 0.0 and np.isnan(bn.loc["fmt", "uniform_fraction"])
     assert np.isnan(bn.loc["fmt", "weight"])  # an import does not say its weights
     assert rep.bottleneck_text == "Variance bottleneck: fmt (std ~0 in the logged scalars, weight unknown)."
-    R.to_html(rep), R.to_markdown(rep)
+    report.to_html(rep), report.to_markdown(rep)
 
 
 # ---- exports ---------------------------------------------------------------------------------
@@ -349,8 +349,8 @@ def _outside_scripts(text: str) -> str:
 
 def test_html_is_self_contained_and_has_the_tables():
     run = make_run("html", steps=60, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=CHANGE_AT_50)
-    rep = R.build_report(run)
-    text = R.to_html(rep)
+    rep = report.build_report(run)
+    text = report.to_html(rep)
     assert text.count("<script") >= 3 and "plotly" in text  # plotly.js inlined + 3 figures
     assert not re.search(r"<script[^>]*\bsrc=", text)  # plotly.js is inlined, not fetched
     outside = _outside_scripts(text)  # (the plotly.js bundle itself holds URL strings it never fetches here)
@@ -361,13 +361,13 @@ def test_html_is_self_contained_and_has_the_tables():
 
 def test_markdown_and_csv():
     run = make_run("md", steps=60, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=CHANGE_AT_50)
-    rep = R.build_report(run)
-    md = R.to_markdown(rep)
+    rep = report.build_report(run)
+    md = report.to_markdown(rep)
     assert md.startswith("# GRPO Health report: md")
     assert "| 50 | set_weights | ui | exact 1→0.500, f1 0→0.500 | 30–49 | 50–59 |" in md
-    csv = pd.read_csv(io.StringIO(R.steps_csv(rep)), index_col="step")
+    csv = pd.read_csv(io.StringIO(report.steps_csv(rep)), index_col="step")
     assert len(csv) == 60 and csv.loc[49, "ratio"] == 0.25 and csv.loc[50, "ratio"] == 0.75
-    assert csv.loc[50, N.metric_weight("f1")] == 0.5  # every logged scalar comes along
+    assert csv.loc[50, names.metric_weight("f1")] == 0.5  # every logged scalar comes along
 
 
 # ---- CLI -------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def test_cli_writes_html_and_md(tmp_path):
     assert html_out.read_text().startswith("<!DOCTYPE html>")
     p = _cli("cli", "--out", str(md_out))  # by run id under $GRPO_RUNS_DIR
     assert p.returncode == 0, p.stderr
-    assert md_out.read_text() == R.to_markdown(R.build_report(run))
+    assert md_out.read_text() == report.to_markdown(report.build_report(run))
     p = _cli(str(run))
     assert p.returncode == 0 and p.stdout.startswith("# GRPO Health report: cli")
 

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from grpo_core import rewards as R
+from grpo_core import rewards
 from grpo_core.config import ConfigError
 
 EX = {"answer": "Paris", "source": "S2"}
@@ -21,50 +21,50 @@ EX = {"answer": "Paris", "source": "S2"}
     ("york new york", {"answer": "new york"}, 0.8),  # counts clipped: common = 2, P = 2/3
 ])
 def test_token_f1(completion, example, want):
-    assert R.token_f1(completion, example) == pytest.approx(want)
+    assert rewards.token_f1(completion, example) == pytest.approx(want)
 
 
 @pytest.mark.parametrize("completion,want", [
     ("  paris [S2] ", 1.0), ("PARIS", 1.0), ("Paris France", 0.0), ("Pari", 0.0), ("[S2]", 0.0)])
 def test_exact_match(completion, want):
-    assert R.exact_match(completion, EX) == want
+    assert rewards.exact_match(completion, EX) == want
 
 
 @pytest.mark.parametrize("completion,want", [
     ("Paris [S2]", 1.0), ("Paris [S3]", 0.0), ("Paris [S2] [S3]", 0.0), ("Paris", 0.0), ("Paris [2]", 0.0)])
 def test_citation(completion, want):
-    assert R.citation(completion, EX) == want
+    assert rewards.citation(completion, EX) == want
 
 
 def test_format_check_default_and_custom():
-    assert R.format_check("Paris [S2]", EX) == 1.0
-    assert R.format_check("New York [S12]  ", EX) == 1.0
-    assert R.format_check("Paris", EX) == 0.0
-    assert R.format_check("Paris [S2] because", EX) == 0.0
-    assert R.format_check("ANSWER: 42", {"format": r"ANSWER: \d+"}) == 1.0
-    assert R.format_check("ANSWER: x", {"format": r"ANSWER: \d+"}) == 0.0
+    assert rewards.format_check("Paris [S2]", EX) == 1.0
+    assert rewards.format_check("New York [S12]  ", EX) == 1.0
+    assert rewards.format_check("Paris", EX) == 0.0
+    assert rewards.format_check("Paris [S2] because", EX) == 0.0
+    assert rewards.format_check("ANSWER: 42", {"format": r"ANSWER: \d+"}) == 1.0
+    assert rewards.format_check("ANSWER: x", {"format": r"ANSWER: \d+"}) == 0.0
 
 
 def test_length_penalty_is_graduated():
-    assert R.length_penalty("Paris [S2]", EX) == 0.0  # 10 chars <= 12
-    assert R.length_penalty("x" * 12, EX) == 0.0
-    assert R.length_penalty("x" * 15, EX) == pytest.approx(-0.3)
-    assert R.length_penalty("x" * 40, EX) == -1.0  # capped
-    assert R.length_penalty("  " + "x" * 12 + "  ", EX) == 0.0  # surrounding space is free
-    assert R.length_penalty("x" * 7, {"max_len": 5}) == pytest.approx(-0.2)
-    assert R.length_penalty("x" * 14, EX) < R.length_penalty("x" * 13, EX) < 0
+    assert rewards.length_penalty("Paris [S2]", EX) == 0.0  # 10 chars <= 12
+    assert rewards.length_penalty("x" * 12, EX) == 0.0
+    assert rewards.length_penalty("x" * 15, EX) == pytest.approx(-0.3)
+    assert rewards.length_penalty("x" * 40, EX) == -1.0  # capped
+    assert rewards.length_penalty("  " + "x" * 12 + "  ", EX) == 0.0  # surrounding space is free
+    assert rewards.length_penalty("x" * 7, {"max_len": 5}) == pytest.approx(-0.2)
+    assert rewards.length_penalty("x" * 14, EX) < rewards.length_penalty("x" * 13, EX) < 0
 
 
 def test_builtins_are_registered_with_kinds():
-    assert set(R.BUILTIN) == set(R.KINDS)
-    for name, fn in R.BUILTIN.items():
+    assert set(rewards.BUILTIN) == set(rewards.KINDS)
+    for name, fn in rewards.BUILTIN.items():
         v = fn("Paris [S2]", EX)
         assert isinstance(v, float) and math.isfinite(v), name
 
 
 def test_composite_totals_are_raw_at_weights():
     weights = {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2, "format": 0.1, "length": 0.5}
-    comp = R.CompositeReward(R.BUILTIN, weights)
+    comp = rewards.CompositeReward(rewards.BUILTIN, weights)
     completions = ["Paris [S2]", "paris", "the city of Paris [S3]", "Lyon", "Paris [S2] is the answer here"]
     scored = comp.score(completions, [EX] * len(completions))
     assert scored.raw.shape == (5, 5) and scored.num_errors == 0
@@ -72,14 +72,14 @@ def test_composite_totals_are_raw_at_weights():
     assert scored.totals == pytest.approx(scored.raw @ w)
     # each column is the metric itself
     for j, name in enumerate(comp.names):
-        assert scored.raw[:, j].tolist() == [R.BUILTIN[name](c, EX) for c in completions]
+        assert scored.raw[:, j].tolist() == [rewards.BUILTIN[name](c, EX) for c in completions]
     assert scored.totals[0] == pytest.approx(0.4 + 0.3 + 0.2 + 0.1)
     # totals under other weights without changing the composite
     assert comp.totals(scored.raw, {"exact": 1.0}) == pytest.approx(scored.raw[:, comp.names.index("exact")])
 
 
 def test_set_weights_validation_and_unnamed_metrics_get_zero():
-    comp = R.CompositeReward(R.BUILTIN, {"exact": 1.0})
+    comp = rewards.CompositeReward(rewards.BUILTIN, {"exact": 1.0})
     assert comp.weights == {"answer_f1": 0.0, "exact": 1.0, "citation": 0.0, "format": 0.0, "length": 0.0}
     new = comp.set_weights({"answer_f1": 0.5, "exact": 0.5})
     assert new["answer_f1"] == 0.5 and comp.w.sum() == 1.0
@@ -92,7 +92,7 @@ def test_set_weights_validation_and_unnamed_metrics_get_zero():
             comp.set_weights(bad)
         assert comp.weights["answer_f1"] == 0.5  # a rejected change leaves the weights as they were
     with pytest.raises(ConfigError, match="at least one metric"):
-        R.CompositeReward({}, {"exact": 1.0})
+        rewards.CompositeReward({}, {"exact": 1.0})
 
 
 def test_bad_metric_outputs_are_that_rollouts_error():
@@ -101,7 +101,7 @@ def test_bad_metric_outputs_are_that_rollouts_error():
             raise RuntimeError("parser died")
         return {"nan": math.nan, "inf": math.inf, "str": "0.5"}.get(completion, 1.0)
 
-    comp = R.CompositeReward({"exact": R.exact_match, "picky": picky}, {"exact": 1.0, "picky": 0.5})
+    comp = rewards.CompositeReward({"exact": rewards.exact_match, "picky": picky}, {"exact": 1.0, "picky": 0.5})
     completions = ["Paris", "boom", "nan", "inf", "str", "ok"]
     scored = comp.score(completions, [EX] * 6)
     assert scored.num_errors == 4
@@ -122,16 +122,16 @@ def test_two_failing_metrics_both_recorded():
     def bad_b(c, e):
         return None
 
-    comp = R.CompositeReward({"a": bad_a, "b": bad_b, "ok": lambda c, e: True}, {"a": 1, "b": 1, "ok": 1})
+    comp = rewards.CompositeReward({"a": bad_a, "b": bad_b, "ok": lambda c, e: True}, {"a": 1, "b": 1, "ok": 1})
     scored = comp.score(["x"], [{}])
     assert "a: ValueError: a broke" in scored.errors[0] and "b: TypeError" in scored.errors[0]
     assert scored.raw.tolist() == [[0.0, 0.0, 1.0]]
 
 
 def test_load_metric():
-    assert R.load_metric("math:sqrt")(4) == 2.0
-    assert R.load_metric("grpo_core.rewards:token_f1") is R.token_f1
+    assert rewards.load_metric("math:sqrt")(4) == 2.0
+    assert rewards.load_metric("grpo_core.rewards:token_f1") is rewards.token_f1
     for bad, msg in [("math.sqrt", "must be 'module:function'"), ("no_such_mod:f", "cannot be loaded"),
                      ("math:nothing", "cannot be loaded"), ("math:pi", "not callable")]:
         with pytest.raises(ConfigError, match=msg):
-            R.load_metric(bad)
+            rewards.load_metric(bad)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_core import report as R
+from grpo_core import report
 from grpo_core.store import RunStore
 from tests.helpers_dashboard import synth_run
 
@@ -35,14 +35,14 @@ def test_step_list_reads_and_extent(run):
 
 
 def test_a_small_run_is_read_whole(run):
-    data = R.load_run(run)
+    data = report.load_run(run)
     assert data.sampled is None and len(data.rollouts) == 120 * 32
 
 
 def test_a_large_run_is_read_at_sampled_steps_with_a_notice(run):
     window = 5
-    full = R.load_run(run, window=window)
-    part = R.load_run(run, window=window, budget=40 * 32)
+    full = report.load_run(run, window=window)
+    part = report.load_run(run, window=window, budget=40 * 32)
     assert part.sampled == {"steps_read": len(part.rollouts["step"].unique()), "steps": 120, "rollouts": 120 * 32}
     read = set(part.rollouts["step"].unique())
     assert set(range(116, 121)) <= read  # the last window
@@ -50,20 +50,20 @@ def test_a_large_run_is_read_at_sampled_steps_with_a_notice(run):
     assert 30 <= len(read) <= 45
     assert set(part.groups["step"].unique()) == read  # counts are logged: groups follow the sample
     # Every step still counts for trainability; the ledger's like-for-like reward reads whole windows.
-    assert R.steps_table(full, window).equals(R.steps_table(part, window))
-    lf, lp = R.change_ledger(full, window=window), R.change_ledger(part, window=window)
+    assert report.steps_table(full, window).equals(report.steps_table(part, window))
+    lf, lp = report.change_ledger(full, window=window), report.change_ledger(part, window=window)
     assert lf.drop(columns="note").equals(lp.drop(columns="note"))
     # Means over groups: estimates from a third of the steps land near the whole run's values.
-    bf, bp = R.bottlenecks(full).set_index("metric"), R.bottlenecks(part).set_index("metric")
+    bf, bp = report.bottlenecks(full).set_index("metric"), report.bottlenecks(part).set_index("metric")
     for col in ("mean_group_std", "uniform_fraction"):
         assert np.allclose(bf[col], bp[col], atol=0.08), col
-    notes = [n.text for n in R.notices(part)]
+    notes = [n.text for n in report.notices(part)]
     assert any("Large run" in t and "of its 120 steps" in t for t in notes)
-    assert not any("Large run" in n.text for n in R.notices(full))
+    assert not any("Large run" in n.text for n in report.notices(full))
 
 
 def test_build_report_on_a_sampled_run_has_examples_from_the_last_step(run, monkeypatch):
-    monkeypatch.setattr(R, "ROLLOUT_BUDGET", 30 * 32)
-    rep = R.build_report(run, window=5)
+    monkeypatch.setattr(report, "ROLLOUT_BUDGET", 30 * 32)
+    rep = report.build_report(run, window=5)
     assert rep.data.sampled is not None
     assert rep.examples and all(ex.step == 120 for ex in rep.examples)

@@ -27,7 +27,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_core import safety, serve
-from grpo_core import store as S
+from grpo_core import store
 from grpo_core.__main__ import build_parser, main
 from grpo_core.config import ConfigError
 from tests.helpers_dashboard import REPO, free_port, synth_run, wait_for
@@ -251,7 +251,7 @@ def test_a_custom_metric_typed_in_the_start_form_is_never_imported(runs_dir, tmp
     assert not at.exception
     assert any("custom reward functions cannot be set from the dashboard" in e.value for e in at.error)
     time.sleep(0.5)
-    assert not marker.exists() and S.list_runs(runs_dir).empty  # not imported here, no trainer to import it
+    assert not marker.exists() and store.list_runs(runs_dir).empty  # not imported here, no trainer to import it
 
 
 def test_typed_paths_resolve_inside_the_allowed_folders(runs_dir, tmp_path, monkeypatch):

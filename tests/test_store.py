@@ -13,7 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import store as S
+from grpo_core.live_settings import SET_WEIGHTS
+from grpo_core.store import (APPLIED, CREATED, EV_CHANGE, EV_REJECTED, FAILED, FINISHED, PAUSE, REJECTED,
+                             ROWS_PER_STATEMENT, RUNNING, SCHEMA_VERSION, STALE, STOP, STOPPED, StepGroups,
+                             StepRollouts, check_run_id, display_status, list_runs, new_run_id, resolve_db)
 from grpo_core.store import RunStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,8 +148,8 @@ def test_writer_killed_mid_run_leaves_every_committed_step_and_no_half_step(runs
     # the dashboard's way first: read-only, straight after the crash
     with RunStore.open(db, readonly=True) as ro:
         assert ro.last_step() >= committed
-    runs = S.list_runs()
-    assert runs.set_index("run_id").loc["killed", "status"] == S.STALE  # pid gone: not "running"
+    runs = list_runs()
+    assert runs.set_index("run_id").loc["killed", "status"] == STALE  # pid gone: not "running"
     with RunStore.open(db) as s:
         assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         counts = complete_steps(s)
@@ -179,7 +182,7 @@ out.write_text(json.dumps(mine))
 @pytest.mark.slow
 def test_two_claimer_processes_apply_each_request_exactly_once(runs_dir, tmp_path):
     store = RunStore.create("race", {"reward": {"weights": {"exact": 1.0}}})
-    store.set_status(S.RUNNING)
+    store.set_status(RUNNING)
     stop = tmp_path / "stop"
     procs = [child(CLAIMER, store.path, f"c{i}", tmp_path / f"ready{i}", stop, tmp_path / f"out{i}")
              for i in range(2)]
@@ -187,7 +190,7 @@ def test_two_claimer_processes_apply_each_request_exactly_once(runs_dir, tmp_pat
         wait_for(tmp_path / f"ready{i}")
     ids = []
     for i in range(300):  # spread over ~1 s so both claimers are polling while requests arrive
-        ids.append(store.request(S.SET_WEIGHTS, {"weights": {"exact": 1.0 + i}}, source="test"))
+        ids.append(store.request(SET_WEIGHTS, {"weights": {"exact": 1.0 + i}}, source="test"))
         time.sleep(0.003)
     stop.touch()
     for p in procs:
@@ -198,17 +201,17 @@ def test_two_claimer_processes_apply_each_request_exactly_once(runs_dir, tmp_pat
     assert a | b == set(ids)  # and none was lost
     assert a and b, "both claimers should have won some requests"
     ctl = store.control()
-    assert (ctl["status"] == S.APPLIED).all()
-    changes = store.events(kinds=[S.EV_CHANGE])
+    assert (ctl["status"] == APPLIED).all()
+    changes = store.events(kinds=[EV_CHANGE])
     assert sorted(p["request_id"] for p in changes["payload"]) == sorted(ids)  # one event each
 
 
 # ---- in-process behaviour ----------------------------------------------------------------------------
 def test_claim_and_resolve_are_exactly_once_in_process(runs_dir):
     s = RunStore.create("ctl", {})
-    s.set_status(S.RUNNING)
-    r1 = s.request(S.SET_WEIGHTS, {"weights": {"exact": 2.0}})
-    r2 = s.request(S.PAUSE)
+    s.set_status(RUNNING)
+    r1 = s.request(SET_WEIGHTS, {"weights": {"exact": 2.0}})
+    r2 = s.request(PAUSE)
     claimed = s.claim_pending()
     assert [c["id"] for c in claimed] == [r1, r2] and claimed[0]["payload"] == {"weights": {"exact": 2.0}}
     assert s.claim_pending() == []
@@ -217,24 +220,24 @@ def test_claim_and_resolve_are_exactly_once_in_process(runs_dir):
     with pytest.raises(StoreError, match="was not claimed"):
         s.resolve_request(r1, True, step=8)
     ctl = s.control().set_index("id")
-    assert ctl.loc[r1, "status"] == S.APPLIED and ctl.loc[r1, "applied_step"] == 7
-    assert ctl.loc[r2, "status"] == S.REJECTED and ctl.loc[r2, "message"] == "already paused"
+    assert ctl.loc[r1, "status"] == APPLIED and ctl.loc[r1, "applied_step"] == 7
+    assert ctl.loc[r2, "status"] == REJECTED and ctl.loc[r2, "message"] == "already paused"
     ch = s.changes()
     assert ch["step"].tolist() == [7] and ch["request"].iloc[0] == {"weights": {"exact": 2.0}}
-    assert s.events(kinds=[S.EV_REJECTED])["payload"].iloc[0]["message"] == "already paused"
-    r3 = s.request(S.STOP)
+    assert s.events(kinds=[EV_REJECTED])["payload"].iloc[0]["message"] == "already paused"
+    r3 = s.request(STOP)
     s.reject_open_requests("run ended")
-    assert s.control(since_id=r2)["status"].tolist() == [S.REJECTED] and r3 > r2
+    assert s.control(since_id=r2)["status"].tolist() == [REJECTED] and r3 > r2
     with pytest.raises(StoreError, match="unknown control kind 'explode'"):
         s.request("explode")
 
 
-@pytest.mark.parametrize("status", [S.FINISHED, S.FAILED, S.STOPPED])
+@pytest.mark.parametrize("status", [FINISHED, FAILED, STOPPED])
 def test_request_to_an_ended_run_is_refused(runs_dir, status):
     s = RunStore.create("done", {})
     s.set_status(status)
     with pytest.raises(StoreError, match=f"run done is {status}: control requests apply only to a live run"):
-        s.request(S.SET_WEIGHTS, {"weights": {"exact": 1.0}})
+        s.request(SET_WEIGHTS, {"weights": {"exact": 1.0}})
     assert s.control().empty
 
 
@@ -248,14 +251,14 @@ def test_bad_run_ids_are_rejected(runs_dir, bad):
 
 
 def test_good_run_ids_and_resolve(runs_dir):
-    assert S.check_run_id("run-2026.01_a") == "run-2026.01_a"
-    s = RunStore.create(S.new_run_id("demo"), {})
-    assert S.resolve_db(s.run_id) == s.path == S.resolve_db(s.run_dir)
+    assert check_run_id("run-2026.01_a") == "run-2026.01_a"
+    s = RunStore.create(new_run_id("demo"), {})
+    assert resolve_db(s.run_id) == s.path == resolve_db(s.run_dir)
     assert not [p.name for p in s.run_dir.iterdir() if not p.name.startswith("run.db")]  # no side file left
     with pytest.raises(StoreError, match="already exists"):
         RunStore.create(s.run_id, {})
     again = RunStore.create(s.run_id, {"other": 1}, exist_ok=True)  # reopen, meta untouched
-    assert again.config == {} and again.get_meta()["status"] == S.CREATED
+    assert again.config == {} and again.get_meta()["status"] == CREATED
     with pytest.raises(StoreError, match="no run store"):
         RunStore.open("missing-run")
 
@@ -296,7 +299,7 @@ def test_a_failing_step_write_leaves_nothing(runs_dir):
 def test_list_runs_lists_unreadable_stores_with_a_reason(runs_dir):
     good = RunStore.create("good", {"grpo": {"steps": 10}})
     write_step(good, 0, P, G)
-    good.set_status(S.FINISHED)
+    good.set_status(FINISHED)
     good.close()
     raw = (runs_dir / "good" / "run.db").read_bytes()
     (runs_dir / "truncated").mkdir()
@@ -309,9 +312,9 @@ def test_list_runs_lists_unreadable_stores_with_a_reason(runs_dir):
     with sqlite3.connect(runs_dir / "other" / "run.db") as c:
         c.execute("CREATE TABLE t (x)")
     (runs_dir / "no-db").mkdir()  # a folder without a store is not a run
-    runs = S.list_runs().set_index("run_id")
+    runs = list_runs().set_index("run_id")
     assert sorted(runs.index) == ["empty", "good", "other", "text", "truncated"]
-    assert runs.loc["good", "status"] == S.FINISHED and runs.loc["good", "last_step"] == 0
+    assert runs.loc["good", "status"] == FINISHED and runs.loc["good", "last_step"] == 0
     assert runs.loc["good", "steps"] == 10
     for rid in ("truncated", "text", "empty", "other"):
         assert runs.loc[rid, "status"] == "unreadable"
@@ -319,18 +322,18 @@ def test_list_runs_lists_unreadable_stores_with_a_reason(runs_dir):
     assert "not a database" in runs.loc["text", "error"]
     assert "missing tables" in runs.loc["other", "error"]
     assert list(runs.index).index("good") == 0  # readable runs first (newest created)
-    assert S.list_runs(runs_dir / "nowhere").empty
+    assert list_runs(runs_dir / "nowhere").empty
 
 
 def test_display_status_derives_stale():
     now = time.time()
-    assert S.display_status({"status": S.RUNNING, "heartbeat": now}, now) == S.RUNNING
-    assert S.display_status({"status": S.RUNNING, "heartbeat": now - 60}, now) == S.STALE
-    assert S.display_status({"status": S.FINISHED, "heartbeat": 0}, now) == S.FINISHED
+    assert display_status({"status": RUNNING, "heartbeat": now}, now) == RUNNING
+    assert display_status({"status": RUNNING, "heartbeat": now - 60}, now) == STALE
+    assert display_status({"status": FINISHED, "heartbeat": 0}, now) == FINISHED
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    assert S.display_status({"status": S.RUNNING, "heartbeat": now, "pid": dead.pid}, now) == S.STALE
-    assert S.display_status({"status": S.RUNNING, "heartbeat": now, "pid": os.getpid()}, now) == S.RUNNING
+    assert display_status({"status": RUNNING, "heartbeat": now, "pid": dead.pid}, now) == STALE
+    assert display_status({"status": RUNNING, "heartbeat": now, "pid": os.getpid()}, now) == RUNNING
 
 
 def _odd_steps(s: RunStore):
@@ -378,7 +381,7 @@ def test_rollouts_reads_in_every_case(runs_dir):
     assert s.truncate_after(2) == 5
     assert s.rollouts(with_text=False)["step"].max() == 2 and s.conn.execute(
         "SELECT MAX(step) FROM step_scores").fetchone()[0] == 2
-    assert S.SCHEMA_VERSION == 2 and s.get_meta()["schema_version"] == 2 and "score_blobs" not in s.get_meta()
+    assert SCHEMA_VERSION == 2 and s.get_meta()["schema_version"] == 2 and "score_blobs" not in s.get_meta()
     assert "scores" not in [r[1] for r in s.conn.execute("PRAGMA table_info(rollouts)")]  # one form: step_scores
 
 
@@ -485,7 +488,7 @@ def _assert_same_reads(got: list, want: list):
 def _reference(runs_dir) -> RunStore:
     ref = RunStore.create("v2", {"grpo": {"steps": 8}})
     _odd_steps(ref)
-    ref.set_status(S.FINISHED)
+    ref.set_status(FINISHED)
     return ref
 
 
@@ -527,7 +530,7 @@ def test_a_version_1_file_another_process_is_writing_is_not_migrated_under_it(ru
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # an older trainer, mid-run
     try:
         with sqlite3.connect(db) as c:
-            c.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("status", json.dumps(S.RUNNING)),
+            c.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("status", json.dumps(RUNNING)),
                           ("pid", json.dumps(other.pid)), ("heartbeat", json.dumps(time.time()))])
         with RunStore.open(db) as s:  # e.g. the dashboard sending it a request
             assert s.version == 1
@@ -566,7 +569,7 @@ def test_a_store_newer_than_this_code_is_refused_with_one_line_naming_its_versio
             RunStore.open("future", readonly=readonly)
         msg = str(e.value)
         assert "\n" not in msg and "version-3 run store, newer than this grpo_core reads (versions 1 to 2)" in msg
-    runs = S.list_runs().set_index("run_id")
+    runs = list_runs().set_index("run_id")
     assert runs.loc["future", "status"] == "unreadable" and "version-3" in runs.loc["future", "error"]
 
 
@@ -609,8 +612,8 @@ def test_the_trainers_columns_store_exactly_what_tuples_and_frames_store(runs_di
     fast, slow = RunStore.create("fast", {}), RunStore.create("slow", {})
     for step in (1, 2):
         fast.log_step(step, {"train/reward": 0.5},
-                      S.StepGroups(np.arange(4), [f"q{i}" for i in range(4)], 2, mean, std, trainable, phantom),
-                      S.StepRollouts(names, group, idx, total, scores, texts, errors))
+                      StepGroups(np.arange(4), [f"q{i}" for i in range(4)], 2, mean, std, trainable, phantom),
+                      StepRollouts(names, group, idx, total, scores, texts, errors))
         slow.log_step(step, {"train/reward": 0.5},
                       pd.DataFrame({"group": np.arange(4), "prompt_id": [f"q{i}" for i in range(4)], "size": 2,
                                     "reward_mean": mean, "reward_std": std, "trainable": trainable,
@@ -623,16 +626,16 @@ def test_the_trainers_columns_store_exactly_what_tuples_and_frames_store(runs_di
         pd.testing.assert_frame_equal(fast.rollouts(with_text=text), slow.rollouts(with_text=text), check_exact=True)
     pd.testing.assert_frame_equal(fast.groups(), slow.groups())
     # iterating the columns gives the tuples (what the W&B mirror reads)
-    r = S.StepRollouts(names, group, idx, total, scores, texts, errors)
+    r = StepRollouts(names, group, idx, total, scores, texts, errors)
     assert list(r)[7] == (3, 1, total[7], dict(zip(names, scores[7].tolist())), None, None) and len(r) == 8
     # rows out of (group, idx) order and a step written twice merge as tuples do
     order = np.array([7, 0, 5, 2, 1, 6, 3, 4])
-    fast.log_step(3, {}, None, S.StepRollouts(names, group[order], idx[order], total[order], scores[order],
+    fast.log_step(3, {}, None, StepRollouts(names, group[order], idx[order], total[order], scores[order],
                                               [texts[k] for k in order], [errors[k] for k in order]))
     slow.log_step(3, {}, None, [(int(group[k]), int(idx[k]), float(total[k]), dict(zip(names, scores[k].tolist())),
                                  texts[k], errors[k]) for k in order])
     again = np.array([1, 4])
-    fast.log_step(3, {}, None, S.StepRollouts(names, group[again], idx[again], total[again] + 1, scores[again] / 2,
+    fast.log_step(3, {}, None, StepRollouts(names, group[again], idx[again], total[again] + 1, scores[again] / 2,
                                               ["new", "new"], [None, "late"]))
     slow.log_step(3, {}, None, [(int(group[k]), int(idx[k]), float(total[k] + 1), dict(zip(names, (scores[k] / 2).tolist())),
                                  "new", e) for k, e in zip(again, [None, "late"])])
@@ -642,15 +645,15 @@ def test_the_trainers_columns_store_exactly_what_tuples_and_frames_store(runs_di
     # a non-finite score in the columns is stored as NaN, as a failed metric (None) is
     nan_scores = scores.copy()
     nan_scores[0, 1], nan_scores[1, 1] = np.nan, np.inf
-    fast.log_step(4, {}, None, S.StepRollouts(names, group, idx, total, nan_scores, texts, errors))
+    fast.log_step(4, {}, None, StepRollouts(names, group, idx, total, nan_scores, texts, errors))
     slow.log_step(4, {}, None, [(int(g), int(i), float(t), dict(zip(names, row)), x, e)
                                 for g, i, t, row, x, e in zip(group, idx, total, nan_scores.tolist(), texts, errors)])
     assert _table(fast, "step_scores") == _table(slow, "step_scores")
     assert fast.rollouts(step=4, with_text=False)["exact"].isna().tolist()[:3] == [True, True, False]
     with pytest.raises(ValueError, match="different lengths"):
-        S.StepRollouts(names, group, idx, total, scores, texts[:3], errors)
+        StepRollouts(names, group, idx, total, scores, texts[:3], errors)
     with pytest.raises(ValueError, match="different lengths"):
-        S.StepGroups(np.arange(4), ["q"], 2, mean, std, trainable, phantom)
+        StepGroups(np.arange(4), ["q"], 2, mean, std, trainable, phantom)
 
 
 def test_several_steps_in_one_transaction_are_all_there_or_none(runs_dir):
@@ -668,13 +671,13 @@ def test_several_steps_in_one_transaction_are_all_there_or_none(runs_dir):
 
 
 def test_a_step_larger_than_one_insert_statement_is_stored_whole(runs_dir):
-    """More rollouts than one multi-row statement takes (S.ROWS_PER_STATEMENT): every row, in
+    """More rollouts than one multi-row statement takes (ROWS_PER_STATEMENT): every row, in
     order, as the tuples store them."""
-    n = 2 * S.ROWS_PER_STATEMENT + 7
+    n = 2 * ROWS_PER_STATEMENT + 7
     group, idx = np.arange(n) // 8, np.arange(n) % 8
     scores = np.random.default_rng(1).random((n, 2))
     fast, slow = RunStore.create("big-fast", {}), RunStore.create("big-slow", {})
-    fast.log_step(1, {}, None, S.StepRollouts(["a", "b"], group, idx, scores.sum(1), scores, ["t"] * n, [None] * n))
+    fast.log_step(1, {}, None, StepRollouts(["a", "b"], group, idx, scores.sum(1), scores, ["t"] * n, [None] * n))
     slow.log_step(1, {}, None, [(int(g), int(i), float(a + b), {"a": float(a), "b": float(b)}, "t", None)
                                 for g, i, (a, b) in zip(group, idx, scores)])
     assert len(_table(fast, "rollouts")) == n and _table(fast, "rollouts") == _table(slow, "rollouts")

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.integrations.importers import import_path
 from grpo_core.store import RunStore
 
@@ -32,5 +32,5 @@ def test_trainer_mirrors_every_step_to_an_offline_wandb_run(runs_dir):
     with RunStore.open(back, readonly=True) as s:
         theirs = s.scalars_wide()
     assert list(theirs.index) == [1, 2, 3, 4]
-    for name in (N.TRAINABLE_RATIO, N.CUM_GROUPS_TRAINABLE, N.REWARD, N.REWARD_STD, N.metric_weight("exact")):
+    for name in (names.TRAINABLE_RATIO, names.CUM_GROUPS_TRAINABLE, names.REWARD, names.REWARD_STD, names.metric_weight("exact")):
         np.testing.assert_allclose(theirs[name].to_numpy(), ours[name].to_numpy(), rtol=1e-6)

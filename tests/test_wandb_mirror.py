@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.config import ConfigError
 from grpo_core.integrations.importers import import_path
 from grpo_core.integrations.wandb import WandbMirror
@@ -19,14 +19,14 @@ METRICS = ["answer_f1", "exact"]
 
 
 def _step_data(rng, step):
-    scalars = {N.GROUPS_SUBMITTED: 4, N.GROUPS_TRAINABLE: int(rng.integers(0, 5)), N.REWARD: float(rng.random()),
-               N.REWARD_STD: float(rng.random() / 3), N.FRAC_REWARD_ZERO_STD: float(rng.random()),
-               N.TRAINABLE_RATIO: float(rng.random()), N.LOSS_POLICY: float(rng.normal()),
-               N.TIME_STEP: float(rng.random())}
+    scalars = {names.GROUPS_SUBMITTED: 4, names.GROUPS_TRAINABLE: int(rng.integers(0, 5)), names.REWARD: float(rng.random()),
+               names.REWARD_STD: float(rng.random() / 3), names.FRAC_REWARD_ZERO_STD: float(rng.random()),
+               names.TRAINABLE_RATIO: float(rng.random()), names.LOSS_POLICY: float(rng.normal()),
+               names.TIME_STEP: float(rng.random())}
     for m in METRICS:
-        scalars[N.metric_mean(m)] = float(rng.random())
-        scalars[N.metric_group_std(m)] = float(rng.random())
-        scalars[N.metric_weight(m)] = 0.5 if step < 6 else (0.8 if m == "exact" else 0.2)
+        scalars[names.metric_mean(m)] = float(rng.random())
+        scalars[names.metric_group_std(m)] = float(rng.random())
+        scalars[names.metric_weight(m)] = 0.5 if step < 6 else (0.8 if m == "exact" else 0.2)
     groups = pd.DataFrame({"group": range(4), "prompt_id": [f"p{i}" for i in range(4)], "size": 2,
                            "reward_mean": rng.random(4), "reward_std": rng.random(4),
                            "trainable": [True, False, True, True], "phantom": False})
@@ -84,7 +84,7 @@ def test_mirror_logs_trl_names_for_the_same_numbers(tmp_path):
     from wandb.proto import wandb_internal_pb2 as pb
 
     mirror = WandbMirror("offline", "p", "alias-run", tmp_path, {})
-    mirror.log_step(1, {N.REWARD: 0.25, N.REWARD_STD: 0.125, N.FRAC_REWARD_ZERO_STD: 0.5})
+    mirror.log_step(1, {names.REWARD: 0.25, names.REWARD_STD: 0.125, names.FRAC_REWARD_ZERO_STD: 0.5})
     mirror.finish()
     data = next(tmp_path.glob("wandb/offline-run-*/run-alias-run.wandb")).read_bytes()
     rows = []
@@ -110,18 +110,18 @@ def test_a_wandb_failure_disables_the_mirror_not_the_run(tmp_path):
 
     mirror.run.log = boom
     with pytest.warns(RuntimeWarning, match="disabled after an error: OSError: disk full"):
-        mirror.log_step(1, {N.REWARD: 1.0})
+        mirror.log_step(1, {names.REWARD: 1.0})
     assert mirror.error == "OSError: disk full" and mirror.run is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        mirror.log_step(2, {N.REWARD: 1.0})  # a no-op now, no second warning
+        mirror.log_step(2, {names.REWARD: 1.0})  # a no-op now, no second warning
         mirror.event("change", {"kind": "set_weights"}, 2)
         mirror.finish()
 
 
 def test_a_step_going_backwards_is_said_not_lost_quietly(tmp_path):
     mirror = WandbMirror("offline", "p", "back-run", tmp_path, {})
-    mirror.log_step(3, {N.REWARD: 1.0})
+    mirror.log_step(3, {names.REWARD: 1.0})
     with pytest.warns(RuntimeWarning, match="step 2 after step 3 is not logged"):
-        mirror.log_step(2, {N.REWARD: 1.0})
+        mirror.log_step(2, {names.REWARD: 1.0})
     mirror.finish()

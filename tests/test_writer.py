@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from grpo_core import names as N
-from grpo_core import store as S
+from grpo_core import names
+from grpo_core.live_settings import SET_THRESHOLD
+from grpo_core.store import EV_ALERT, EV_CHANGE, FAILED, FINISHED, PAUSE, RUNNING, RunStore, STOPPED
 from grpo_core import checkpoints
-from grpo_core import trainer as T
+from grpo_core import trainer
 from grpo_core.config import load_config
 from grpo_core.writer import BatchedWrites
 
@@ -24,27 +25,27 @@ TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mode
         "log.progress=false", "log.checkpoint_every=0"]
 
 
-def _store(tmp_path, run_id="w") -> S.RunStore:
-    return S.RunStore.create(run_id, {}, root=tmp_path)
+def _store(tmp_path, run_id="w") -> RunStore:
+    return RunStore.create(run_id, {}, root=tmp_path)
 
 
 def _step(k: int, score=0.5):
     groups = pd.DataFrame({"group": [0], "prompt_id": ["p"], "size": [2], "reward_mean": [0.5], "reward_std": [0.5],
                            "trainable": [True], "phantom": [False]})
     rollouts = [(0, i, float(i), {"exact": score}, f"text {k}.{i}", None) for i in range(2)]
-    return {N.REWARD: 0.1 * k}, groups, rollouts, [(S.EV_ALERT, {"kind": "x", "step": k})]
+    return {names.REWARD: 0.1 * k}, groups, rollouts, [(EV_ALERT, {"kind": "x", "step": k})]
 
 
-def _reader(store: S.RunStore) -> S.RunStore:
-    return S.RunStore.open(store.path, readonly=True)
+def _reader(store: RunStore) -> RunStore:
+    return RunStore.open(store.path, readonly=True)
 
 
 def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
     store = _store(tmp_path)
-    store.set_status(S.RUNNING)
+    store.set_status(RUNNING)
     assert not store.has_pending()
-    rid = store.request(S.PAUSE, {})
-    blocker = S.RunStore(store.path)
+    rid = store.request(PAUSE, {})
+    blocker = RunStore(store.path)
     blocker.conn.execute("BEGIN IMMEDIATE")  # a writer mid-transaction does not hold the check up
     assert store.has_pending()
     blocker.conn.execute("ROLLBACK")
@@ -55,8 +56,8 @@ def test_has_pending_requests_reads_without_the_write_lock(tmp_path):
 def test_batched_writes_commit_the_kept_steps_together_once_their_time_is_up(tmp_path, monkeypatch):
     store = _store(tmp_path)
     commits = []
-    real = S.RunStore.log_steps
-    monkeypatch.setattr(S.RunStore, "log_steps", lambda self, steps: (commits.append([s[0] for s in steps]),
+    real = RunStore.log_steps
+    monkeypatch.setattr(RunStore, "log_steps", lambda self, steps: (commits.append([s[0] for s in steps]),
                                                                      real(self, steps))[1])
     w = BatchedWrites(store, commit_every_s=3600)
     for k in range(1, 4):
@@ -67,9 +68,9 @@ def test_batched_writes_commit_the_kept_steps_together_once_their_time_is_up(tmp
     w.flush()
     assert commits == [[1, 2, 3]] and not w.busy() and w.calls == 3  # one transaction for the three
     with _reader(store) as r:
-        assert r.scalars_wide()[N.REWARD].round(3).tolist() == [0.1, 0.2, 0.3]
+        assert r.scalars_wide()[names.REWARD].round(3).tolist() == [0.1, 0.2, 0.3]
         assert r.rollouts()["completion"].tolist() == [f"text {k}.{i}" for k in (1, 2, 3) for i in range(2)]
-        ev = r.events(kinds=[S.EV_ALERT])
+        ev = r.events(kinds=[EV_ALERT])
         assert ev["step"].tolist() == [1, 2, 3] and ev["time"].is_monotonic_increasing
         assert ev["time"].iloc[2] - ev["time"].iloc[0] >= 0.015  # each event keeps its own step's time
     now = BatchedWrites(store, commit_every_s=0)  # 0: a commit per step
@@ -109,19 +110,19 @@ WRITES = {"batched": ["log.commit_every_s=10"], "per step": ["log.commit_every_s
 
 def _trainer(tmp_path, extra=(), run_id="r"):
     cfg = load_config(None, TINY + list(extra))
-    store = S.RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
-    return T.Trainer(cfg, store, log=lambda m: None), store
+    store = RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
+    return trainer.Trainer(cfg, store, log=lambda m: None), store
 
 
 @pytest.fixture
 def slow_writes(monkeypatch):
     """A slow disk: every write of steps takes 60 ms."""
-    real = S.RunStore.log_steps
+    real = RunStore.log_steps
 
     def slow(self, *a, **kw):
         time.sleep(0.06)
         return real(self, *a, **kw)
-    monkeypatch.setattr(S.RunStore, "log_steps", slow)
+    monkeypatch.setattr(RunStore, "log_steps", slow)
 
 
 @pytest.mark.parametrize("writes", list(WRITES))
@@ -130,29 +131,29 @@ def test_checkpoints_and_control_answers_are_never_ahead_of_the_stored_steps(tmp
     tr, store = _trainer(tmp_path, ["grpo.steps=6", "log.checkpoint_every=2"] + WRITES[writes])
     reader = _reader(store)
     at_ckpt, at_answer, at_status = [], [], []
-    save = T.models.save_pretrained
-    monkeypatch.setattr(T.models, "save_pretrained", lambda *a, **k: (at_ckpt.append((tr.step, reader.last_step())),
+    save = trainer.models.save_pretrained
+    monkeypatch.setattr(trainer.models, "save_pretrained", lambda *a, **k: (at_ckpt.append((tr.step, reader.last_step())),
                                                                      save(*a, **k))[1])
-    resolve = S.RunStore.resolve_request
-    monkeypatch.setattr(S.RunStore, "resolve_request", lambda self, *a, **k: (
+    resolve = RunStore.resolve_request
+    monkeypatch.setattr(RunStore, "resolve_request", lambda self, *a, **k: (
         at_answer.append((tr.step, reader.last_step())), resolve(self, *a, **k))[1])
-    set_status = S.RunStore.set_status
-    monkeypatch.setattr(S.RunStore, "set_status", lambda self, status, *a, **k: (
+    set_status = RunStore.set_status
+    monkeypatch.setattr(RunStore, "set_status", lambda self, status, *a, **k: (
         at_status.append((status, tr.step, reader.last_step())), set_status(self, status, *a, **k))[1])
     step = tr.train_step
 
     def step_and_ask():  # the dashboard asks while step 3 trains
         if tr.step == 2:
-            S.RunStore(store.path).request(S.SET_THRESHOLD, {"min_group_std": 0.02})
+            RunStore(store.path).request(SET_THRESHOLD, {"min_group_std": 0.02})
         return step()
     tr.train_step = step_and_ask
-    assert tr.run() == S.FINISHED
+    assert tr.run() == FINISHED
     assert tr.writer is None  # closed and joined
     assert at_ckpt == [(2, 2), (4, 4), (6, 6)]  # a checkpoint at step N: steps <= N are in the store
     assert at_answer == [(3, 3)]  # answered at the boundary after step 3, with step 3 stored
-    assert at_status[-1] == (S.FINISHED, 6, 6)  # the final status after the last step is committed
-    ev = store.events(kinds=[S.EV_CHANGE])
-    assert ev["step"].tolist() == [4] and store.scalars_wide()[N.MIN_GROUP_STD].tolist() == [0.01] * 3 + [0.02] * 3
+    assert at_status[-1] == (FINISHED, 6, 6)  # the final status after the last step is committed
+    ev = store.events(kinds=[EV_CHANGE])
+    assert ev["step"].tolist() == [4] and store.scalars_wide()[names.MIN_GROUP_STD].tolist() == [0.01] * 3 + [0.02] * 3
     reader.close()
 
 
@@ -167,8 +168,8 @@ def test_a_stop_commits_every_step_before_the_final_status(tmp_path, monkeypatch
             tr.stop_reason = "SIGTERM"
         return out
     tr.train_step = step_then_signal
-    assert tr.run() == S.STOPPED
-    assert store.last_step() == 4 and store.get_meta()["status"] == S.STOPPED
+    assert tr.run() == STOPPED
+    assert store.last_step() == 4 and store.get_meta()["status"] == STOPPED
     assert checkpoints.latest_checkpoint(store.run_dir).name == "step-000004"
 
 
@@ -189,7 +190,7 @@ def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, 
     with pytest.raises(Exception):
         tr.run_safely()
     meta = store.get_meta()
-    assert meta["status"] == S.FAILED and store.last_step() == 2
+    assert meta["status"] == FAILED and store.last_step() == 2
     last = meta["error"].strip().splitlines()[-1]
     assert last.startswith(("TypeError", "grpo_core.store.StoreError")), last
     assert checkpoints.latest_checkpoint(store.run_dir) is None  # the step-3 checkpoint never happened
@@ -203,7 +204,7 @@ def test_every_way_of_writing_stores_what_a_commit_per_step_stores(tmp_path):
     for name, extra in WRITES.items():
         tr, store = _trainer(tmp_path / name.replace(" ", "-"), ["grpo.steps=4", "health.zero_trainable_steps=1"]
                              + extra)
-        assert tr.run() == S.FINISHED
+        assert tr.run() == FINISHED
         w = store.scalars_wide()
         runs[name] = (w[[c for c in w.columns if not c.startswith(("time/", "throughput/"))]],
                       store.groups(), store.rollouts(), store.rollouts(with_text=False),

@@ -35,7 +35,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.config import ConfigError
 from grpo_core.store import FINISHED, RunStore, StoreError, check_run_id, runs_dir
 
@@ -97,17 +97,17 @@ def _put(rows: dict, step: int, name: str, value: float, report: ImportReport):
 
 # ---- TRL: names in a log entry (trainer_state.json log_history, or TRL's on_log) ----------
 TRL_SAME = {
-    "reward": N.REWARD,  # mean weighted total over all completions = mean of the group means
-    "frac_reward_zero_std": N.FRAC_REWARD_ZERO_STD,
-    "grad_norm": N.GRAD_NORM,
-    "kl": N.LOSS_KL,
-    "entropy": N.LOSS_ENTROPY,
-    "clip_ratio/region_mean": N.CLIP_RATIO,
-    "clip_ratio": N.CLIP_RATIO,  # TRL < 0.17 logged one clip ratio
-    "completions/mean_length": N.COMPLETION_MEAN_LENGTH,
-    "completion_length": N.COMPLETION_MEAN_LENGTH,  # TRL < 0.17's name for the same mean
-    "step_time": N.TIME_STEP,
-    "reward_std": N.TRL_REWARD_STD,
+    "reward": names.REWARD,  # mean weighted total over all completions = mean of the group means
+    "frac_reward_zero_std": names.FRAC_REWARD_ZERO_STD,
+    "grad_norm": names.GRAD_NORM,
+    "kl": names.LOSS_KL,
+    "entropy": names.LOSS_ENTROPY,
+    "clip_ratio/region_mean": names.CLIP_RATIO,
+    "clip_ratio": names.CLIP_RATIO,  # TRL < 0.17 logged one clip ratio
+    "completions/mean_length": names.COMPLETION_MEAN_LENGTH,
+    "completion_length": names.COMPLETION_MEAN_LENGTH,  # TRL < 0.17's name for the same mean
+    "step_time": names.TIME_STEP,
+    "reward_std": names.TRL_REWARD_STD,
 }
 TRL_SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second",
                     "total_flos")
@@ -122,11 +122,11 @@ def map_trl_key(key: str, live: bool = False) -> str:
     if m:
         fn, stat = m.groups()
         if stat == "std":
-            return N.metric_batch_std(fn)
-        return N.foreign("trl", key) if live else N.metric_mean(fn)
+            return names.metric_batch_std(fn)
+        return names.foreign("trl", key) if live else names.metric_mean(fn)
     if live and key in ("reward", "frac_reward_zero_std"):
-        return N.foreign("trl", key)
-    return TRL_SAME.get(key) or N.foreign("trl", key)
+        return names.foreign("trl", key)
+    return TRL_SAME.get(key) or names.foreign("trl", key)
 
 
 def is_trl_summary(entry: dict) -> bool:
@@ -169,7 +169,7 @@ def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, l
     prev, cum_w, cum_t, no_frac = 0, 0.0, 0.0, 0
     for step in sorted(rows):
         row = rows[step]
-        frac = row.get(N.FRAC_REWARD_ZERO_STD)
+        frac = row.get(names.FRAC_REWARD_ZERO_STD)
         if frac is None or math.isnan(frac):
             no_frac += 1
             continue
@@ -178,13 +178,13 @@ def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, l
         ratio = 1.0 - frac
         cum_w += n
         cum_t += n * ratio
-        row[N.TRAINABLE_RATIO] = ratio
-        row[N.CUM_TRAINABLE_RATIO] = cum_t / cum_w
+        row[names.TRAINABLE_RATIO] = ratio
+        row[names.CUM_TRAINABLE_RATIO] = cum_t / cum_w
         if groups_per_step:
-            row[N.GROUPS_SUBMITTED] = float(groups_per_step)
-            row[N.GROUPS_TRAINABLE] = groups_per_step * ratio
-            row[N.CUM_GROUPS_SUBMITTED] = groups_per_step * cum_w
-            row[N.CUM_GROUPS_TRAINABLE] = groups_per_step * cum_t
+            row[names.GROUPS_SUBMITTED] = float(groups_per_step)
+            row[names.GROUPS_TRAINABLE] = groups_per_step * ratio
+            row[names.CUM_GROUPS_SUBMITTED] = groups_per_step * cum_w
+            row[names.CUM_GROUPS_TRAINABLE] = groups_per_step * cum_t
     if no_frac:
         report.note(f"{no_frac} steps have no frac_reward_zero_std: no trainable ratio at those steps")
     if logging_steps and logging_steps > 1:
@@ -193,7 +193,7 @@ def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, l
     if groups_per_step:
         report.note(f"group counts computed with {groups_per_step} groups per step; a logged ratio averaged "
                     "over several steps can give a fractional trainable count")
-    elif any(N.TRAINABLE_RATIO in r for r in rows.values()):
+    elif any(names.TRAINABLE_RATIO in r for r in rows.values()):
         report.note("groups per step unknown: TRL logs only the fraction of zero-std groups, and the file records "
                     "neither num_generations nor the generation batch size, so there are ratios but no group "
                     "counts (pass groups_per_step = generation_batch_size / num_generations to get them)")
@@ -251,27 +251,27 @@ def parse_trl_state(data: bytes, filename: str, groups_per_step: int | None = No
 
 
 # ---- W&B: recognise ART's, TRL's and our own names in a history row -------------------------
-OUR_NAMES = {v for k, v in vars(N).items() if k.isupper() and isinstance(v, str)}
+OUR_NAMES = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
 ART_MAP = {  # ART (OpenPipe) keys that mean what ours mean
-    "train/reward": N.REWARD,
-    "reward/mean": N.REWARD,
-    "loss/kl_div": N.LOSS_KL,
-    "train/num_groups_submitted": N.GROUPS_SUBMITTED,
-    "train/num_groups_trainable": N.GROUPS_TRAINABLE,
+    "train/reward": names.REWARD,
+    "reward/mean": names.REWARD,
+    "loss/kl_div": names.LOSS_KL,
+    "train/num_groups_submitted": names.GROUPS_SUBMITTED,
+    "train/num_groups_trainable": names.GROUPS_TRAINABLE,
 }
-MIRROR_ALIASES = {"reward": N.REWARD, "reward_std": N.REWARD_STD}  # what WandbMirror adds for TRL-named charts
+MIRROR_ALIASES = {"reward": names.REWARD, "reward_std": names.REWARD_STD}  # what WandbMirror adds for TRL-named charts
 STEP_KEYS = ("train/global_step", "global_step", "training_step")  # x-axes other than W&B's _step
 
 
 def _is_ours(key: str) -> bool:
-    return key in OUR_NAMES or N.parse_metric_name(key) is not None or (
+    return key in OUR_NAMES or names.parse_metric_name(key) is not None or (
         key.startswith("reward/") and key.endswith("/batch_std"))
 
 
 def detect_style(keys: set[str], config: dict | None = None) -> str:
     """Who logged these names: grpo_core (our mirror), trl (transformers' W&B callback
     prefixes train/ and eval/), art, or generic."""
-    if (config or {}).get("grpo_health") or N.TRAINABLE_RATIO in keys or N.CUM_TRAINABLE_RATIO in keys:
+    if (config or {}).get("grpo_health") or names.TRAINABLE_RATIO in keys or names.CUM_TRAINABLE_RATIO in keys:
         return "grpo_core"
     if "train/frac_reward_zero_std" in keys or "train/global_step" in keys or any(
             k.startswith("train/rewards/") for k in keys):
@@ -294,13 +294,13 @@ def map_wandb_key(key: str, style: str, report: ImportReport) -> str | None:
         if key.startswith("train/"):
             name = map_trl_key(key[len("train/"):])
         elif key.startswith("eval/"):
-            name = N.foreign("trl", key)
+            name = names.foreign("trl", key)
         else:
-            name = key if _is_ours(key) else N.foreign("wandb", key)
+            name = key if _is_ours(key) else names.foreign("wandb", key)
     elif style == "art" and key in ART_MAP:
         name = ART_MAP[key]
     else:
-        name = key if _is_ours(key) else N.foreign("wandb", key)
+        name = key if _is_ours(key) else names.foreign("wandb", key)
     if name != key:
         report.mapped[key] = name
     return name
@@ -311,14 +311,14 @@ def _derive_counts(rows: dict, style: str, report: ImportReport):
     equal' rule gives frac_reward_zero_std = 1 - ratio."""
     for step in sorted(rows):
         r = rows[step]
-        s, t = r.get(N.GROUPS_SUBMITTED), r.get(N.GROUPS_TRAINABLE)
-        if N.TRAINABLE_RATIO not in r and s and t is not None:
-            r[N.TRAINABLE_RATIO] = t / s
-            if style == "art" and N.FRAC_REWARD_ZERO_STD not in r:
-                r[N.FRAC_REWARD_ZERO_STD] = 1 - t / s
-        cs, ct = r.get(N.CUM_GROUPS_SUBMITTED), r.get(N.CUM_GROUPS_TRAINABLE)
-        if N.CUM_TRAINABLE_RATIO not in r and cs and ct is not None:
-            r[N.CUM_TRAINABLE_RATIO] = ct / cs
+        s, t = r.get(names.GROUPS_SUBMITTED), r.get(names.GROUPS_TRAINABLE)
+        if names.TRAINABLE_RATIO not in r and s and t is not None:
+            r[names.TRAINABLE_RATIO] = t / s
+            if style == "art" and names.FRAC_REWARD_ZERO_STD not in r:
+                r[names.FRAC_REWARD_ZERO_STD] = 1 - t / s
+        cs, ct = r.get(names.CUM_GROUPS_SUBMITTED), r.get(names.CUM_GROUPS_TRAINABLE)
+        if names.CUM_TRAINABLE_RATIO not in r and cs and ct is not None:
+            r[names.CUM_TRAINABLE_RATIO] = ct / cs
     if style == "art":
         report.note("ART counts a group trainable when its rewards are not all equal: "
                     "frac_reward_zero_std = 1 - trainable ratio")

@@ -38,14 +38,15 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 
-from grpo_core import health, names as N
+from grpo_core import names
+from grpo_core import health
 from grpo_core.config import ConfigError, HealthConfig
 from grpo_core.control import validate_request
 from grpo_core.session import RunSession
 from grpo_core.integrations.importers import is_trl_summary, map_trl_entry, ImportReport
-from grpo_core.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FINISHED, PAUSE, PAUSED, RESUME,
-                             RUNNING, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, STOP, RunStore, new_run_id,
-                             runs_dir)
+from grpo_core.live_settings import SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS
+from grpo_core.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FINISHED, PAUSE, PAUSED, RESUME, RUNNING,
+                             STOP, RunStore, new_run_id, runs_dir)
 
 PAUSE_POLL_S = 0.5
 
@@ -196,9 +197,9 @@ class GRPOHealthCallback(TrainerCallback):
                               "or resume TRL from a checkpoint to continue it")
         if last is not None:  # resumed from a checkpoint: continue the cumulative counts
             row = store.scalars(since_step=-1, until_step=state.global_step,
-                                names=[N.CUM_GROUPS_SUBMITTED, N.CUM_GROUPS_TRAINABLE])
+                                names=[names.CUM_GROUPS_SUBMITTED, names.CUM_GROUPS_TRAINABLE])
             cum = row.groupby("name")["value"].last()
-            self._cum = [int(cum.get(N.CUM_GROUPS_SUBMITTED, 0)), int(cum.get(N.CUM_GROUPS_TRAINABLE, 0))]
+            self._cum = [int(cum.get(names.CUM_GROUPS_SUBMITTED, 0)), int(cum.get(names.CUM_GROUPS_TRAINABLE, 0))]
             store.add_event(EV_LIFECYCLE, {"event": "resumed", "step": state.global_step}, step=state.global_step)
         self.store = store
         notes = []
@@ -346,13 +347,13 @@ class GRPOHealthCallback(TrainerCallback):
                                    nonzero=~zero)
         wdict = dict(zip(self.names, map(float, weights)))
         scalars = health.step_scalars(stats, scores.reshape(p, g, -1), self.names, wdict, *self._cum)
-        self._cum = [int(scalars[N.CUM_GROUPS_SUBMITTED]), int(scalars[N.CUM_GROUPS_TRAINABLE])]
+        self._cum = [int(scalars[names.CUM_GROUPS_SUBMITTED]), int(scalars[names.CUM_GROUPS_TRAINABLE])]
         with warnings.catch_warnings():  # a step no function could score: NaN, as TRL logs it
             warnings.simplefilter("ignore", RuntimeWarning)
-            scalars[N.REWARD] = float(np.nanmean(totals))  # TRL's: over the scorable completions
-        scalars[N.FRAC_REWARD_ZERO_STD] = float(zero.mean())
-        scalars[N.MIN_GROUP_STD] = self.min_group_std
-        scalars[N.SCORING_ERRORS] = sum(e is not None for e in errors)
+            scalars[names.REWARD] = float(np.nanmean(totals))  # TRL's: over the scorable completions
+        scalars[names.FRAC_REWARD_ZERO_STD] = float(zero.mean())
+        scalars[names.MIN_GROUP_STD] = self.min_group_std
+        scalars[names.SCORING_ERRORS] = sum(e is not None for e in errors)
         groups = pd.DataFrame({"group": np.arange(p), "prompt_id": [rows[i * g][0] for i in range(p)],
                                "size": g, "reward_mean": stats.mean, "reward_std": stats.std,
                                "trainable": stats.trainable, "phantom": stats.phantom})

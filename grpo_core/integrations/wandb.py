@@ -27,11 +27,11 @@ import warnings
 
 import pandas as pd
 
-from grpo_core import names as N
+from grpo_core import names
 from grpo_core.config import ConfigError
 
 MODES = ("offline", "online")
-TRL_ALIASES = {N.REWARD: "reward", N.REWARD_STD: "reward_std"}  # frac_reward_zero_std is already TRL's name
+TRL_ALIASES = {names.REWARD: "reward", names.REWARD_STD: "reward_std"}  # frac_reward_zero_std is already TRL's name
 ROLLOUT_TEXT_CHARS = 500  # enough to read a completion in a W&B table, not a megabyte per step
 
 
