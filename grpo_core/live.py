@@ -31,7 +31,7 @@ from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRA
 from grpo_core.config import HealthConfig
 from grpo_core.control import accepted_kinds, unsupported_note
 from grpo_core.store import (APPLIED, DB_NAME, EV_AUTOPILOT, EV_CHANGE, LIVE_STATUSES, PENDING, APPLYING, REJECTED,
-                             RunStore, StoreError, display_status, list_runs)
+                             RunMeta, RunStore, StoreError, display_status, list_runs)
 
 RECENT_STEPS = 500  # raw steps kept (>= every health window: trend, near-zero, zero-trainable)
 MAX_BINS = 1000  # bins of older history; with RECENT_STEPS: at most ~2,000 points per chart
@@ -46,8 +46,7 @@ BASE_NAMES = (TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRA
 
 def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:
     """Reward metric names: the config's weights (order kept), else those in scalar names."""
-    cfg = meta.get("config") or {}
-    metrics = list(((cfg.get("reward") or {}).get("weights") or {}).keys())
+    metrics = list(RunMeta.parse(meta).cfg("reward", "weights", {}))
     for n in names:
         parsed = parse_metric_name(n)
         if parsed and parsed[0] not in metrics:
@@ -62,7 +61,7 @@ def chart_names(metrics: list[str]) -> list[str]:
 
 def health_config(meta: dict) -> HealthConfig:
     known = {f.name for f in dataclasses.fields(HealthConfig)}
-    values = ((meta.get("config") or {}).get("health") or {})
+    values = RunMeta.parse(meta).config.get("health") or {}
     return HealthConfig(**{k: v for k, v in values.items() if k in known})
 
 
@@ -109,8 +108,7 @@ class LiveState:
     def steps_total(self) -> int | None:
         """Steps of the run: the settings in force if the trainer records them (steps can be
         changed mid-run), else the config's."""
-        settings = self.meta.get("settings") or {}
-        return settings.get("steps") or ((self.meta.get("config") or {}).get("grpo") or {}).get("steps")
+        return RunMeta.parse(self.meta).steps_budget
 
 
 # ---- loading -------------------------------------------------------------------------------------
@@ -299,16 +297,16 @@ def _last_value(state: LiveState, name: str):
 
 def current_settings(state: LiveState) -> dict:
     """Weights, threshold and level in force at the last step (logged), else the config's."""
-    cfg = state.meta.get("config") or {}
-    weights = dict(((cfg.get("reward") or {}).get("weights") or {}))
+    run = RunMeta.parse(state.meta)
+    weights = dict(run.cfg("reward", "weights", {}))
     for m in state.metrics:
         v = _last_value(state, metric_weight(m))
         if v is not None:
             weights[m] = v
     thr = _last_value(state, MIN_GROUP_STD)
     lvl = _last_value(state, DIFFICULTY)
-    thr = float(thr if thr is not None else (cfg.get("grpo") or {}).get("min_group_std", 0.01))
-    lvl = int(lvl if lvl is not None else (cfg.get("task") or {}).get("level", 1))
+    thr = float(thr if thr is not None else run.cfg("grpo", "min_group_std", 0.01))
+    lvl = int(lvl if lvl is not None else run.cfg("task", "level", 1))
     # Requests applied from a step not logged yet are in force too (the next step trains with them).
     if not state.control.empty:
         ahead = state.control[(state.control["status"] == APPLIED) & (state.control["applied_step"] > state.last_step)]
@@ -321,7 +319,7 @@ def current_settings(state: LiveState) -> dict:
             elif r["kind"] == "set_difficulty":
                 lvl = int(p.get("level", lvl))
     return {"weights": {m: float(weights.get(m, 0.0)) for m in state.metrics}, "min_group_std": thr, "level": lvl,
-            "outcome_metric": (cfg.get("reward") or {}).get("outcome_metric") or None, **run_settings(state.meta)}
+            "outcome_metric": run.cfg("reward", "outcome_metric") or None, **run_settings(state.meta)}
 
 
 # The live page's run-setting inputs: grpo.<key> numbers, by key (live_settings.RUN_INPUTS).
@@ -332,10 +330,9 @@ def run_settings(meta: dict) -> dict:
     """The run-setting numbers (G, prompts per step, temperature, top-p, step budget) and the
     autopilot switch in force: the trainer records them in meta "settings" when it applies a
     request, else the config's."""
-    cfg, now = meta.get("config") or {}, meta.get("settings") or {}
-    g = cfg.get("grpo") or {}
-    out = {k: now.get(k, g.get(k)) for k in RUN_SETTINGS}
-    out["autopilot"] = bool(now.get("autopilot", (cfg.get("autopilot") or {}).get("enabled", False)))
+    run = RunMeta.parse(meta)
+    out = {k: run.settings.get(k, run.cfg("grpo", k)) for k in RUN_SETTINGS}
+    out["autopilot"] = bool(run.settings.get("autopilot", run.cfg("autopilot", "enabled", False)))
     return out
 
 
@@ -546,9 +543,10 @@ def autopilot_moves(state: LiveState) -> list[dict]:
 
 # ---- the runs page ----------------------------------------------------------------------------------
 def config_summary(meta: dict) -> str:
-    if meta.get("source", "grpo_core") != "grpo_core":
-        return f"imported from {meta.get('source')}"
-    c = meta.get("config") or {}
+    run = RunMeta.parse(meta)
+    if run.source != "grpo_core":
+        return f"imported from {run.source}"
+    c = run.config
     t, m, g = c.get("task") or {}, c.get("model") or {}, c.get("grpo") or {}
     task = f"{t.get('name', 'demo')} L{t.get('level', 1)}" if t.get("name", "demo") == "demo" \
         else f"jsonl {Path(str(t.get('dataset', ''))).name}"

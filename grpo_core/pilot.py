@@ -149,11 +149,11 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
     """Everything the pilot page shows, from a pilot store (RunStore, run dir, db or run id).
 
     target: the trainable ratio to plan for (default: health.min_trainable_ratio)."""
-    from grpo_core.store import display_status
+    from grpo_core.store import RunMeta, display_status
     s, owned = _open(store)
     try:
         meta = s.get_meta()
-        cfg = meta.get("config") or {}
+        cfg = RunMeta.parse(meta).config
         rollouts = s.rollouts(with_text=True)
         groups = s.groups()
         run_id = s.run_id

@@ -40,7 +40,7 @@ from grpo_core import names
 from grpo_core.config import ConfigError
 from grpo_core import live_settings
 from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_STEPS, SET_THRESHOLD, SET_WEIGHTS
-from grpo_core.store import FAILED, FINISHED, STALE, STOPPED, RunStore, display_status
+from grpo_core.store import FAILED, FINISHED, STALE, STOPPED, RunMeta, RunStore, display_status
 
 DEFAULT_WINDOW = 20
 MOST_GROUPS = 0.5  # a metric uniform in more than this share of groups starved the signal
@@ -143,9 +143,9 @@ def load_run(run, window: int = DEFAULT_WINDOW, budget: int | None = None) -> Ru
     finally:
         if own:
             store.close()
-    config = meta.get("config") or {}
+    config = RunMeta.parse(meta).config
     metrics = list(meta.get("metric_names") or [])  # the trainer records its metrics in order
-    metrics += [m for m in ((config.get("reward") or {}).get("weights") or {}) if m not in metrics]
+    metrics += [m for m in (config.get("reward") or {}).get("weights") or {} if m not in metrics]
     for col in rollouts.columns:  # metrics scored but not in the config (custom, imported)
         if col not in ROLLOUT_FIXED_COLS and col not in metrics:
             metrics.append(col)
