@@ -331,6 +331,24 @@ def test_dynamic_sampling_draws_batches_until_enough_trainable_groups(tmp_path):
     assert len(per_batch) == k and (per_batch[:-1] == 0).all() and (per_batch[-1] >= 1 or k == 3)
 
 
+def test_dynamic_sampling_counts_only_what_the_step_trains_on(tmp_path, monkeypatch):
+    """With an outcome gate, groups whose variance is shaping terms only (phantom) do not end the
+    draw: the step's own trainable rule decides, and the step logs them as phantom."""
+    from grpo_core.rewards import Scored
+    tr, store = _trainer(tmp_path, ["grpo.dynamic_sampling=true", "grpo.dynamic_max_batches=3",
+                                    "grpo.dynamic_min_trainable=1", "reward.outcome_metric=exact"])
+    names = tr.reward.names
+
+    def shaping_only(completions, examples):  # exact uniform, length varies in every group
+        raw = np.zeros((len(completions), len(names)))
+        raw[:, names.index("length")] = np.arange(len(completions)) % 2
+        return Scored(raw, tr.reward.totals(raw), [None] * len(completions))
+    monkeypatch.setattr(tr.reward, "score", shaping_only)
+    s, groups, _ = _one_step(tr)
+    assert s[N.SAMPLING_BATCHES] == 3  # phantom groups would have stopped it after the first batch
+    assert s[N.GROUPS_TRAINABLE] == 0 and s[N.PHANTOM_GROUPS] == 9 and groups["phantom"].all()
+
+
 def test_difficulty_request_and_auto_curriculum(tmp_path):
     tr, store = _trainer(tmp_path, ["curriculum.mode=auto", "curriculum.window=2", "curriculum.raise_reward=-1",
                                     "curriculum.raise_ratio=1.01"])  # always 'easy': raises every 2 steps
