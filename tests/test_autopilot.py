@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import autopilot as AP
+from grpo_core import autopilot
 from grpo_core import health
-from grpo_core import names as N
-from grpo_core import report as R
+from grpo_core.names import CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, TRAINABLE_RATIO
+from grpo_core import report
 from grpo_core.config import AutopilotConfig, HealthConfig
 from grpo_core.store import APPLIED, EV_AUTOPILOT, RunStore, list_runs, status_label
 
@@ -44,7 +44,7 @@ def frames(scores: np.ndarray, weights: dict[str, float], first_step: int = 1, m
         totals = sc @ w
         stats = health.group_stats(totals, sc, min_group_std=min_group_std)
         sca = health.step_scalars(stats, sc, names, weights, cs, ct)
-        cs, ct = int(sca[N.CUM_GROUPS_SUBMITTED]), int(sca[N.CUM_GROUPS_TRAINABLE])
+        cs, ct = int(sca[CUM_GROUPS_SUBMITTED]), int(sca[CUM_GROUPS_TRAINABLE])
         rows[step] = sca
         P, G, _ = sc.shape
         for g in range(P):
@@ -98,15 +98,15 @@ def constant_frames(steps=25, P=4, G=4):
 def test_healthy_run_gets_no_move():
     sc = np.random.default_rng(3).random((12, 8, 8, 2))
     wide, ro = frames(sc, {"a": 0.5, "b": 0.5})
-    st = AP.AutopilotState(settings(({"a": 0.5, "b": 0.5})))
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st = autopilot.AutopilotState(settings(({"a": 0.5, "b": 0.5})))
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
 
 
 def test_reweight_moves_weight_to_the_metric_that_varies():
     wide, ro = shaping_frames()
-    assert wide[N.TRAINABLE_RATIO].max() == 0.0
-    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}))
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert wide[TRAINABLE_RATIO].max() == 0.0
+    st = autopilot.AutopilotState(settings({"a": 0.9, "b": 0.1}))
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.kind) == ("weights", "set_weights")
     w = mv.payload["weights"]
     assert 0.1 < w["b"] <= 0.2 and 0.45 <= w["a"] < 0.9  # inside the band: the user's weight / 2 .. x 2
@@ -122,110 +122,110 @@ def test_reweight_moves_weight_to_the_metric_that_varies():
 
 def test_reweight_stays_inside_floors_and_bands():
     wide, ro = shaping_frames()
-    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}))
+    st = autopilot.AutopilotState(settings({"a": 0.9, "b": 0.1}))
     only = dict(moves=["weights"])
     # b needs > 0.167 for any group to pass min_group_std: a floor on a or a narrow band leaves no room
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, min_weights={"a": 0.85}, **only), HCFG) == []
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, weight_band=1.5, **only), HCFG) == []
-    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, min_weights={"a": 0.8}, **only), HCFG)
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, min_weights={"a": 0.85}, **only), HCFG) == []
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, weight_band=1.5, **only), HCFG) == []
+    [mv] = autopilot.decide(wide, ro, st, dataclasses.replace(CFG, min_weights={"a": 0.8}, **only), HCFG)
     assert mv.payload["weights"]["a"] >= 0.8
     # the band's centre is the user's choice, not the weights in force (an earlier autopilot move)
-    st = AP.AutopilotState(settings({"a": 0.85, "b": 0.15}), user_weights={"a": 0.95, "b": 0.05})
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, **only), HCFG) == []  # b <= 0.1: nothing to gain
+    st = autopilot.AutopilotState(settings({"a": 0.85, "b": 0.15}), user_weights={"a": 0.95, "b": 0.05})
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, **only), HCFG) == []  # b <= 0.1: nothing to gain
     # a metric the user switched off stays off
-    st = AP.AutopilotState(settings({"a": 1.0, "b": 0.0}))
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, **only), HCFG) == []
+    st = autopilot.AutopilotState(settings({"a": 1.0, "b": 0.0}))
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, **only), HCFG) == []
 
 
 def test_bound_weights_keeps_the_total_and_every_bound():
     lo, hi = {"a": 0.3, "b": 0.0, "c": 0.0}, {"a": 1.0, "b": 1.0, "c": 1.0}
-    assert AP.bound_weights({"a": 0.1, "b": 0.6, "c": 0.3}, lo, hi, 1.0) == {"a": 0.3, "b": 0.4667, "c": 0.2333}
+    assert autopilot.bound_weights({"a": 0.1, "b": 0.6, "c": 0.3}, lo, hi, 1.0) == {"a": 0.3, "b": 0.4667, "c": 0.2333}
     # pinning one metric can push another over its cap: pinned too, the rest shares what is left
-    assert AP.bound_weights({"a": 0.0, "b": 0.9, "c": 0.1}, {"a": 0.4, "b": 0, "c": 0}, {"a": 1, "b": 0.5, "c": 1},
+    assert autopilot.bound_weights({"a": 0.0, "b": 0.9, "c": 0.1}, {"a": 0.4, "b": 0, "c": 0}, {"a": 1, "b": 0.5, "c": 1},
                             1.0) == {"a": 0.4, "b": 0.5, "c": 0.1}
-    assert AP.bound_weights({"a": 0.5, "b": 0.5}, {"a": 0, "b": 0}, {"a": 2, "b": 2}, 2.0) == {"a": 1.0, "b": 1.0}
-    assert AP.bound_weights({"a": 0.5, "b": 0.5}, {"a": 0.8, "b": 0.8}, {"a": 1, "b": 1}, 1.0) is None
+    assert autopilot.bound_weights({"a": 0.5, "b": 0.5}, {"a": 0, "b": 0}, {"a": 2, "b": 2}, 2.0) == {"a": 1.0, "b": 1.0}
+    assert autopilot.bound_weights({"a": 0.5, "b": 0.5}, {"a": 0.8, "b": 0.8}, {"a": 1, "b": 1}, 1.0) is None
 
 
 def test_group_size_rises_when_outcomes_are_rare_within_the_caps():
     wide, ro = rare_frames()
-    assert wide[N.TRAINABLE_RATIO].mean() < 0.3
-    st = AP.AutopilotState(settings({"exact": 1.0}))
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    assert wide[TRAINABLE_RATIO].mean() < 0.3
+    st = autopilot.AutopilotState(settings({"exact": 1.0}))
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.payload["group_size"], mv.before) == ("group_size", 16, {"group_size": 8})  # x group_size_factor
     assert "group size 8 -> 16 (128 rollouts per step, budget 128)" in mv.reason  # 2 x the user's 8 x 8
     assert "minority rate" in mv.reason and "predicted ratio" in mv.reason
     # at the cap nothing to raise (and one metric: no reweighting; rewards low: no difficulty)
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_group_size=8), HCFG) == []
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, max_group_size=8), HCFG) == []
     # a ratio of 0.25 is above a target of 0.2: nothing to do
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, target_ratio=0.2), HCFG) == []
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, target_ratio=0.2), HCFG) == []
     # G never goes down: a user's G above the cap stays
-    assert AP.decide(wide, ro, AP.AutopilotState(settings({"exact": 1.0}, group_size=80)), CFG, HCFG) == []
+    assert autopilot.decide(wide, ro, autopilot.AutopilotState(settings({"exact": 1.0}, group_size=80)), CFG, HCFG) == []
 
 
 def test_group_size_stays_within_the_compute_budget_at_the_same_prompts():
     wide, ro = rare_frames()
     # G 16 (an earlier move) x 8 prompts = 128 = the budget (2 x the user's 8 x 8): at the cap, and
     # no fewer prompts to pay for a larger G
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), user_rollouts=64)
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, group_size=16), user_rollouts=64)
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
     # the budget is counted from what the user set: 4 x 64 -> G 32
-    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=4.0), HCFG)
+    [mv] = autopilot.decide(wide, ro, st, dataclasses.replace(CFG, rollout_budget=4.0), HCFG)
     assert mv.payload["group_size"] == 32 and "(256 rollouts per step, budget 256)" in mv.reason
     # max_rollouts_per_step is a hard cap on top: 88 -> G 11 over 8 prompts
-    st = AP.AutopilotState(settings({"exact": 1.0}))
-    [mv] = AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}))
+    [mv] = autopilot.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=88), HCFG)
     assert mv.payload["group_size"] == 11
     # 80 -> G 10: predicted +0.04, under min_gain: not worth the compute
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=80), HCFG) == []
-    assert AP.rollout_budget(settings({"exact": 1.0}, group_size=16, user_rollouts=64), CFG) == 128
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, max_rollouts_per_step=80), HCFG) == []
+    assert autopilot.rollout_budget(settings({"exact": 1.0}, group_size=16, user_rollouts=64), CFG) == 128
 
 
 def test_temperature_rises_once_g_is_at_its_budget_and_outcomes_are_rare():
     wide, ro = rare_frames()
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16, temperature=1.0), user_rollouts=64)
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, group_size=16, temperature=1.0), user_rollouts=64)
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.kind, mv.payload["temperature"], mv.before) == ("temperature", "set_temperature", 1.25,
                                                                          {"temperature": 1.0})
     assert "G at its budget" in mv.reason and "sampling temperature 1 -> 1.25" in mv.reason
     # a larger G within the budget comes first (the order practice recommends)
-    st = AP.AutopilotState(settings({"exact": 1.0}, temperature=1.0))
-    assert [m.move for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, temperature=1.0))
+    assert [m.move for m in autopilot.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
     # up to max_temperature only, never down from the user's
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16, temperature=1.1), user_rollouts=64)
-    assert AP.decide(wide, ro, st, CFG, HCFG)[0].payload["temperature"] == 1.25
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, group_size=16, temperature=1.1), user_rollouts=64)
+    assert autopilot.decide(wide, ro, st, CFG, HCFG)[0].payload["temperature"] == 1.25
     st.settings["temperature"] = 1.5
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
     # every group alike to the last rollout: nothing for wider sampling to find (and the stop waits its window)
     wide, ro = constant_frames(steps=12)
-    st = AP.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4, temperature=1.0,
+    st = autopilot.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4, temperature=1.0,
                                     metric_max={"c": None}))
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
 
 
 def test_no_setting_move_that_could_not_be_judged_before_the_run_ends():
     wide, ro = rare_frames()  # steps 1..12
-    st = AP.AutopilotState(settings({"exact": 1.0}, steps=21))  # 9 steps left < window 10
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
-    st = AP.AutopilotState(settings({"exact": 1.0}, steps=22))
-    assert [m.move for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, steps=21))  # 9 steps left < window 10
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, steps=22))
+    assert [m.move for m in autopilot.decide(wide, ro, st, CFG, HCFG)] == ["group_size"]
 
 
 def test_difficulty_rises_when_groups_are_solved_then_stops_at_the_top_level():
     wide, ro = solved_frames(steps=22)
-    st = AP.AutopilotState(settings({"exact": 1.0}, level=2))
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, level=2))
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.kind, mv.payload["level"], mv.before) == ("difficulty", "set_difficulty", 3, {"level": 2})
     assert "100% of groups uniform" in mv.reason and "level 2 -> 3" in mv.reason
     # not with fewer than LEVEL_WINDOWS_LEFT windows left: too few steps to learn a harder level
-    st = AP.AutopilotState(settings({"exact": 1.0}, level=2, steps=22 + 5 * CFG.window - 1))
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, level=2, steps=22 + 5 * CFG.window - 1))
+    moves = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert [m.kind for m in moves] == ["checkpoint", "stop"] and "too few to learn a harder level" in moves[1].reason
     st.settings["steps"] += 1
-    assert AP.decide(wide, ro, st, CFG, HCFG)[0].move == "difficulty"
+    assert autopilot.decide(wide, ro, st, CFG, HCFG)[0].move == "difficulty"
     # at the highest level: no move is left, and after near_zero_steps at ratio 0: checkpoint + stop
-    st = AP.AutopilotState(settings({"exact": 1.0}, level=4))
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, level=4))
+    moves = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert [m.kind for m in moves] == ["checkpoint", "stop"]
     assert "level 4 is the highest" in moves[1].reason
 
@@ -235,14 +235,14 @@ def test_solved_groups_get_harder_tasks_before_a_larger_group():
     wide, ro = rare_frames()
     solved = frames(1.0 - np.stack([ro[ro["step"] == s]["exact"].to_numpy().reshape(8, 8, 1)
                                     for s in sorted(ro["step"].unique())]), {"exact": 1.0})
-    st = AP.AutopilotState(settings({"exact": 1.0}))
-    [mv] = AP.decide(*solved, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}))
+    [mv] = autopilot.decide(*solved, st, CFG, HCFG)
     assert mv.move == "difficulty" and "75% of groups uniform" in mv.reason
     # no harder level left: then a larger group is worth trying
-    [mv] = AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0}, level=4)), CFG, HCFG)
+    [mv] = autopilot.decide(*solved, autopilot.AutopilotState(settings({"exact": 1.0}, level=4)), CFG, HCFG)
     assert mv.move == "group_size"
     # failing groups (rewards low): the configured order, a larger group first
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert mv.move == "group_size"
 
 
@@ -251,60 +251,60 @@ def test_the_task_changes_only_once_the_verdicts_own_ratio_check_fails():
     wide, ro = rare_frames(hits_per_step=3)
     solved = frames(1.0 - np.stack([ro[ro["step"] == s]["exact"].to_numpy().reshape(8, 8, 1)
                                     for s in sorted(ro["step"].unique())]), {"exact": 1.0})
-    assert solved[0][N.TRAINABLE_RATIO].mean() == pytest.approx(0.375)
-    [mv] = AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0})), CFG, HCFG)
+    assert solved[0][TRAINABLE_RATIO].mean() == pytest.approx(0.375)
+    [mv] = autopilot.decide(*solved, autopilot.AutopilotState(settings({"exact": 1.0})), CFG, HCFG)
     assert mv.move == "group_size"  # not difficulty
     only = dataclasses.replace(CFG, moves=["difficulty", "stop"])
-    assert AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0})), only, HCFG) == []
-    assert AP.decide(*solved, AP.AutopilotState(settings({"exact": 1.0})), only,
+    assert autopilot.decide(*solved, autopilot.AutopilotState(settings({"exact": 1.0})), only, HCFG) == []
+    assert autopilot.decide(*solved, autopilot.AutopilotState(settings({"exact": 1.0})), only,
                      dataclasses.replace(HCFG, min_trainable_ratio=0.4))[0].move == "difficulty"
 
 
 def test_stop_needs_the_near_zero_window_since_the_last_change():
     wide, ro = constant_frames(steps=25)
-    st = AP.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4, metric_max={"c": None}))
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4, metric_max={"c": None}))
+    moves = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert [m.kind for m in moves] == ["checkpoint", "stop"]
     assert all(m.move == "stop" and m.payload["reason"] for m in moves)
     assert "25 steps with trainable ratio at or below 0.05 since the last change" in moves[1].reason
     assert "no move left" in moves[1].reason and "minority rate 0.000" in moves[1].reason
     # only 15 steps since the last change: not yet (evidence before a change says nothing after it)
     st.last_change_step = 11
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
     # the user did not allow stopping
     st.last_change_step = 0
-    assert AP.decide(wide, ro, st, dataclasses.replace(CFG, moves=["weights", "group_size"]), HCFG) == []
+    assert autopilot.decide(wide, ro, st, dataclasses.replace(CFG, moves=["weights", "group_size"]), HCFG) == []
     # once stopped, nothing more
     st.stopped = True
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
 
 
 # ---- bounds: window, rate limit, vetoes -----------------------------------------------------------------
 def test_no_decision_before_a_full_window_since_the_last_change():
     wide, ro = rare_frames(steps=12)
-    st = AP.AutopilotState(settings({"exact": 1.0}), last_change_step=4)  # steps 4..12: 9 < 10
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st = autopilot.AutopilotState(settings({"exact": 1.0}), last_change_step=4)  # steps 4..12: 9 < 10
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
     st.last_change_step = 3
-    assert len(AP.decide(wide, ro, st, CFG, HCFG)) == 1
+    assert len(autopilot.decide(wide, ro, st, CFG, HCFG)) == 1
 
 
 def test_rate_limit_blocks_setting_moves_but_not_the_stop():
     wide, ro = rare_frames(steps=12)
-    st = AP.AutopilotState(settings({"exact": 1.0}), move_steps=[2, 5, 9])  # 3 moves in the last 100 steps
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st = autopilot.AutopilotState(settings({"exact": 1.0}), move_steps=[2, 5, 9])  # 3 moves in the last 100 steps
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
     st.move_steps = [2, 5, 9]
-    assert len(AP.decide(wide, ro, st, dataclasses.replace(CFG, max_moves=4), HCFG)) == 1
-    assert len(AP.decide(wide, ro, st, dataclasses.replace(CFG, per_steps=5), HCFG)) == 1  # 2, 5 are old
+    assert len(autopilot.decide(wide, ro, st, dataclasses.replace(CFG, max_moves=4), HCFG)) == 1
+    assert len(autopilot.decide(wide, ro, st, dataclasses.replace(CFG, per_steps=5), HCFG)) == 1  # 2, 5 are old
     wide, ro = constant_frames(steps=25)
-    st = AP.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4), move_steps=[20, 21, 22])
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"c": 1.0}, group_size=4, prompts_per_step=4), move_steps=[20, 21, 22])
+    moves = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert [m.kind for m in moves] == ["checkpoint", "stop"] and "rate limit" in moves[1].reason
 
 
 def test_a_move_the_user_undid_is_not_made_again_and_the_next_one_is_tried():
     wide, ro = shaping_frames()
-    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}), vetoed=["weights"])
-    moves = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"a": 0.9, "b": 0.1}), vetoed=["weights"])
+    moves = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert all(m.move != "weights" for m in moves)
 
 
@@ -312,9 +312,9 @@ def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
     wide, ro = rare_frames()  # ratio 0.25 in the window after the move
     trial = {"request_id": 7, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 8},
              "after": {"group_size": 16}, "ratio": 0.24}
-    st = AP.AutopilotState(settings({"exact": 1.0}, group_size=16), trial=dict(trial), move_steps=[1, 2, 3],
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, group_size=16), trial=dict(trial), move_steps=[1, 2, 3],
                            user_rollouts=64)
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)  # not rate-limited: it corrects, it does not add
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)  # not rate-limited: it corrects, it does not add
     assert (mv.move, mv.kind) == ("revert", "set_group_size")
     assert mv.payload["group_size"] == 8 and mv.payload["undo_of"] == 7 and mv.before == {"group_size": 16}
     assert mv.reason == ("autopilot move #7 did not help: ratio 0.24 -> 0.25 over 10 steps (needed >= 0.27): "
@@ -322,12 +322,12 @@ def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
     # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: G 16 x 8 is the budget, 2 x the
     # user's 8 x 8: a wider sampling temperature)
     st.trial, st.move_steps, st.settings["temperature"] = {**trial, "ratio": 0.20}, [], 1.0
-    assert [m.kind for m in AP.decide(wide, ro, st, CFG, HCFG)] == ["set_temperature"]
+    assert [m.kind for m in autopilot.decide(wide, ro, st, CFG, HCFG)] == ["set_temperature"]
     # the revert is an undo of the move: that kind is vetoed from then on
-    AP.record(st, [mv], 12, [8])
+    autopilot.record(st, [mv], 12, [8])
     assert st.trial is None and st.move_steps == []
     st.moves.append({"request_id": 7, "move": "group_size", "step": 2})
-    AP.note_applied(st, {"kind": "set_group_size", "payload": mv.payload, "source": "autopilot"}, 13)
+    autopilot.note_applied(st, {"kind": "set_group_size", "payload": mv.payload, "source": "autopilot"}, 13)
     assert st.vetoed == ["group_size"]
 
 
@@ -335,20 +335,20 @@ def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_r
     wide, ro = rare_frames()  # after the move: ratio 0.25, reward ~0.03
     trial = {"request_id": 4, "move": "difficulty", "kind": "set_difficulty", "before": {"level": 1},
              "after": {"level": 2}, "ratio": 0.1, "reward": 0.9}
-    st = AP.AutopilotState(settings({"exact": 1.0}, level=2), trial=trial)
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"exact": 1.0}, level=2), trial=trial)
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.payload["level"], mv.payload["undo_of"]) == ("revert", 1, 4)
     assert "reward 0.90 -> 0.03 over 10 steps at the new level (< 50% of before: too big a step): back to level 1" \
         in mv.reason
     # a level the model still earns half its reward on stays
     st.trial = {**trial, "reward": 0.05}
-    assert all(m.move != "revert" for m in AP.decide(wide, ro, st, CFG, HCFG))
+    assert all(m.move != "revert" for m in autopilot.decide(wide, ro, st, CFG, HCFG))
     # the reward is judged after LEVEL_CHECK_STEPS steps on the new level, not a whole window
-    st.trial, st.last_change_step = dict(trial), 12 - AP.LEVEL_CHECK_STEPS + 1
-    [mv] = AP.decide(wide, ro, st, CFG, HCFG)
-    assert mv.move == "revert" and f"over {AP.LEVEL_CHECK_STEPS} steps at the new level" in mv.reason
-    st.last_change_step = 12 - AP.LEVEL_CHECK_STEPS + 2  # one step short: wait
-    assert AP.decide(wide, ro, st, CFG, HCFG) == []
+    st.trial, st.last_change_step = dict(trial), 12 - autopilot.LEVEL_CHECK_STEPS + 1
+    [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
+    assert mv.move == "revert" and f"over {autopilot.LEVEL_CHECK_STEPS} steps at the new level" in mv.reason
+    st.last_change_step = 12 - autopilot.LEVEL_CHECK_STEPS + 2  # one step short: wait
+    assert autopilot.decide(wide, ro, st, CFG, HCFG) == []
 
 
 def test_hook_keeps_a_move_that_helped_and_forgets_the_trial(runs_dir):
@@ -361,41 +361,41 @@ def test_hook_keeps_a_move_that_helped_and_forgets_the_trial(runs_dir):
                                  for g, i, t, e in r[["group", "idx", "total", "exact"]].itertuples(index=False)])
     trial = {"request_id": 1, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 4},
              "after": {"group_size": 8}, "ratio": 0.1}
-    st = AP.AutopilotState(settings({"exact": 1.0}), trial=trial, last_change_step=3, move_steps=[2, 2, 2])
-    assert AP.step_hook(store, 12, st, CFG, HCFG) == [] and st.trial is None  # 0.25 >= 0.125: kept
+    st = autopilot.AutopilotState(settings({"exact": 1.0}), trial=trial, last_change_step=3, move_steps=[2, 2, 2])
+    assert autopilot.step_hook(store, 12, st, CFG, HCFG) == [] and st.trial is None  # 0.25 >= 0.125: kept
 
 
 # ---- bookkeeping ------------------------------------------------------------------------------------------
 def test_record_and_note_applied():
-    st = AP.AutopilotState()
-    mv = AP.Move("group_size", "set_group_size", {"group_size": 12, "reason": "r"}, "r", {"group_size": 8})
-    AP.record(st, [mv], step=30, request_ids=[7])
+    st = autopilot.AutopilotState()
+    mv = autopilot.Move("group_size", "set_group_size", {"group_size": 12, "reason": "r"}, "r", {"group_size": 8})
+    autopilot.record(st, [mv], step=30, request_ids=[7])
     assert st.move_steps == [30] and st.last_change_step == 31 and st.moves == [
         {"request_id": 7, "move": "group_size", "step": 30}]
-    AP.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 12}}, 31)
-    AP.note_applied(st, {"kind": "set_steps", "payload": {"steps": 500}}, 40)  # no new evidence window
-    AP.note_applied(st, {"kind": "set_autopilot", "payload": {"enabled": True}}, 41)
+    autopilot.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 12}}, 31)
+    autopilot.note_applied(st, {"kind": "set_steps", "payload": {"steps": 500}}, 40)  # no new evidence window
+    autopilot.note_applied(st, {"kind": "set_autopilot", "payload": {"enabled": True}}, 41)
     assert st.last_change_step == 31 and st.vetoed == []
-    AP.note_applied(st, {"kind": "set_weights", "payload": {"weights": {"a": 1.0}}}, 45)  # the user's change
+    autopilot.note_applied(st, {"kind": "set_weights", "payload": {"weights": {"a": 1.0}}}, 45)  # the user's change
     assert st.last_change_step == 45
-    AP.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 8, "undo_of": 7}}, 50)
+    autopilot.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 8, "undo_of": 7}}, 50)
     assert st.vetoed == ["group_size"] and st.last_change_step == 50
-    AP.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 8, "undo_of": 99}}, 51)  # not ours
+    autopilot.note_applied(st, {"kind": "set_group_size", "payload": {"group_size": 8, "undo_of": 99}}, 51)  # not ours
     assert st.vetoed == ["group_size"]
-    AP.record(st, [AP.Move("stop", "checkpoint", {}, ""), AP.Move("stop", "stop", {}, "")], 60, [8, 9])
+    autopilot.record(st, [autopilot.Move("stop", "checkpoint", {}, ""), autopilot.Move("stop", "stop", {}, "")], 60, [8, 9])
     assert st.stopped and st.move_steps == [30]  # a stop is not a setting move
-    assert AP.AutopilotState.from_dict(json.loads(json.dumps(st.to_dict()))) == st  # checkpointable
+    assert autopilot.AutopilotState.from_dict(json.loads(json.dumps(st.to_dict()))) == st  # checkpointable
 
 
 def test_undo_request_is_the_inverse_move():
     ev = {"request_id": 5, "kind": "set_weights", "before": {"weights": {"a": 0.9, "b": 0.1}}}
-    assert AP.undo_request(ev) == ("set_weights", {"weights": {"a": 0.9, "b": 0.1}, "undo_of": 5,
+    assert autopilot.undo_request(ev) == ("set_weights", {"weights": {"a": 0.9, "b": 0.1}, "undo_of": 5,
                                                    "reason": "undo of autopilot move #5"})
-    assert AP.undo_request({"request_id": 6, "kind": "set_group_size", "before": {"group_size": 8}})[1][
+    assert autopilot.undo_request({"request_id": 6, "kind": "set_group_size", "before": {"group_size": 8}})[1][
         "group_size"] == 8
-    assert AP.undo_request({"request_id": 8, "kind": "set_temperature", "before": {"temperature": 1.0}})[1][
+    assert autopilot.undo_request({"request_id": 8, "kind": "set_temperature", "before": {"temperature": 1.0}})[1][
         "temperature"] == 1.0
-    assert AP.undo_request({"request_id": 7, "kind": "stop", "before": {}}) is None
+    assert autopilot.undo_request({"request_id": 7, "kind": "stop", "before": {}}) is None
 
 
 def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
@@ -406,8 +406,8 @@ def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
         store.log_step(int(step), wide.loc[step].to_dict(),
                        rollouts=[(g, i, t, {"a": a, "b": b}, None, None)
                                  for g, i, t, a, b in r[["group", "idx", "total", "a", "b"]].itertuples(index=False)])
-    st = AP.AutopilotState(settings({"a": 0.9, "b": 0.1}))
-    ids = AP.step_hook(store, int(wide.index[-1]), st, CFG, HCFG)
+    st = autopilot.AutopilotState(settings({"a": 0.9, "b": 0.1}))
+    ids = autopilot.step_hook(store, int(wide.index[-1]), st, CFG, HCFG)
     assert len(ids) == 1
     row = store.control().set_index("id").loc[ids[0]]
     assert (row["kind"], row["source"], row["status"]) == ("set_weights", "autopilot", "pending")
@@ -416,7 +416,7 @@ def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
     assert ev["step"] == 12 and ev["payload"]["request_id"] == ids[0]
     assert ev["payload"]["before"] == {"weights": {"a": 0.9, "b": 0.1}}
     assert st.last_change_step == 13 and st.move_steps == [12]
-    assert AP.step_hook(store, 12, st, CFG, HCFG) == []  # the same evidence never moves twice
+    assert autopilot.step_hook(store, 12, st, CFG, HCFG) == []  # the same evidence never moves twice
 
 
 # ---- a real trainer process ----------------------------------------------------------------------------------
@@ -496,7 +496,7 @@ max_group_size = 8
     at = int(first["applied_step"])
     assert set(groups.loc[groups["step"] < at, "size"]) == {4} and set(groups.loc[groups["step"] >= at, "size"]) == {8}
     assert list(aev["payload"].map(lambda p: p["request_id"])) == list(moves["id"])  # one event per move
-    led = R.change_ledger(R.load_run(runs_dir / "rare"), window=20)
+    led = report.change_ledger(report.load_run(runs_dir / "rare"), window=20)
     row = led[(led["source"] == "autopilot")].iloc[0]
     assert (row["step"], row["kind"], row["change"]) == (at, "set_group_size", "group_size 4→8")
     assert row["reason"] == first["payload"]["reason"] and "minority rate" in row["reason"]

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import health as H
-from grpo_core import names as N
-from grpo_core import pilot as P
+from grpo_core import health
+from grpo_core import names
+from grpo_core import pilot
 from grpo_core.config import RunConfig, from_dict
 from grpo_core.store import RunStore, list_runs
 
@@ -34,9 +34,9 @@ def make_pilot_store(run_id: str, scores: np.ndarray, metrics: list[str], weight
         cs = ct = 0
         for b in range(B):
             sc = scores[b]
-            stats = H.group_stats(sc @ w, sc, min_group_std=cfg["grpo"]["min_group_std"])
-            scal = H.step_scalars(stats, sc, metrics, weights, cs, ct)
-            cs, ct = int(scal[N.CUM_GROUPS_SUBMITTED]), int(scal[N.CUM_GROUPS_TRAINABLE])
+            stats = health.group_stats(sc @ w, sc, min_group_std=cfg["grpo"]["min_group_std"])
+            scal = health.step_scalars(stats, sc, metrics, weights, cs, ct)
+            cs, ct = int(scal[names.CUM_GROUPS_SUBMITTED]), int(scal[names.CUM_GROUPS_TRAINABLE])
             groups = pd.DataFrame({"group": range(Pn), "prompt_id": [f"p{b}-{i}" for i in range(Pn)],
                                    "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
                                    "trainable": stats.trainable, "phantom": stats.phantom})
@@ -56,7 +56,7 @@ def bernoulli_scores(rng, B, Pn, G, ps):
 # ---- planner ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("p", [0.5, 0.9, 0.97])
 def test_planner_curve_matches_formula_and_seeded_simulation(p):
-    curve = P.planner_curve(p, g_max=32)
+    curve = pilot.planner_curve(p, g_max=32)
     assert curve["G"].tolist() == list(range(2, 33))
     formula = 1 - p ** curve["G"] - (1 - p) ** curve["G"]
     np.testing.assert_allclose(curve["p_trainable"], formula, rtol=0, atol=1e-12)
@@ -72,8 +72,8 @@ def test_planner_curve_matches_formula_and_seeded_simulation(p):
 
 def test_planner_g_is_the_smallest_reaching_the_target():
     for p, target in [(0.9, 0.3), (0.9, 0.5), (0.97, 0.5), (0.5, 0.9)]:
-        g = H.min_group_size(p, target)
-        curve = P.planner_curve(p, g_max=256).set_index("G")["p_trainable"]
+        g = health.min_group_size(p, target)
+        curve = pilot.planner_curve(p, g_max=256).set_index("G")["p_trainable"]
         assert curve[g] >= target and (g == 2 or curve[g - 1] < target)
 
 
@@ -87,7 +87,7 @@ def test_summary_of_an_easy_pilot_names_the_uniform_metrics(runs_dir):
     sc[..., 2] = 1.0  # always formatted: uniform
     make_pilot_store("easy", sc, metrics, {"answer_f1": 0.5, "exact": 0.3, "format": 0.2},
                      config={"task": {"level": 1}})
-    s = P.pilot_summary("easy")
+    s = pilot.pilot_summary("easy")
     groups = RunStore.open("easy").groups()
     assert s.submitted == 24 and s.batches_done == 3 and s.group_size == 4
     assert s.ratio == pytest.approx(groups["trainable"].mean())
@@ -111,11 +111,11 @@ def test_binary_metric_at_p09_plans_a_larger_group(runs_dir):
     rng = np.random.default_rng(2)
     sc = bernoulli_scores(rng, 4, 64, 2, [0.9])
     make_pilot_store("coin", sc, ["coin"], {"coin": 1.0}, config={"grpo": {"group_size": 2}})
-    s = P.pilot_summary("coin", target=0.3)
+    s = pilot.pilot_summary("coin", target=0.3)
     (plan,) = s.plans
     assert plan.metric == "coin" and plan.p == pytest.approx(sc.mean())
     assert plan.current_p_trainable == pytest.approx(1 - plan.p ** 2 - (1 - plan.p) ** 2)
-    assert plan.g_needed == H.min_group_size(plan.p, 0.3) and plan.g_needed > 2
+    assert plan.g_needed == health.min_group_size(plan.p, 0.3) and plan.g_needed > 2
     # The measured ratio is the pilot's groups; the planner's prediction at G=2 agrees with it.
     assert abs(s.ratio - plan.current_p_trainable) < 4 * np.sqrt(0.2 * 0.8 / 256)
     assert s.verdict.actions[0].kind == "group_size"
@@ -130,7 +130,7 @@ def test_prompt_dependent_success_asks_for_the_difficulty_not_a_larger_group(run
     solved = rng.random((3, 16)) < 0.5
     sc = np.repeat(solved[:, :, None, None], 4, axis=2).astype(float)  # [3, 16, 4, 1]
     make_pilot_store("split", sc, ["exact"], {"exact": 1.0}, config={"grpo": {"group_size": 4}})
-    s = P.pilot_summary("split")
+    s = pilot.pilot_summary("split")
     (plan,) = s.plans
     assert s.ratio == 0.0 and plan.measured_vary == 0.0 and plan.current_p_trainable > 0.8
     first = s.verdict.actions[0]
@@ -145,7 +145,7 @@ def test_a_costly_group_size_puts_the_level_first(runs_dir):
     verdict raises the level first and keeps the group size as the alternative."""
     sc = bernoulli_scores(np.random.default_rng(10), 4, 64, 4, [0.99])
     make_pilot_store("solved", sc, ["exact"], {"exact": 1.0}, config={"grpo": {"group_size": 4}})
-    s = P.pilot_summary("solved")
+    s = pilot.pilot_summary("solved")
     assert s.plans[0].g_needed > 4 * 4
     assert [a.kind for a in s.verdict.actions] == ["difficulty", "group_size"]
     assert s.verdict.actions[0].settings == {"level": 2}
@@ -157,18 +157,18 @@ def test_weights_first_when_a_suggestion_reaches_the_target(runs_dir):
     sc[..., 0] = 1.0  # uniform binary, carries most weight
     sc[..., 1] = rng.random((2, 16, 4))  # continuous, varies everywhere but weighted tiny
     make_pilot_store("w", sc, ["exact", "answer_f1"], {"exact": 1.0, "answer_f1": 0.005})
-    s = P.pilot_summary("w")
+    s = pilot.pilot_summary("w")
     assert s.ratio < 0.3
     first = s.verdict.actions[0]
     assert first.kind == "weights" and first.predicted_ratio >= 0.3
     assert first.settings["weights"]["answer_f1"] > 0.005
-    assert H.what_if(s.values, first.settings["weights"]) == pytest.approx(first.predicted_ratio)
+    assert health.what_if(s.values, first.settings["weights"]) == pytest.approx(first.predicted_ratio)
 
 
 def test_temperature_when_completions_repeat(runs_dir):
     sc = np.zeros((2, 8, 4, 1))  # every completion of a group is the same text, so the same score
     make_pilot_store("cold", sc, ["answer_f1"], {"answer_f1": 1.0}, texts=lambda b, p, g: f"same{p}")
-    s = P.pilot_summary("cold")
+    s = pilot.pilot_summary("cold")
     assert s.diversity == pytest.approx(0.25) and s.ratio == 0.0
     assert [a.kind for a in s.verdict.actions] == ["temperature"]
     assert s.verdict.actions[0].settings == {"temperature": 1.5}
@@ -184,7 +184,7 @@ def test_groups_that_vary_by_little_get_std_actions_not_ratio_actions(runs_dir):
     sc[..., 1] = rng.random((3, 16, 4)) < 0.05  # binary, rarely right
     make_pilot_store("flat", sc, ["answer_f1", "exact"], {"answer_f1": 0.5, "exact": 0.3},
                      config={"task": {"level": 2}})
-    s = P.pilot_summary("flat")
+    s = pilot.pilot_summary("flat")
     assert s.ratio == 1.0 and s.reward_std < 0.1 and not s.verdict.ready
     kinds = [a.kind for a in s.verdict.actions]
     assert kinds == ["difficulty", "weights"] and "group_size" not in kinds
@@ -197,7 +197,7 @@ def test_ready_when_the_ratio_and_reward_std_pass(runs_dir):
     rng = np.random.default_rng(4)
     sc = rng.random((2, 8, 4, 2))
     make_pilot_store("ok", sc, ["answer_f1", "length"], {"answer_f1": 1.0, "length": 0.5})
-    s = P.pilot_summary("ok")
+    s = pilot.pilot_summary("ok")
     assert s.ratio == 1.0 and s.verdict.ready and s.verdict.headline == "ready to train"
     assert s.verdict.actions == []
 
@@ -205,7 +205,7 @@ def test_ready_when_the_ratio_and_reward_std_pass(runs_dir):
 def test_summary_of_a_pilot_without_steps(runs_dir):
     with RunStore.create("empty", RunConfig().to_dict(), kind="pilot"):
         pass
-    s = P.pilot_summary("empty")
+    s = pilot.pilot_summary("empty")
     assert s.ratio is None and s.submitted == 0 and s.plans == [] and not s.verdict.ready
     assert s.verdict.headline == "no pilot data yet" and s.status == "created"
 
@@ -214,8 +214,8 @@ def test_training_defaults_carry_the_chosen_settings(runs_dir):
     rng = np.random.default_rng(5)
     make_pilot_store("d", rng.random((1, 4, 4, 2)), ["answer_f1", "exact"], {"answer_f1": 0.6, "exact": 0.4},
                      config={"task": {"level": 3}, "grpo": {"temperature": 0.8}})
-    s = P.pilot_summary("d")
-    d = P.training_defaults(s, weights={"answer_f1": 0.7, "exact": 0.3}, group_size=12)
+    s = pilot.pilot_summary("d")
+    d = pilot.training_defaults(s, weights={"answer_f1": 0.7, "exact": 0.3}, group_size=12)
     assert d["group_size"] == 12 and d["level"] == 3 and d["temperature"] == 0.8
     assert d["weights"] == {"answer_f1": 0.7, "exact": 0.3} and d["from_pilot"] == "d"
     # The --set form of the same loads into a config with exactly these values.
@@ -268,13 +268,13 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     assert res.returncode == 0, res.stderr[-2000:]
     (rid,) = list_runs()["run_id"]
     assert rid.startswith("pilot-")  # never "demo-...": that prefix marks the live demo run
-    s = P.pilot_summary(rid, target=0.3)
+    s = pilot.pilot_summary(rid, target=0.3)
     assert s.status == "finished" and s.submitted == 1024 and s.batches_done == 8
     (plan,) = s.plans
     assert abs(plan.p - 0.9) < 3 * np.sqrt(0.09 / 2048)  # the measured success rate
     assert abs(s.ratio - plan.current_p_trainable) < 3 * np.sqrt(0.18 * 0.82 / 1024)
     g = plan.g_needed
-    assert g == H.min_group_size(0.9, 0.3) == 4
+    assert g == health.min_group_size(0.9, 0.3) == 4
     assert s.verdict.actions[0].settings == {"group_size": g}
     assert "loss/policy" not in RunStore.open(rid).scalar_names()  # nothing was trained
 
@@ -285,14 +285,14 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     monkeypatch.setenv("PILOT_COIN_SEED", "2")
     monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
     monkeypatch.chdir(ROOT)
-    rid = P.start_pilot(cfg)
+    rid = pilot.start_pilot(cfg)
     deadline = time.time() + 300
-    while (s2 := P.pilot_summary(rid, target=0.3)).status in ("created", "running") and time.time() < deadline:
+    while (s2 := pilot.pilot_summary(rid, target=0.3)).status in ("created", "running") and time.time() < deadline:
         time.sleep(0.5)
     assert s2.status == "finished", (s2.status, s2.error)
     assert s2.group_size == g and s2.submitted == 1024
     assert s2.ratio >= 0.3, s2.ratio
-    assert abs(s2.ratio - H.p_trainable_binary(0.9, g)) < 3 * np.sqrt(0.34 * 0.66 / 1024)
+    assert abs(s2.ratio - health.p_trainable_binary(0.9, g)) < 3 * np.sqrt(0.34 * 0.66 / 1024)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -330,7 +330,7 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monke
     import signal
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        assert P.cli_pilot(args) == 0
+        assert pilot.cli_pilot(args) == 0
     finally:  # the pilot installs its stop handlers and sets torch threads: give pytest its own back
         for sig, h in saved.items():
             signal.signal(sig, h)
@@ -340,15 +340,41 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monke
     assert meta["status"] == "stopped" and meta["kind"] == "pilot"
     assert ctl["status"].tolist() == ["rejected", "applied"]
     assert "a pilot takes no changes" in ctl["message"].iloc[0]
-    assert P.pilot_summary("stopme").verdict.headline == "no pilot data yet"
+    assert pilot.pilot_summary("stopme").verdict.headline == "no pilot data yet"
 
 
 # ---- the demo: easy level vs harder level, and the pilot vs the first training steps -------------------
+# Seeded runs of the tiny model follow different trajectories on different float kernels (AVX2 vs
+# AVX-512, thread counts: issue 15), so nothing below asserts a learned outcome beyond a tolerance from
+# its spread: the expert trains *until* it reaches its level, and the ratios are compared within
+# 3 binomial standard errors. Measured (experts of seeds 0-2, pilot/training seeds 0-3, plain AVX-512
+# and ATEN_CPU_CAPABILITY=avx2, 26 runs): numbers in the comments below.
+EXPERT_LEVEL = 0.97  # share of sampled level-1 answers right: a model that has learned level 1
+EXPERT_CHECK_EVERY = 20  # warm-start steps between two checks of that share (256 samples each)
+EXPERT_LR = 5e-3  # measured: level reached after 100-140 steps (seeds 0-7, both kernels); at 1e-2 the
+#                   trajectory is chaotic (seed 4: 0.66 after 600 steps) and a fixed 200 steps gave 0.99
+#                   on AVX-512 but 0.83 on AVX2
+EXPERT_MAX_STEPS = 600  # the cap: over 4x the most steps measured
+PROMPTS = 8  # per batch / step: the demo's default
+PILOT_BATCHES = 20  # 20 x 8 prompts = 160 groups per pilot: SE of a ratio near 0.4 is 0.039
+FIRST_STEPS = 4  # training steps the pilot's ratio predicts: the policy has moved little yet (below)
+SIGMAS = 3
+
+
+def diff_se(p1: float, n1: int, p2: float, n2: int) -> float:
+    """Standard error of p1 - p2 for two binomial proportions over n1 and n2 groups, pooled (the
+    two-proportion z-test's: it stays > 0 when one ratio is 0 or 1)."""
+    p = (p1 * n1 + p2 * n2) / (n1 + n2)
+    return float(np.sqrt(p * (1 - p) * (1 / n1 + 1 / n2)))
+
+
 @pytest.fixture(scope="module")
 def level1_expert(tmp_path_factory):
-    """A built-in model that has learned demo level 1 (>= 97% of sampled answers right): the
-    trainer's own warm-start, run for a fixed 200 steps instead of stopping at 30%. The model a
-    user has after training on level 1, without paying for that GRPO run in a test."""
+    """A built-in model that has learned demo level 1: the trainer's own warm-start, trained until
+    >= 97% of 256 sampled answers are right (checked every 20 steps, at most 600 steps) instead
+    of stopping at 30%. The model a user has after training on level 1, without paying for that
+    GRPO run in a test. Trained to a level, not for a number of steps: how many steps that takes
+    depends on the float kernels."""
     import torch
 
     from grpo_core import models
@@ -358,17 +384,24 @@ def level1_expert(tmp_path_factory):
     tok = models.build_tokenizer()
     model = models.build_tiny_model(ModelConfig(), tok, seed=0)
     task = DemoTask(level=1, seed=0)
+    match_rate = models.target_match_rate
+
+    def match_rate_256(policy, tokenizer, demo, n=None):  # warm_start's stop check, on 256 samples not 64
+        return match_rate(policy, tokenizer, demo, n=256)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared box: more threads only contend
+    torch.set_num_threads(int(os.environ.get("GRPO_TORCH_THREADS", "1")))  # tiny model, shared box: 1
     try:
         with pytest.MonkeyPatch.context() as mp, torch.random.fork_rng(devices=[]):
-            mp.setattr(models, "WARM_CHECK_EVERY", 10**9)  # no early stop: a fixed number of steps
+            mp.setattr(models, "WARM_CHECK_EVERY", EXPERT_CHECK_EVERY)
+            mp.setattr(models, "target_match_rate", match_rate_256)
             torch.manual_seed(0)
-            models.warm_start(model, tok, task, 200, lr=1e-2)
-            rate = models.target_match_rate(model, tok, task, n=256)
+            losses, rate = models.warm_start(model, tok, task, EXPERT_MAX_STEPS, lr=EXPERT_LR, target=EXPERT_LEVEL)
     finally:
         torch.set_num_threads(threads)
-    assert rate >= 0.97, rate
+    assert rate >= EXPERT_LEVEL, (
+        f"the level-1 expert did not reach its level: {rate:.1%} of 256 sampled answers right (needs "
+        f"{EXPERT_LEVEL:.0%}) after {len(losses)} warm-start steps (the cap is {EXPERT_MAX_STEPS}), "
+        f"last loss {losses[-1]:.4f}")
     models.save_pretrained(model, tok, path)
     return str(path)
 
@@ -377,7 +410,8 @@ def _run(cmd: str, run_id: str, *sets: str):
     argv = [sys.executable, "-m", "grpo_core", cmd, "--run-id", run_id, "--set", "log.progress=false"]
     for s in sets:
         argv += ["--set", s]
-    env = {**os.environ, "GRPO_TORCH_THREADS": "1"}  # tiny model, shared cores: one thread is fastest
+    # tiny model, shared cores: one thread is fastest (GRPO_TORCH_THREADS=N to measure another kernel)
+    env = {**os.environ, "GRPO_TORCH_THREADS": os.environ.get("GRPO_TORCH_THREADS", "1")}
     res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
 
@@ -386,28 +420,37 @@ def _run(cmd: str, run_id: str, *sets: str):
 def test_demo_pilot_easy_vs_harder_level_and_the_first_training_steps(runs_dir, level1_expert):
     """With a model that has learned level 1: a pilot of level 1 predicts a ratio below the
     health threshold, names the metrics uniform inside groups and what to change; the
-    same model on level 2 predicts a higher ratio, and 20 training steps with the same settings
-    (the demo's learning rate) measure a ratio within 0.1 of it. Batch 1 of the pilot and step 1
-    of training are the same rollouts (same seed, same prompts, no update yet)."""
-    common = (f"model.path={level1_expert}", "grpo.group_size=4")
-    _run("pilot", "easy", "task.level=1", "grpo.steps=10", *common)
-    easy = P.pilot_summary("easy")
-    assert easy.ratio < 0.3 and not easy.verdict.ready
+    same model on level 2 predicts a higher ratio (by more than 3 SE), and the first 4 training
+    steps with the same settings (the demo's learning rate) measure a ratio within 3 SE of it:
+    a pilot predicts the policy it sampled, and training moves the policy (over 20 steps the
+    ratio fell by 0.13 on average, 2.3 SE: no prediction for those). Batch 1 of the pilot and
+    step 1 of training are the same rollouts (same seed, same prompts, no update yet)."""
+    common = (f"model.path={level1_expert}", "grpo.group_size=4", f"grpo.prompts_per_step={PROMPTS}")
+    _run("pilot", "easy", "task.level=1", f"grpo.steps={PILOT_BATCHES}", *common)
+    easy = pilot.pilot_summary("easy")
+    # measured 0.069-0.138 (mean 0.11) over 160 groups: 0.3 is 6 SE (0.027) above the highest
+    assert easy.ratio < 0.3 and not easy.verdict.ready, easy.ratio
     assert {"exact", "citation", "format"} <= set(easy.uniform_metrics)
     # What to change: a larger G for exact (the planner) or, when that costs > 4x, the next level.
     assert easy.verdict.actions[0].kind in ("group_size", "difficulty")
     assert easy.verdict.actions[0].metric == "exact"
 
-    _run("pilot", "hard", "task.level=2", "grpo.steps=20", *common)
-    hard = P.pilot_summary("hard")
-    assert hard.ratio > easy.ratio + 0.1, (easy.ratio, hard.ratio)
+    _run("pilot", "hard", "task.level=2", f"grpo.steps={PILOT_BATCHES}", *common)
+    hard = pilot.pilot_summary("hard")
+    assert easy.submitted == hard.submitted == PROMPTS * PILOT_BATCHES
+    # measured: hard - easy = 0.22-0.58, 4.6-10.6 SE (3 SE = 0.14-0.16)
+    se = diff_se(hard.ratio, hard.submitted, easy.ratio, easy.submitted)
+    assert hard.ratio - easy.ratio > SIGMAS * se, (easy.ratio, hard.ratio, se)
 
-    _run("train", "train", "task.level=2", "grpo.steps=20", "log.checkpoint_every=0", *common)
+    _run("train", "train", "task.level=2", f"grpo.steps={FIRST_STEPS}", "log.checkpoint_every=0", *common)
     with RunStore.open("train") as t, RunStore.open("hard") as h:
-        measured, _, submitted, steps = H.window_ratio(t.scalars_wide(), 20)
-        assert steps == 20 and submitted == hard.submitted == 160
+        measured, _, submitted, steps = health.window_ratio(t.scalars_wide(), FIRST_STEPS)
+        assert steps == FIRST_STEPS and submitted == PROMPTS * FIRST_STEPS
         g_train, g_pilot = t.groups(until_step=1), h.groups(until_step=1)
         r_train, r_pilot = t.rollouts(step=1), h.rollouts(step=1)
-    assert abs(hard.ratio - measured) <= 0.1, (hard.ratio, measured)
+    # measured: training - pilot = -1.97 .. +1.82 SE over the first 4 steps (3 SE = 0.28-0.29); over
+    # 6 steps -3.6 .. +3.0 SE, over 20 steps -0.13 (-2.3 SE) on average: the policy has moved
+    se = diff_se(hard.ratio, hard.submitted, measured, submitted)
+    assert abs(hard.ratio - measured) <= SIGMAS * se, (hard.ratio, measured, se)
     pd.testing.assert_frame_equal(g_train, g_pilot)
     assert r_train["completion"].tolist() == r_pilot["completion"].tolist()

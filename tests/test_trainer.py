@@ -12,9 +12,14 @@ import pytest
 import torch
 
 from grpo_core import grpo, health, models, session
-from grpo_core import names as N
-from grpo_core import store as S
-from grpo_core import trainer as T
+from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY, FRAC_REWARD_ZERO_STD,
+                             GRAD_NORM, GROUPS_SUBMITTED, GROUPS_TRAINABLE, LOSS_POLICY, MIN_GROUP_STD,
+                             PHANTOM_GROUPS, REWARD, REWARD_STD, SAMPLING_BATCHES, SCORING_ERRORS,
+                             STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO, metric_group_std, metric_mean,
+                             metric_weight)
+from grpo_core.store import (EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSED, RUNNING, RunStore, STOPPED,
+                             steps_budget)
+from grpo_core import trainer
 from grpo_core.checkpoints import latest_checkpoint
 from grpo_core.config import GRPOConfig, ModelConfig, RunConfig, load_config
 from grpo_core.grpo import ADV_EPS, advantages, completion_mask, grpo_loss, rollout, train_on, trim
@@ -227,7 +232,7 @@ def test_an_update_moves_toward_higher_advantage(policy):
 # ---- the Trainer on a real store ---------------------------------------------------------------------
 def _trainer(tmp_path, extra=(), run_id="r", resume=False):
     cfg = load_config(None, TINY + list(extra))
-    store = S.RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
+    store = RunStore.create(run_id, cfg.to_dict(), root=tmp_path, exist_ok=True)
     return Trainer(cfg, store, resume=resume, log=lambda m: None), store
 
 
@@ -241,12 +246,12 @@ def _one_step(tr):
 def test_step_logs_every_name_and_per_metric_scores(tmp_path):
     tr, store = _trainer(tmp_path)
     scalars, groups, rollouts = _one_step(tr)
-    for name in N.STEP_SCALARS + (N.MIN_GROUP_STD, N.DIFFICULTY, N.SCORING_ERRORS, N.TIME_LOG, N.SAMPLING_BATCHES):
+    for name in STEP_SCALARS + (MIN_GROUP_STD, DIFFICULTY, SCORING_ERRORS, TIME_LOG, SAMPLING_BATCHES):
         assert name in scalars, name
     for m in tr.reward.names:
-        for key in (N.metric_mean(m), N.metric_group_std(m), N.metric_weight(m)):
+        for key in (metric_mean(m), metric_group_std(m), metric_weight(m)):
             assert key in scalars
-    assert scalars[N.GROUPS_SUBMITTED] == 3 and len(groups) == 3 and len(rollouts) == 12
+    assert scalars[GROUPS_SUBMITTED] == 3 and len(groups) == 3 and len(rollouts) == 12
     ro = store.rollouts(step=1)
     assert set(tr.reward.names) <= set(ro.columns) and ro["completion"].notna().all()
     # the stored total is the weighted sum of the stored per-metric scores
@@ -257,16 +262,16 @@ def test_step_logs_every_name_and_per_metric_scores(tmp_path):
 def test_weights_request_changes_the_next_steps_totals_and_logged_weights(tmp_path):
     tr, store = _trainer(tmp_path)
     s1, _, _ = _one_step(tr)
-    assert s1[N.metric_weight("exact")] == 0.3
+    assert s1[metric_weight("exact")] == 0.3
     new = {"answer_f1": 0.0, "exact": 1.0, "citation": 0.0, "format": 0.0, "length": 0.0}
     rid = store.request("set_weights", {"weights": new})
     tr.poll_control()
     s2, _, rollouts = _one_step(tr)
     for m, w in new.items():
-        assert s2[N.metric_weight(m)] == w
+        assert s2[metric_weight(m)] == w
     for _, _, total, scores, _, _ in rollouts:
         assert total == scores["exact"]  # the total is now exact alone
-    assert s2[N.REWARD] == pytest.approx(s2[N.metric_mean("exact")])
+    assert s2[REWARD] == pytest.approx(s2[metric_mean("exact")])
     row = store.control().set_index("id").loc[rid]
     assert row["status"] == "applied" and row["applied_step"] == 2
     # a partial request changes only the metrics it names
@@ -297,37 +302,37 @@ def test_zero_trainable_step_does_no_update_and_alerts(tmp_path):
     tr.poll_control()
     before = _params(tr.model)
     scalars, _, _ = _one_step(tr)
-    assert scalars[N.GROUPS_TRAINABLE] == 0 and scalars[N.TRAINABLE_RATIO] == 0
-    assert scalars[N.MIN_GROUP_STD] == 0.99 and scalars[N.GRAD_NORM] == 0
+    assert scalars[GROUPS_TRAINABLE] == 0 and scalars[TRAINABLE_RATIO] == 0
+    assert scalars[MIN_GROUP_STD] == 0.99 and scalars[GRAD_NORM] == 0
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))
-    alerts = store.events(kinds=[S.EV_ALERT])
+    alerts = store.events(kinds=[EV_ALERT])
     assert "zero_trainable" in [p["kind"] for p in alerts["payload"]]
     assert alerts["step"].tolist()[0] == 1
     _one_step(tr)  # an ongoing alert is not repeated
-    assert [p["kind"] for p in store.events(kinds=[S.EV_ALERT])["payload"]].count("zero_trainable") == 1
+    assert [p["kind"] for p in store.events(kinds=[EV_ALERT])["payload"]].count("zero_trainable") == 1
 
 
 def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeypatch):
     from grpo_core import health
     tr, _ = _trainer(tmp_path)
     on = {1, 2, 5, 6, 9, 30}  # on and off within ALERT_REARM steps, then again much later
-    monkeypatch.setattr(T.health, "alerts", lambda wide, cfg: [health.Alert("declining_ratio", "warning", "x",
+    monkeypatch.setattr(trainer.health, "alerts", lambda wide, cfg: [health.Alert("declining_ratio", "warning", "x",
                                                                              int(wide.index[-1]))]
                         if int(wide.index[-1]) in on else [])
-    fired = [s for s in range(1, 31) if tr.new_alerts(s, {N.REWARD: 0.5})]
-    assert fired == [1, 30] and T.ALERT_REARM < 30 - 9
+    fired = [s for s in range(1, 31) if tr.new_alerts(s, {REWARD: 0.5})]
+    assert fired == [1, 30] and trainer.ALERT_REARM < 30 - 9
 
 
 def test_dynamic_sampling_draws_batches_until_enough_trainable_groups(tmp_path):
     tr, store = _trainer(tmp_path, ["grpo.dynamic_sampling=true", "grpo.dynamic_max_batches=3",
                                     "grpo.dynamic_min_trainable=100"])  # never enough: the cap decides
     s, groups, rollouts = _one_step(tr)
-    assert s[N.SAMPLING_BATCHES] == 3 and s[N.GROUPS_SUBMITTED] == 9
+    assert s[SAMPLING_BATCHES] == 3 and s[GROUPS_SUBMITTED] == 9
     assert len(groups) == 9 and len(rollouts) == 36 and groups["group"].tolist() == list(range(9))
     tr.cfg.grpo.dynamic_min_trainable = 1
     s, groups, _ = _one_step(tr)  # stops after the first batch with a trainable group
     per_batch = groups["trainable"].reshape(-1, 3).sum(1)
-    k = int(s[N.SAMPLING_BATCHES])
+    k = int(s[SAMPLING_BATCHES])
     assert len(per_batch) == k and (per_batch[:-1] == 0).all() and (per_batch[-1] >= 1 or k == 3)
 
 
@@ -345,8 +350,8 @@ def test_dynamic_sampling_counts_only_what_the_step_trains_on(tmp_path, monkeypa
         return Scored(raw, tr.reward.totals(raw), [None] * len(completions))
     monkeypatch.setattr(tr.reward, "score", shaping_only)
     s, groups, _ = _one_step(tr)
-    assert s[N.SAMPLING_BATCHES] == 3  # phantom groups would have stopped it after the first batch
-    assert s[N.GROUPS_TRAINABLE] == 0 and s[N.PHANTOM_GROUPS] == 9 and groups["phantom"].all()
+    assert s[SAMPLING_BATCHES] == 3  # phantom groups would have stopped it after the first batch
+    assert s[GROUPS_TRAINABLE] == 0 and s[PHANTOM_GROUPS] == 9 and groups["phantom"].all()
 
 
 def test_difficulty_request_and_auto_curriculum(tmp_path):
@@ -355,7 +360,7 @@ def test_difficulty_request_and_auto_curriculum(tmp_path):
     store.request("set_difficulty", {"level": 2})
     tr.poll_control()
     s, _, _ = _one_step(tr)
-    assert s[N.DIFFICULTY] == 2 and tr.curriculum(s) == []
+    assert s[DIFFICULTY] == 2 and tr.curriculum(s) == []
     events = tr.curriculum(s)
     assert tr.task.level == 3 and events[0][1]["source"] == "curriculum"
 
@@ -363,7 +368,7 @@ def test_difficulty_request_and_auto_curriculum(tmp_path):
 def test_run_checkpoints_and_resumes_from_the_last_complete_one(tmp_path):
     part, st = _trainer(tmp_path, ["grpo.steps=4", "log.checkpoint_every=2"])
     part.store.request("set_weights", {"weights": {"exact": 1.0}})
-    assert part.run() == S.FINISHED
+    assert part.run() == FINISHED
     ckpts = st.run_dir / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-000002", "step-000004"]
     # never loaded: a half-written temp dir, and a folder without its state file
@@ -371,13 +376,13 @@ def test_run_checkpoints_and_resumes_from_the_last_complete_one(tmp_path):
     shutil.copytree(ckpts / "step-000004", ckpts / "step-000008")
     os.remove(ckpts / "step-000008" / "state.pt")
     assert latest_checkpoint(st.run_dir).name == "step-000004"
-    st.set_status(S.RUNNING)
+    st.set_status(RUNNING)
     resumed, _ = _trainer(tmp_path, ["grpo.steps=6"], resume=True)
     assert resumed.step == 4 and resumed.reward.weights["exact"] == 1.0  # the weights in force, not the config's
-    assert resumed.run() == S.FINISHED
+    assert resumed.run() == FINISHED
     assert st.scalars_wide().index.tolist() == [1, 2, 3, 4, 5, 6]
-    assert st.scalars_wide()[N.metric_weight("exact")].tolist() == [1.0] * 6
-    events = [p["event"] for p in st.events(kinds=[S.EV_LIFECYCLE])["payload"]]
+    assert st.scalars_wide()[metric_weight("exact")].tolist() == [1.0] * 6
+    events = [p["event"] for p in st.events(kinds=[EV_LIFECYCLE])["payload"]]
     assert events == ["started", "finished", "resumed", "finished"]
 
 
@@ -387,12 +392,12 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     straight.run()
     part, st_b = _trainer(tmp_path / "b", ["grpo.steps=3", "log.checkpoint_every=3"])
     part.run()
-    st_b.set_status(S.RUNNING)
+    st_b.set_status(RUNNING)
     resumed, _ = _trainer(tmp_path / "b", ["grpo.steps=5"], resume=True)
     resumed.run()
     ra, rb = st_a.rollouts(), st_b.rollouts()
     assert ra["completion"].tolist() == rb["completion"].tolist()  # the same samples, step for step
-    np.testing.assert_allclose(st_a.scalars_wide()[N.LOSS_POLICY], st_b.scalars_wide()[N.LOSS_POLICY], atol=1e-6)
+    np.testing.assert_allclose(st_a.scalars_wide()[LOSS_POLICY], st_b.scalars_wide()[LOSS_POLICY], atol=1e-6)
 
 
 def test_resume_keeps_the_step_budget_a_set_steps_request_set(tmp_path):
@@ -401,16 +406,16 @@ def test_resume_keeps_the_step_budget_a_set_steps_request_set(tmp_path):
     part, st = _trainer(tmp_path, ["grpo.steps=3"])
     st.request("set_steps", {"steps": 6})
     st.request("stop", {})  # both applied at the first boundary: stopped at step 0 with a budget of 6
-    assert part.run() == S.STOPPED and S.steps_budget(st.get_meta()) == 6
-    st.set_status(S.RUNNING)
+    assert part.run() == STOPPED and steps_budget(st.get_meta()) == 6
+    st.set_status(RUNNING)
     resumed, _ = _trainer(tmp_path, ["grpo.steps=3"], resume=True)  # --resume: the stored config's 3
     assert resumed.cfg.grpo.steps == 6
-    assert resumed.run() == S.FINISHED and st.last_step() == 6
+    assert resumed.run() == FINISHED and st.last_step() == 6
     assert st.get_meta()["config"]["grpo"]["steps"] == 6  # the budget in force, for the next resume
-    st.set_status(S.RUNNING)
+    st.set_status(RUNNING)
     again, _ = _trainer(tmp_path, ["grpo.steps=7"], resume=True)  # --set grpo.steps=7 wins
-    assert again.cfg.grpo.steps == 7 and again.run() == S.FINISHED and st.last_step() == 7
-    assert T.resumed_budget({}, 5) == 5  # an old store without settings: the config's
+    assert again.cfg.grpo.steps == 7 and again.run() == FINISHED and st.last_step() == 7
+    assert trainer.resumed_budget({}, 5) == 5  # an old store without settings: the config's
 
 
 def test_jsonl_task_trains_with_its_own_metrics(tmp_path):
@@ -420,12 +425,12 @@ def test_jsonl_task_trains_with_its_own_metrics(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text(f"[task]\nname = 'jsonl'\ndataset = '{data}'\n[reward.weights]\nexact = 1.0\nanswer_f1 = 0.5\n")
     cfg = load_config(toml, TINY + ["model.warm_start_steps=3", "grpo.steps=2"])
-    store = S.RunStore.create("j", cfg.to_dict(), root=tmp_path)
+    store = RunStore.create("j", cfg.to_dict(), root=tmp_path)
     tr = Trainer(cfg, store, log=lambda m: None)
-    assert tr.run() == S.FINISHED
+    assert tr.run() == FINISHED
     assert tr.reward.names == ["exact", "answer_f1"] and tr.model_info["warm_steps"] == 3
     w = store.scalars_wide()
-    assert w.index.tolist() == [1, 2] and N.metric_weight("citation") not in w.columns
+    assert w.index.tolist() == [1, 2] and metric_weight("citation") not in w.columns
     assert set(store.groups()["prompt_id"]) <= {r["prompt_id"] for r in tr.task.rows}
     assert store.get_meta()["metric_kinds"] == {"exact": "binary", "answer_f1": "continuous"}
 
@@ -441,28 +446,28 @@ def test_a_crash_is_recorded_as_failed_with_the_traceback(tmp_path):
     with pytest.raises(RuntimeError):
         tr.run_safely()
     meta = store.get_meta()
-    assert meta["status"] == S.FAILED
+    assert meta["status"] == FAILED
     assert "Traceback" in meta["error"] and "boom in a step" in meta["error"]
     assert store.control().set_index("id").loc[pending, "status"] == "rejected"
-    assert S.RunStore.open(store.path, readonly=True).last_step() is None  # readable, nothing half-written
+    assert RunStore.open(store.path, readonly=True).last_step() is None  # readable, nothing half-written
 
 
 def test_pause_serves_requests_until_resume(tmp_path):
     tr, store = _trainer(tmp_path, ["grpo.steps=2"])
     store.request("pause", {})
     tr.poll_control()
-    assert tr.paused and store.get_meta()["status"] == S.PAUSED
+    assert tr.paused and store.get_meta()["status"] == PAUSED
     store.request("set_difficulty", {"level": 3})
     store.request("resume", {})
     tr.wait_while_paused()  # applies both while paused, returns on resume
-    assert not tr.paused and tr.task.level == 3 and store.get_meta()["status"] == S.RUNNING
+    assert not tr.paused and tr.task.level == 3 and store.get_meta()["status"] == RUNNING
 
 
 def test_stop_request_checkpoints_and_ends_stopped(tmp_path):
     tr, store = _trainer(tmp_path, ["grpo.steps=50"])
     store.request("stop", {})
-    assert tr.run() == S.STOPPED
-    assert store.get_meta()["status"] == S.STOPPED
+    assert tr.run() == STOPPED
+    assert store.get_meta()["status"] == STOPPED
     assert latest_checkpoint(store.run_dir).name == "step-000000"
     assert store.last_step() is None
 
@@ -583,16 +588,16 @@ def test_thread_rule(monkeypatch):
     old = torch.get_num_threads()
     try:
         monkeypatch.delenv("GRPO_TORCH_THREADS", raising=False)
-        T.set_threads(RunConfig())
+        trainer.set_threads(RunConfig())
         assert torch.get_num_threads() == 1  # built-in model: one thread
-        T.set_threads()
+        trainer.set_threads()
         assert torch.get_num_threads() == 1
         cfg = RunConfig()
         cfg.model.path = "/some/model"
-        T.set_threads(cfg)
+        trainer.set_threads(cfg)
         assert torch.get_num_threads() == max(1, min(4, __import__("os").cpu_count() or 1))
         monkeypatch.setenv("GRPO_TORCH_THREADS", "2")
-        T.set_threads(RunConfig())
+        trainer.set_threads(RunConfig())
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(old)
@@ -604,7 +609,11 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
     import numpy as np
     import pandas as pd
     from grpo_core import health
-    from grpo_core import names as N
+    from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY,
+                                 FRAC_REWARD_ZERO_STD, GRAD_NORM, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
+                                 LOSS_POLICY, MIN_GROUP_STD, PHANTOM_GROUPS, REWARD, REWARD_STD,
+                                 SAMPLING_BATCHES, SCORING_ERRORS, STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO,
+                                 metric_group_std, metric_mean, metric_weight)
     from grpo_core.config import HealthConfig
     rng = np.random.default_rng(0)
     cfg = HealthConfig()
@@ -616,10 +625,10 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
     for name, ratio in ratio_shapes.items():
         sub = np.full(n, 8.0)
         tr = np.round(ratio * sub)
-        wide = pd.DataFrame({N.GROUPS_SUBMITTED: sub, N.GROUPS_TRAINABLE: tr, N.TRAINABLE_RATIO: tr / sub,
-                             N.CUM_GROUPS_SUBMITTED: sub.cumsum(), N.CUM_GROUPS_TRAINABLE: tr.cumsum(),
-                             N.FRAC_REWARD_ZERO_STD: 1 - tr / sub, N.REWARD_STD: rng.random(n) * 0.2,
-                             N.REWARD: rng.random(n), "loss/policy": rng.normal(size=n), "time/step_s": 0.1},
+        wide = pd.DataFrame({GROUPS_SUBMITTED: sub, GROUPS_TRAINABLE: tr, TRAINABLE_RATIO: tr / sub,
+                             CUM_GROUPS_SUBMITTED: sub.cumsum(), CUM_GROUPS_TRAINABLE: tr.cumsum(),
+                             FRAC_REWARD_ZERO_STD: 1 - tr / sub, REWARD_STD: rng.random(n) * 0.2,
+                             REWARD: rng.random(n), "loss/policy": rng.normal(size=n), "time/step_s": 0.1},
                             index=pd.Index(np.arange(1, n + 1), name="step"))
         full = health.alerts(wide, cfg)
         narrow = health.alerts(wide[list(health.ALERT_INPUTS)], cfg)
@@ -649,18 +658,18 @@ def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
         rstd = rng.random(n) * (0.2 if i % 2 else 0.12)
         start = int(rng.integers(1, 500))
         at = start + (np.arange(n) if i % 3 else np.cumsum(rng.integers(1, 4, n)))  # some with steps missing
-        hist = [{"step": int(at[k]), N.GROUPS_SUBMITTED: sub[k], N.GROUPS_TRAINABLE: tr[k],
-                 N.TRAINABLE_RATIO: tr[k] / sub[k], N.CUM_GROUPS_SUBMITTED: sub[:k + 1].sum(),
-                 N.CUM_GROUPS_TRAINABLE: tr[:k + 1].sum(), N.FRAC_REWARD_ZERO_STD: 1 - tr[k] / sub[k],
-                 N.REWARD_STD: rstd[k], N.REWARD: 0.5} for k in range(n)]
+        hist = [{"step": int(at[k]), GROUPS_SUBMITTED: sub[k], GROUPS_TRAINABLE: tr[k],
+                 TRAINABLE_RATIO: tr[k] / sub[k], CUM_GROUPS_SUBMITTED: sub[:k + 1].sum(),
+                 CUM_GROUPS_TRAINABLE: tr[:k + 1].sum(), FRAC_REWARD_ZERO_STD: 1 - tr[k] / sub[k],
+                 REWARD_STD: rstd[k], REWARD: 0.5} for k in range(n)]
         wide = pd.DataFrame({c: [r[c] for r in hist] for c in health.ALERT_INPUTS},
                             index=pd.Index([r["step"] for r in hist], name="step"))
         want = {a.kind for a in health.alerts(wide, cfg)}
         assert health.alert_kinds(hist, cfg) == want, (i, want)
         seen |= want
     assert seen == {"zero_trainable", "low_ratio", "low_reward_std", "declining_ratio", "near_zero"}
-    assert health.alert_kinds([{"step": 1, N.REWARD: 0.5}], cfg) is None  # a value missing: ask health.alerts()
-    assert health.alert_kinds([{**hist[0], N.REWARD_STD: float("nan")}], cfg) is None
+    assert health.alert_kinds([{"step": 1, REWARD: 0.5}], cfg) is None  # a value missing: ask health.alerts()
+    assert health.alert_kinds([{**hist[0], REWARD_STD: float("nan")}], cfg) is None
 
 
 def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path, monkeypatch):
@@ -670,7 +679,7 @@ def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path
     import threading
     import time
     seen, calls = [], []
-    real_checkpoint, real_log_steps = S.RunStore.checkpoint, S.RunStore.log_steps
+    real_checkpoint, real_log_steps = RunStore.checkpoint, RunStore.log_steps
 
     def counted(self):
         out = real_checkpoint(self)
@@ -682,8 +691,8 @@ def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path
                      len(steps)))
         time.sleep(0.05)  # let a beat happen between steps
         return real_log_steps(self, steps)
-    monkeypatch.setattr(S.RunStore, "checkpoint", counted)
-    monkeypatch.setattr(S.RunStore, "log_steps", spy)
+    monkeypatch.setattr(RunStore, "checkpoint", counted)
+    monkeypatch.setattr(RunStore, "log_steps", spy)
     monkeypatch.setattr(session.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
     tr, store = _trainer(tmp_path, ["grpo.steps=4", "log.commit_every_s=0"])  # 4 commits, each between beats
     tr.run()

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from grpo_core import control
-from grpo_core import names as N
-from grpo_core import store as S
+from grpo_core import names
+from grpo_core.store import (EV_CHANGE, EV_LIFECYCLE, FINISHED, RUNNING, RunStore, STALE, STOPPED,
+                             StoreError, display_status)
 
 pytestmark = pytest.mark.slow
 
@@ -52,9 +53,9 @@ def wait_for(cond, proc, timeout=60.0, what="condition"):
 
 def last_step(db: Path):
     try:
-        with S.RunStore(db, readonly=True) as s:
+        with RunStore(db, readonly=True) as s:
             return s.last_step()
-    except S.StoreError:
+    except StoreError:
         return None
 
 
@@ -65,7 +66,7 @@ def test_weight_request_mid_run_is_applied_exactly_once_and_sigterm_stops_cleanl
         wait_for(lambda: (last_step(db) or 0) >= 3, proc, what="step 3")
         new = {"answer_f1": 0.0, "exact": 1.0, "citation": 0.0, "format": 0.0, "length": 0.0}
         rid = control.send(db, "set_weights", {"weights": new}, source="test")
-        store = S.RunStore(db, readonly=True)
+        store = RunStore(db, readonly=True)
 
         def applied_step():
             row = store.control().set_index("id").loc[rid]
@@ -78,19 +79,19 @@ def test_weight_request_mid_run_is_applied_exactly_once_and_sigterm_stops_cleanl
         if proc.poll() is None:
             proc.kill()
     meta = store.get_meta()
-    assert meta["status"] == S.STOPPED and S.display_status(meta) == S.STOPPED
-    changes = store.events(kinds=[S.EV_CHANGE])
+    assert meta["status"] == STOPPED and display_status(meta) == STOPPED
+    changes = store.events(kinds=[EV_CHANGE])
     assert [p["request_id"] for p in changes["payload"]].count(rid) == 1  # applied once, logged once
     w = store.scalars_wide()
-    assert w.loc[applied - 1, N.metric_weight("exact")] == 0.3  # before: the config's weights
+    assert w.loc[applied - 1, names.metric_weight("exact")] == 0.3  # before: the config's weights
     for step in w.index[w.index >= applied]:
         for m, v in new.items():
-            assert w.loc[step, N.metric_weight(m)] == v
+            assert w.loc[step, names.metric_weight(m)] == v
     ro = store.rollouts(step=applied)
     np.testing.assert_allclose(ro["total"], ro["exact"])  # the step it took effect is scored by the new weights
     assert store.control().set_index("id").loc[rid, "applied_step"] == applied
     assert (runs_dir / "w" / "checkpoints" / f"step-{int(w.index[-1]):06d}").is_dir()  # stop checkpoints
-    assert [p["event"] for p in store.events(kinds=[S.EV_LIFECYCLE])["payload"]][-1] == S.STOPPED
+    assert [p["event"] for p in store.events(kinds=[EV_LIFECYCLE])["payload"]][-1] == STOPPED
 
 
 def test_kill_9_leaves_a_readable_store_and_resume_continues_from_the_checkpoint(runs_dir):
@@ -101,15 +102,15 @@ def test_kill_9_leaves_a_readable_store_and_resume_continues_from_the_checkpoint
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    store = S.RunStore(db, readonly=True)
+    store = RunStore(db, readonly=True)
     meta = store.get_meta()
-    assert meta["status"] == S.RUNNING  # nobody wrote "stopped" ...
-    assert S.display_status(meta) == S.STALE  # ... and readers see that the process is gone
+    assert meta["status"] == RUNNING  # nobody wrote "stopped" ...
+    assert display_status(meta) == STALE  # ... and readers see that the process is gone
     killed_at = store.last_step()
     w = store.scalars_wide()
     assert w.index.tolist() == list(range(1, killed_at + 1))  # every committed step, no gap
-    cols = [n for n in N.STEP_SCALARS if n != N.LOSS_ENTROPY]  # entropy is empty on a zero-trainable step
-    assert set(N.STEP_SCALARS) <= set(w.columns) and w[cols].notna().all().all()
+    cols = [n for n in names.STEP_SCALARS if n != names.LOSS_ENTROPY]  # entropy is empty on a zero-trainable step
+    assert set(names.STEP_SCALARS) <= set(w.columns) and w[cols].notna().all().all()
     assert store.groups()["step"].value_counts().eq(4).all()
     assert store.rollouts(with_text=False)["step"].value_counts().eq(16).all()
     ckpt = max(int(p.name.split("-")[1]) for p in (runs_dir / "k" / "checkpoints").glob("step-*"))
@@ -119,13 +120,13 @@ def test_kill_9_leaves_a_readable_store_and_resume_continues_from_the_checkpoint
     end = ckpt + 12
     proc = start(runs_dir, "k", f"grpo.steps={end}", resume=True)
     assert proc.wait(90) == 0
-    store = S.RunStore(db, readonly=True)
+    store = RunStore(db, readonly=True)
     meta = store.get_meta()
-    assert meta["status"] == S.FINISHED and S.display_status(meta) == S.FINISHED
+    assert meta["status"] == FINISHED and display_status(meta) == FINISHED
     w = store.scalars_wide()
     assert w.index.tolist() == list(range(1, end + 1))
     after = w.loc[:ckpt, before.columns]
     assert np.allclose(after.fillna(-1).to_numpy(), before.fillna(-1).to_numpy())  # history before the checkpoint kept
-    resumed = [p for p in store.events(kinds=[S.EV_LIFECYCLE])["payload"] if p["event"] == "resumed"]
+    resumed = [p for p in store.events(kinds=[EV_LIFECYCLE])["payload"] if p["event"] == "resumed"]
     assert len(resumed) == 1 and resumed[0]["from"].endswith(f"step-{ckpt:06d}")
     assert resumed[0]["steps_redone"] == killed_at - ckpt
