@@ -86,7 +86,7 @@ def fast_path_checks(tr, device) -> dict:
     g, tok = tr.cfg.grpo, tr.tokenizer
     exs = tr.task.batch(g.prompts_per_step)
     enc = tok([e["prompt"] for e in exs], return_tensors="pt", padding=True).to(device)
-    kw = dict(max_new_tokens=g.max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+    kw = dict(max_new_tokens=g.max_new_tokens, eos_ids=grpo.eos_token_ids(tr.model, tok), pad_id=tok.pad_token_id,
               suppress_ids=tr.suppress_ids)
     args = (tr.model, enc["input_ids"], enc["attention_mask"], g.group_size)
     out = {"sampling_loop_s": median_s(lambda: grpo.sample_tokens(*args, **kw), device),

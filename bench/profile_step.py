@@ -82,13 +82,13 @@ class Timers:
             setattr(owner, attr, fn)
 
 
-def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_new_tokens, eos_id, pad_id,
+def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_new_tokens, eos_ids, pad_id,
                             temperature=1.0, top_p=1.0, suppress_ids=None):
     """What the trainer did before: one `generate` call over P*G rows."""
     out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, temperature=temperature,
                          top_p=top_p, top_k=0, max_new_tokens=max_new_tokens, num_return_sequences=group_size,
                          use_cache=True, suppress_tokens=suppress_ids or None, pad_token_id=pad_id,
-                         eos_token_id=eos_id)
+                         eos_token_id=eos_ids)
     return out[:, prompt_ids.shape[1]:]
 
 

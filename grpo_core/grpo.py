@@ -47,9 +47,17 @@ class Rollouts:
         return self.input_ids[:, self.prompt_len:]
 
 
-def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """1 on every token up to and including the first eos, 0 after (no Python loop)."""
-    is_eos = completion_ids == eos_id
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Every id that ends a completion: the tokenizer's eos and those of the model's
+    generation_config (Qwen and Llama 3 list several: `generate` stops at any of them)."""
+    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+    return list(dict.fromkeys([tokenizer.eos_token_id, *listed]))
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_ids: int | list[int]) -> torch.Tensor:
+    """1 on every token up to and including the first eos (any of eos_ids), 0 after (no Python loop)."""
+    is_eos = torch.isin(completion_ids, torch.as_tensor(eos_ids, device=completion_ids.device))
     before = is_eos.long().cumsum(-1) - is_eos.long()  # eos seen strictly before this position
     return (before == 0).long()
 
@@ -65,18 +73,18 @@ def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
-                  max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                  max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
                   suppress_ids: list[int] | None = None) -> torch.Tensor:
     """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
-    for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos,
-    stopping once every row has ended. Same logits processing (suppress, temperature, top-p)
+    for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos (any
+    of eos_ids), stopping once every row has ended. Same logits processing (suppress, temperature, top-p)
     and the same multinomial draws in the same order, so a seed gives generate's tokens
     (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
     through the model once, not G times (its KV cache is copied to its G rows; the prefill of
     every row was a large share of generate's time: docs/benchmarks.md, "Behind the code"), rows
-    that have ended leave
-    the model's batch (once a quarter of it has ended), and none of generate's per-token
-    bookkeeping runs."""
+    that have ended leave the model's batch (once a quarter of it has ended), and none of
+    generate's per-token bookkeeping runs."""
+    eos = torch.as_tensor(eos_ids, device=prompt_ids.device)
     pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
@@ -98,7 +106,7 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
         # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
         tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
         toks.append(tok)
-        done = done | (tok == eos_id)
+        done = done | torch.isin(tok, eos)
         if t == max_new_tokens - 1:
             break
         live = ~done[rows]  # rows outside the batch have ended already
@@ -123,11 +131,12 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
     Rows are grouped: rows g*G .. g*G+G-1 are prompt g's group."""
     device = next(model.parameters()).device
     enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
+    eos = eos_token_ids(model, tokenizer)
     comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=max_new_tokens,
-                         eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, temperature=temperature,
-                         top_p=top_p, suppress_ids=suppress_ids)
+                         eos_ids=eos, pad_id=tokenizer.pad_token_id, temperature=temperature, top_p=top_p,
+                         suppress_ids=suppress_ids)
     lp = enc["input_ids"].shape[1]
-    cmask = completion_mask(comp, tokenizer.eos_token_id)
+    cmask = completion_mask(comp, eos)
     attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
     out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), comp], 1).masked_fill(attn == 0,
                                                                                                tokenizer.pad_token_id)

@@ -128,7 +128,7 @@ def test_masked_positions_never_make_the_loss_nan():
 # ---- rollout helpers -------------------------------------------------------------------------------
 def test_completion_mask_keeps_the_first_eos():
     ids = torch.tensor([[5, 2, 0, 0], [5, 6, 7, 8], [2, 0, 0, 0], [5, 2, 2, 2]])
-    assert completion_mask(ids, eos_id=2).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]]
+    assert completion_mask(ids, 2).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]]
 
 
 def test_trim_drops_all_padding_columns():
@@ -520,6 +520,32 @@ def test_sampler_returns_generates_tokens_under_the_same_seed(model, tok, temper
     ended = (ref == tok.eos_token_id).any(1)
     assert 0 < int(ended.sum()) < len(ended)  # the case is exercised: some rows end early, some run out
     assert roll.texts == tok.batch_decode(ref, skip_special_tokens=True)
+
+
+def test_every_eos_id_of_the_generation_config_ends_a_completion(model, tok):
+    """Models that list several eos ids (Qwen, Llama 3): a completion ends at the first of any,
+    token for token as generate, and is masked after it."""
+    other = tok.convert_tokens_to_ids("e")  # a frequent character: some rows end on it
+    saved = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = [tok.eos_token_id, other]
+    try:
+        assert grpo.eos_token_ids(model, tok) == [tok.eos_token_id, other]
+        suppress = models.suppressed_token_ids(tok)
+        torch.manual_seed(3)
+        enc = tok(PROMPTS, return_tensors="pt", padding=True)
+        ref = model.generate(**enc, do_sample=True, top_k=0, max_new_tokens=12, num_return_sequences=4,
+                             suppress_tokens=suppress, pad_token_id=tok.pad_token_id,
+                             eos_token_id=[tok.eos_token_id, other])[:, enc["input_ids"].shape[1]:]
+        torch.manual_seed(3)
+        roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, suppress_ids=suppress)
+    finally:
+        model.generation_config.eos_token_id = saved
+    assert torch.equal(roll.completion_ids, ref)
+    ends_on_other = [i for i, row in enumerate(ref.tolist()) if other in row]
+    assert ends_on_other, "the case is exercised: some completion ends on the second eos id"
+    for i in ends_on_other:
+        first = ref[i].tolist().index(other)
+        assert roll.completion_mask[i, first] == 1 and roll.completion_mask[i, first + 1:].sum() == 0
 
 
 def test_rows_are_masked_after_eos_and_groups_share_their_prompt(model, tok):
