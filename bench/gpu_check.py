@@ -156,7 +156,8 @@ def main(argv=None) -> int:
     train_tps = [x.get("train_tokens", 0) / t for x, t in zip(c, w[names.TIME_TRAIN]) if t > 0]
     res = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu (smoke)",
-        "dtype": str(next(tr.model.parameters()).dtype), "torch": torch.__version__,
+        "dtype": str(next(tr.model.parameters()).dtype), "compute_dtype": str(tr.compute_dtype),
+        "torch": torch.__version__,
         "params": sum(p.numel() for p in tr.model.parameters()),
         "model": {k: getattr(cfg.model, k) for k in (TINY if args.smoke else BIG)},
         "batch": {"prompts": cfg.grpo.prompts_per_step, "group_size": cfg.grpo.group_size,

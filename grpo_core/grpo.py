@@ -301,10 +301,17 @@ def trim(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int)
     return input_ids[:, first:last], attention_mask[:, first:last], prompt_len - first
 
 
+def autocast(device: torch.device, compute_dtype: torch.dtype):
+    """Forward passes in the compute dtype (bf16/fp16) over fp32 weights; off in fp32."""
+    return torch.autocast(device.type, dtype=compute_dtype, enabled=compute_dtype in (torch.bfloat16, torch.float16))
+
+
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
-             ref_model=None, suppress_ids=None) -> dict:
+             ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None) -> dict:
     """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
-    with no trainable group returns zeros without a forward or backward."""
+    with no trainable group returns zeros without a forward or backward. The forward passes run
+    in `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
+    `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive."""
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
     with_kl = gcfg.beta > 0 and ref_model is not None
@@ -318,24 +325,31 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     device = roll.input_ids.device
     ids, attn, lp = trim(roll.input_ids[idx], roll.attention_mask[idx], roll.prompt_len)
     cmask = attn[:, lp:]
-    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float64, device=device)[idx.to(device)]  # cast to logp's dtype in grpo_loss
+    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float64, device=device)[idx.to(device)]  # to logp's dtype later
     prow = row_trainable.to(device)[idx.to(device)]
-    logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                               with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
-    ref = None
-    if with_kl:
-        with torch.no_grad():
-            ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                                    group_size=G)
+    with autocast(device, compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
+        logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                   with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
+        ref = None
+        if with_kl:
+            with torch.no_grad():
+                ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
+                                        suppress_ids=suppress_ids, group_size=G)
     denom = _reduce_count(roll.completion_mask, gcfg.loss_type)  # every row, the dropped ones too
     loss, stats = grpo_loss(logp, logp.detach(), a, cmask, policy_rows=prow, eps_low=gcfg.epsilon_low,
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
                             policy_denom=denom)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients
     params = [p for g in optimizer.param_groups for p in g["params"]]
     gn = torch.nn.utils.clip_grad_norm_(params, gcfg.max_grad_norm if gcfg.max_grad_norm > 0 else float("inf"))
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient overflowed; the scale then shrinks
+        scaler.update()
+    else:
+        optimizer.step()
     m = cmask.to(ent.dtype)
     stats.update(grad_norm=float(gn), entropy=float((ent * m).sum() / m.sum().clamp(min=1)),
                  rows=int(len(idx)), tokens=int(cmask.sum()))

@@ -41,7 +41,9 @@ MAX_POSITIONS = 512
 
 # ---- device ---------------------------------------------------------------------------------
 def pick_device(cfg: ModelConfig) -> tuple[torch.device, torch.dtype]:
-    """auto: CUDA in bf16 when present, else CPU in fp32 (bf16 matmuls on CPU are slow)."""
+    """(device, compute dtype). auto: CUDA with bf16 compute when present, else CPU in fp32
+    (bf16 matmuls on CPU are slow). The weights the optimizer updates stay fp32 whatever the
+    compute dtype (load_policy): AdamW on bf16 weights drops most small updates."""
     if cfg.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
@@ -214,15 +216,18 @@ def warm_start(model, tokenizer, task, max_steps: int, batch_size: int = 64, lr:
 
 def load_policy(cfg: ModelConfig, task, runs_root: str | os.PathLike, seed: int = 0,
                 log=lambda msg: None):
-    """cfg -> (model, tokenizer, info). info says where the weights came from."""
+    """cfg -> (model, tokenizer, info), the weights in fp32 (the master copy the optimizer
+    updates; forward passes run in the compute dtype under autocast: trainer.Trainer.autocast).
+    info says where the weights came from."""
     device, dtype = pick_device(cfg)
     if cfg.path:
-        model, tokenizer = load_pretrained(cfg.path, device, dtype)
-        return model, tokenizer, {"source": cfg.path, "warm_start": None}
+        model, tokenizer = load_pretrained(cfg.path, device, torch.float32)
+        return model, tokenizer, {"source": cfg.path, "warm_start": None, "compute_dtype": str(dtype)}
     cache = Path(runs_root) / ".cache" / f"warm-{warm_key(cfg, task.cache_key(), seed)}"
     if (cache / "config.json").is_file():
-        model, tokenizer = load_pretrained(str(cache), device, dtype)
-        return model, tokenizer, {"source": "builtin", "warm_start": str(cache), "cached": True}
+        model, tokenizer = load_pretrained(str(cache), device, torch.float32)
+        return model, tokenizer, {"source": "builtin", "warm_start": str(cache), "cached": True,
+                                  "compute_dtype": str(dtype)}
     tokenizer = build_tokenizer()
     model = build_tiny_model(cfg, tokenizer, seed).to(device)
     info = {"source": "builtin", "warm_start": None}
@@ -236,7 +241,7 @@ def load_policy(cfg: ModelConfig, task, runs_root: str | os.PathLike, seed: int 
         _save_atomic(model, tokenizer, cache)
         info.update(warm_start=str(cache), cached=False, warm_steps=len(losses), loss_last=losses[-1],
                     warm_success=rate)
-    model.to(dtype)
+    info["compute_dtype"] = str(dtype)
     return model, tokenizer, info
 
 

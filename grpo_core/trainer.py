@@ -104,11 +104,16 @@ class Trainer:
         self.model, self.tokenizer, self.model_info = models.load_policy(
             cfg.model, self.task, self.runs_root, seed=g.seed, log=self.log)
         self.device = next(self.model.parameters()).device
+        # Weights and optimizer state in fp32; forward passes in the compute dtype (model.dtype).
+        self.compute_dtype = models.pick_device(cfg.model)[1]
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None
         self.suppress_ids = models.suppressed_token_ids(self.tokenizer)
         self.ref_model = None
         if g.beta > 0:  # the frozen reference is the starting policy (after warm-start)
             self.ref_model, _, _ = models.load_policy(cfg.model, self.task, self.runs_root, seed=g.seed)
             self.ref_model.requires_grad_(False)
+            if self.compute_dtype != torch.float32:  # never trained: its weights need no fp32 copy
+                self.ref_model.to(self.compute_dtype)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay)
         # Its requests are its handlers: every kind, a difficulty only on a task with levels.
         kinds = [k for k in CONTROL_KINDS if k != SET_DIFFICULTY or self.task.levels >= 2]
@@ -126,8 +131,10 @@ class Trainer:
             batches += 1
             examples = self.task.batch(g.prompts_per_step)
             t0 = time.perf_counter()
-            roll = grpo.rollout(self.model, self.tokenizer, examples, g.group_size, max_new_tokens=g.max_new_tokens,
-                                temperature=g.temperature, top_p=g.top_p, suppress_ids=self.suppress_ids)
+            with grpo.autocast(self.device, self.compute_dtype):
+                roll = grpo.rollout(self.model, self.tokenizer, examples, g.group_size,
+                                    max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
+                                    suppress_ids=self.suppress_ids)
             t1 = time.perf_counter()
             scored = self.reward.score(roll.texts, roll.examples)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
@@ -162,7 +169,8 @@ class Trainer:
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
         loss = grpo.train_on(self.model, self.optimizer, roll, adv, stats.trainable, g, ref_model=self.ref_model,
-                             suppress_ids=self.suppress_ids) if update else \
+                             suppress_ids=self.suppress_ids, compute_dtype=self.compute_dtype,
+                             scaler=self.scaler) if update else \
             dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
         t_train = time.perf_counter() - t0
 
