@@ -169,13 +169,18 @@ def test_zero_trainable_batch_changes_no_parameter(policy):
     assert not opt.state  # the optimizer never stepped (AdamW's moments would move weights later)
 
 
+def _two_of_three_trainable():
+    """Three groups of 4, the middle one constant: (trainable [3], advantages [3, 4])."""
+    totals = np.array([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.2, 0.2], [0.0, 1.0, 1.0, 0.0]])
+    trainable = np.array([True, False, True])
+    return trainable, advantages(totals, trainable)
+
+
 def test_dropping_untrainable_groups_gives_the_masked_gradient(policy):
     """beta = 0: a zero-advantage row has zero gradient, so dropping it is exact."""
     model, _ = policy
     roll = _roll(policy, P=3)
-    totals = np.array([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.2, 0.2], [0.0, 1.0, 1.0, 0.0]])
-    trainable = np.array([True, False, True])
-    adv = advantages(totals, trainable)
+    trainable, adv = _two_of_three_trainable()
     grads = []
     for drop in (True, False):
         opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: grads computed, weights kept
@@ -196,9 +201,7 @@ def test_with_a_kl_term_every_row_trains_whatever_drop_untrainable_says(policy):
         for p in ref.parameters():
             p.add_(0.05 * torch.randn_like(p))
     roll = _roll(policy, P=3)
-    totals = np.array([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.2, 0.2], [0.0, 1.0, 1.0, 0.0]])
-    trainable = np.array([True, False, True])
-    adv = advantages(totals, trainable)
+    trainable, adv = _two_of_three_trainable()
     grads = []
     for drop in (True, False):
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
