@@ -205,7 +205,7 @@ def _reduce_count(mask: torch.Tensor, loss_type: str) -> float:
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
               policy_rows: torch.Tensor | None = None, eps_low: float = 0.2, eps_high: float = 0.2,
               loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0,
-              policy_denom: float | None = None):
+              policy_denom: float | None = None, kl_denom: float | None = None):
     """Clipped surrogate (+ beta * k3 KL to the reference). Shapes: logp/old_logp/ref_logp/mask
     [B, L], adv [B], policy_rows [B] bool (rows whose group is trainable; default all).
 
@@ -216,8 +216,9 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     step with few trainable groups therefore takes a small step, not a full one built from
     a couple of prompts (a full step collapses the demo's policy after a level change:
     docs/benchmarks.md, "Behind the code"). The KL term averages over every row's tokens
-    (train_on forwards every row when beta > 0), as TRL's. Returns (loss, stats) with stats as
-    floats."""
+    (train_on forwards every row when beta > 0), as TRL's; `kl_denom` gives that count for a
+    micro-batch of the step. Returns (loss, stats) with stats as floats ("clipped" and
+    "policy_tokens": the clip ratio's counts, to add up over micro-batches)."""
     mask = mask.to(logp.dtype)
     pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - old_logp)
@@ -226,15 +227,17 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     policy = _reduce(pg, pmask, loss_type, policy_denom or _reduce_count(mask, loss_type))
     if ref_logp is not None and beta > 0:
         d = ref_logp - logp
-        kl = _reduce(torch.exp(d) - d - 1, mask, loss_type)  # k3: unbiased, always >= 0
+        kl = _reduce(torch.exp(d) - d - 1, mask, loss_type, kl_denom)  # k3: unbiased, always >= 0
     else:
         kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
     loss = policy + beta * kl
     with torch.no_grad():
         policy, kl = policy.detach(), kl.detach()
         clipped = ((ratio < 1 - eps_low) & (a < 0)) | ((ratio > 1 + eps_high) & (a > 0))
-        clip = (clipped.to(pmask.dtype) * pmask).sum() / pmask.sum().clamp(min=1.0)
-    return loss, {"policy": policy.item(), "kl": kl.item(), "clip_ratio": clip.item()}
+        n_clipped, n_policy = (clipped.to(pmask.dtype) * pmask).sum(), pmask.sum()
+        clip = n_clipped / n_policy.clamp(min=1.0)
+    return loss, {"policy": policy.item(), "kl": kl.item(), "clip_ratio": clip.item(), "clipped": n_clipped.item(),
+                  "policy_tokens": n_policy.item()}
 
 
 def _completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
@@ -309,8 +312,12 @@ def autocast(device: torch.device, compute_dtype: torch.dtype):
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
              ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None) -> dict:
     """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
-    with no trainable group returns zeros without a forward or backward. The forward passes run
-    in `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
+    with no trainable group returns zeros without a forward or backward.
+
+    The forward/backward runs in micro-batches of `gcfg.micro_batch_groups` whole groups (0: one),
+    each loss divided by the whole step's counts, so the gradients add up to the one-batch
+    gradient while the activations held are one micro-batch's. The forward passes run in
+    `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
     `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive."""
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
@@ -322,25 +329,17 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     # the non-trainable rows would change it, so they are only dropped when beta = 0.
     rows = row_trainable if gcfg.drop_untrainable and not with_kl else torch.ones_like(row_trainable)
     idx = rows.nonzero().squeeze(-1)
-    device = roll.input_ids.device
-    ids, attn, lp = trim(roll.input_ids[idx], roll.attention_mask[idx], roll.prompt_len)
-    cmask = attn[:, lp:]
-    a = torch.as_tensor(adv.reshape(-1), dtype=torch.float64, device=device)[idx.to(device)]  # to logp's dtype later
-    prow = row_trainable.to(device)[idx.to(device)]
-    with autocast(device, compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
-        logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                                   with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
-        ref = None
-        if with_kl:
-            with torch.no_grad():
-                ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
-                                        suppress_ids=suppress_ids, group_size=G)
-    denom = _reduce_count(roll.completion_mask, gcfg.loss_type)  # every row, the dropped ones too
-    loss, stats = grpo_loss(logp, logp.detach(), a, cmask, policy_rows=prow, eps_low=gcfg.epsilon_low,
-                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
-                            policy_denom=denom)
+    denoms = (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
+              _reduce_count(roll.completion_mask[idx], gcfg.loss_type))  # KL: the rows forwarded
+    adv_rows = torch.as_tensor(adv.reshape(-1), dtype=torch.float64)  # to logp's dtype in grpo_loss
+    per = (gcfg.micro_batch_groups or len(idx) // G) * G  # rows per micro-batch, whole groups
     optimizer.zero_grad(set_to_none=True)
-    (scaler.scale(loss) if scaler is not None else loss).backward()
+    total = {"policy": 0.0, "kl": 0.0, "clipped": 0.0, "policy_tokens": 0.0, "entropy_sum": 0.0, "tokens": 0}
+    for chunk in idx.split(per):
+        part = _micro_batch(model, roll, chunk, adv_rows, row_trainable, gcfg, denoms, ref_model=ref_model,
+                            suppress_ids=suppress_ids, compute_dtype=compute_dtype, scaler=scaler)
+        for k in total:
+            total[k] += part[k]
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients
     params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -350,7 +349,29 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
         scaler.update()
     else:
         optimizer.step()
+    return {"policy": total["policy"], "kl": total["kl"], "clip_ratio": total["clipped"] / max(total["policy_tokens"], 1.0),
+            "grad_norm": float(gn), "entropy": total["entropy_sum"] / max(total["tokens"], 1), "rows": int(len(idx)),
+            "tokens": int(total["tokens"])}
+
+
+def _micro_batch(model, roll: Rollouts, chunk: torch.Tensor, adv_rows: torch.Tensor, row_trainable: torch.Tensor,
+                 gcfg, denoms: tuple[float, float], *, ref_model, suppress_ids, compute_dtype, scaler) -> dict:
+    """Forward and backward of the rows `chunk` (whole groups); the gradients accumulate."""
+    G, device = roll.group_size, roll.input_ids.device
+    ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
+    cmask = attn[:, lp:]
+    with autocast(device, compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
+        logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                   with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
+        ref = None
+        if gcfg.beta > 0 and ref_model is not None:
+            with torch.no_grad():
+                ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
+                                        suppress_ids=suppress_ids, group_size=G)
+    loss, stats = grpo_loss(logp, logp.detach(), adv_rows[chunk].to(device), cmask,
+                            policy_rows=row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
+                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
+                            policy_denom=denoms[0], kl_denom=denoms[1])
+    (scaler.scale(loss) if scaler is not None else loss).backward()
     m = cmask.to(ent.dtype)
-    stats.update(grad_norm=float(gn), entropy=float((ent * m).sum() / m.sum().clamp(min=1)),
-                 rows=int(len(idx)), tokens=int(cmask.sum()))
-    return stats
+    return {**stats, "entropy_sum": float((ent * m).sum()), "tokens": int(cmask.sum())}

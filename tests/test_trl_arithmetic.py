@@ -177,3 +177,37 @@ def test_the_callbacks_reward_arithmetic_is_trls():
     assert stats.trainable.tolist() == [False, True, False, True]
     assert stats.noise.tolist() == [False, True, False, False]
     assert stats.mean[0] == 1.0  # the unscorable completion is left out of its group's mean
+
+
+@pytest.mark.parametrize("loss_type", ["token", "sequence"])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_micro_batches_give_the_one_batch_gradient(policy64, loss_type, beta):
+    """grpo.micro_batch_groups: the step's forward/backward in micro-batches of whole groups,
+    each divided by the whole step's counts: the same gradient and stats as one batch (float64),
+    a non-trainable group included (dropped with beta 0, forwarded with a KL term)."""
+    from grpo_core.tasks.demo import DemoTask
+    from grpo_core.grpo import rollout
+    model, tok = policy64
+    torch.manual_seed(1)
+    roll = rollout(model, tok, DemoTask(2, 0).batch(4), 4, max_new_tokens=10)
+    totals = torch.rand(4, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64).numpy()
+    totals[1] = 0.5  # a constant group
+    trainable = np.array([True, False, True, True])
+    adv = advantages(totals, trainable, "group")
+    ref = type(model)(model.config).double()
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    grads, stats = {}, {}
+    for groups in (0, 1, 3):
+        cfg = GRPOConfig(loss_type=loss_type, beta=beta, max_grad_norm=0, micro_batch_groups=groups)
+        stats[groups] = train_on(model, torch.optim.SGD(model.parameters(), lr=0.0), roll, adv, trainable, cfg,
+                                 ref_model=ref if beta else None)
+        grads[groups] = [p.grad.clone() for p in model.parameters()]
+    for groups in (1, 3):
+        worst = max(float((a - b).abs().max()) for a, b in zip(grads[0], grads[groups]))
+        assert worst < 1e-12, (groups, worst)
+        for key in ("policy", "kl", "clip_ratio", "entropy", "rows", "tokens"):
+            assert stats[groups][key] == pytest.approx(stats[0][key], abs=1e-12), key
+    assert stats[0]["rows"] == (16 if beta else 12)
