@@ -46,6 +46,7 @@ class ModelConfig:
     warm_start_steps: int = knob(150, "Built-in model: cap on supervised warm-start steps before GRPO; stops once "
                                       "30% of sampled answers are right (cached per model+task config)")
     device: str = knob("auto", "auto | cpu | cuda | cuda:N; auto = CUDA when present")
+    gradient_checkpointing: bool = knob(False, "Recompute each layer's activations in the backward pass instead of keeping them: less memory for more compute (a group's prompt is then forwarded once per row)")
     dtype: str = knob("auto", "Compute dtype: auto | float32 | bfloat16 | float16; auto = bf16 on CUDA, fp32 on CPU. Weights and optimizer state stay fp32 (autocast; fp16 adds a gradient scaler)")
 
 

@@ -15,6 +15,7 @@ Facts the code relies on:
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,19 @@ def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
     remove[..., -1:] = False
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+@contextmanager
+def mode(model, training: bool):
+    """The model in train or eval mode for a block, then as it was. Sampling runs in eval mode
+    (gradient checkpointing, on in train mode, would turn the KV cache off), training in train
+    mode (where checkpointing applies)."""
+    was = model.training
+    model.train(training)
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 @torch.no_grad()
@@ -132,9 +146,10 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
     device = next(model.parameters()).device
     enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
     eos = eos_token_ids(model, tokenizer)
-    comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=max_new_tokens,
-                         eos_ids=eos, pad_id=tokenizer.pad_token_id, temperature=temperature, top_p=top_p,
-                         suppress_ids=suppress_ids)
+    with mode(model, training=False):
+        comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
+                             max_new_tokens=max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
+                             temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
     lp = enc["input_ids"].shape[1]
     cmask = completion_mask(comp, eos)
     attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
@@ -249,7 +264,8 @@ def _completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     of the tokens (docs/benchmarks.md, "Behind the code")."""
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     lc = input_ids.shape[1] - prompt_len
-    if group_size > 1 and prompt_len > 0:
+    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", False))  # no KV cache
+    if group_size > 1 and prompt_len > 0 and not checkpointing:
         pm = attention_mask[::group_size, :prompt_len]
         out = model(input_ids=input_ids[::group_size, :prompt_len], attention_mask=pm,
                     position_ids=pos[::group_size, :prompt_len], use_cache=True, logits_to_keep=1)
@@ -335,11 +351,12 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     per = (gcfg.micro_batch_groups or len(idx) // G) * G  # rows per micro-batch, whole groups
     optimizer.zero_grad(set_to_none=True)
     total = {"policy": 0.0, "kl": 0.0, "clipped": 0.0, "policy_tokens": 0.0, "entropy_sum": 0.0, "tokens": 0}
-    for chunk in idx.split(per):
-        part = _micro_batch(model, roll, chunk, adv_rows, row_trainable, gcfg, denoms, ref_model=ref_model,
-                            suppress_ids=suppress_ids, compute_dtype=compute_dtype, scaler=scaler)
-        for k in total:
-            total[k] += part[k]
+    with mode(model, training=True):
+        for chunk in idx.split(per):
+            part = _micro_batch(model, roll, chunk, adv_rows, row_trainable, gcfg, denoms, ref_model=ref_model,
+                                suppress_ids=suppress_ids, compute_dtype=compute_dtype, scaler=scaler)
+            for k in total:
+                total[k] += part[k]
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients
     params = [p for g in optimizer.param_groups for p in g["params"]]

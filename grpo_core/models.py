@@ -85,6 +85,16 @@ def build_tiny_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> LlamaForCaus
     return model
 
 
+def enable_checkpointing(model):
+    """Activation (gradient) checkpointing in train mode: transformers 5 names it
+    activation_checkpointing_enable, older versions gradient_checkpointing_enable."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def suppressed_token_ids(tokenizer) -> list[int]:
     """Special tokens the policy may not sample (eos stays allowed: it ends a completion).
     Without this a tiny policy learns to emit <pad>/<unk>, which decode to nothing and

@@ -104,6 +104,8 @@ class Trainer:
         self.model, self.tokenizer, self.model_info = models.load_policy(
             cfg.model, self.task, self.runs_root, seed=g.seed, log=self.log)
         self.device = next(self.model.parameters()).device
+        if cfg.model.gradient_checkpointing:
+            models.enable_checkpointing(self.model)
         # Weights and optimizer state in fp32; forward passes in the compute dtype (model.dtype).
         self.compute_dtype = models.pick_device(cfg.model)[1]
         self.scaler = torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None

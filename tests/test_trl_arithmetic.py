@@ -211,3 +211,38 @@ def test_micro_batches_give_the_one_batch_gradient(policy64, loss_type, beta):
         for key in ("policy", "kl", "clip_ratio", "entropy", "rows", "tokens"):
             assert stats[groups][key] == pytest.approx(stats[0][key], abs=1e-12), key
     assert stats[0]["rows"] == (16 if beta else 12)
+
+
+def test_activation_checkpointing_gives_the_same_gradient(policy64):
+    """model.gradient_checkpointing: the layers' activations recomputed in the backward pass
+    give the same gradient as keeping them (float64, the same forward: with checkpointing a
+    group's prompt is forwarded per row, which moves sums at the float32 level of the model's
+    RMSNorm, so the comparison is row by row both ways), train_on runs with it, and sampling
+    keeps its KV cache (eval mode)."""
+    from grpo_core import models
+    from grpo_core.grpo import mode, rollout
+    from grpo_core.tasks.demo import DemoTask
+    model, tok = policy64
+    torch.manual_seed(2)
+    roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=10)
+    weights = torch.rand(roll.completion_ids.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    grads = []
+    for on in (False, True):
+        if on:
+            models.enable_checkpointing(model)
+        model.zero_grad(set_to_none=True)
+        with mode(model, training=True):
+            logp, _ = token_logprobs(model, roll.input_ids, roll.attention_mask, roll.prompt_len, group_size=1)
+            (logp * weights).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    try:
+        assert model.is_activation_checkpointing
+        adv = advantages(torch.rand(3, 4, dtype=torch.float64).numpy(), np.ones(3, bool), "group")
+        st = train_on(model, torch.optim.SGD(model.parameters(), lr=0.0), roll, adv, np.ones(3, bool), GRPOConfig())
+        assert st["rows"] == 12 and st["grad_norm"] > 0
+        torch.manual_seed(2)
+        again = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=10)  # the cache still works
+        assert torch.equal(again.input_ids, roll.input_ids)
+    finally:
+        model.activation_checkpointing_disable()
+    assert max(float((a - b).abs().max()) for a, b in zip(*grads)) < 1e-12
