@@ -26,6 +26,11 @@ def cmd_train(args):
     return cli_train(args)
 
 
+def cmd_export(args):
+    from grpo_core.launch import cli_export
+    return cli_export(args)
+
+
 def cmd_pilot(args):
     from grpo_core.pilot import cli_pilot
     return cli_pilot(args)
@@ -111,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pilot", help="sample and score without training: check reward variance first")
     _add_run_options(p)
     p.set_defaults(func=cmd_pilot)
+
+    p = sub.add_parser("export", help="a run's last checkpoint as a Hugging Face model folder (LoRA merged)")
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--out", required=True, help="folder to write (from_pretrained loads it)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("report", help="post-run analysis as HTML or Markdown")
     p.add_argument("run", help="run dir, run.db or run id")

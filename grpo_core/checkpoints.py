@@ -24,7 +24,7 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     done = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(CKPT_PREFIX)
-            and (p / "state.pt").is_file() and (p / "config.json").is_file()]
+            and (p / "state.pt").is_file() and ((p / "config.json").is_file() or (p / "adapter_config.json").is_file())]
     return sorted(done, key=lambda p: int(p.name[len(CKPT_PREFIX):]))
 
 

@@ -46,6 +46,10 @@ class ModelConfig:
     warm_start_steps: int = knob(150, "Built-in model: cap on supervised warm-start steps before GRPO; stops once "
                                       "30% of sampled answers are right (cached per model+task config)")
     device: str = knob("auto", "auto | cpu | cuda | cuda:N; auto = CUDA when present")
+    lora_rank: int = knob(0, "LoRA adapters of this rank instead of training every weight (0 = full fine-tuning); needs peft (pip install peft)")
+    lora_alpha: float = knob(16.0, "LoRA scaling alpha (the update is scaled by alpha / rank)")
+    lora_dropout: float = knob(0.0, "Dropout on the LoRA adapters' input")
+    lora_target_modules: str = knob("all-linear", "Modules that get adapters: all-linear, or comma-separated names (q_proj,v_proj)")
     gradient_checkpointing: bool = knob(False, "Recompute each layer's activations in the backward pass instead of keeping them: less memory for more compute (a group's prompt is then forwarded once per row)")
     dtype: str = knob("auto", "Compute dtype: auto | float32 | bfloat16 | float16; auto = bf16 on CUDA, fp32 on CPU. Weights and optimizer state stay fp32 (autocast; fp16 adds a gradient scaler)")
 
@@ -326,6 +330,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(g.max_grad_norm >= 0, f"grpo.max_grad_norm must be >= 0, got {g.max_grad_norm}")
     need(m.device == "auto" or m.device == "cpu" or m.device.startswith("cuda"),
          f"model.device must be auto, cpu or cuda[:N], got {m.device!r}")
+    need(m.lora_rank >= 0, f"model.lora_rank must be >= 0 (0 = full fine-tuning), got {m.lora_rank}")
+    need(m.lora_alpha > 0 and 0 <= m.lora_dropout < 1, "model.lora_alpha must be > 0 and model.lora_dropout in [0, 1)")
     need(m.dtype in ("auto", "float32", "bfloat16", "float16"),
          f"model.dtype must be auto, float32, bfloat16 or float16, got {m.dtype!r}")
     need(m.hidden_size % max(m.num_heads, 1) == 0 and m.num_heads >= 1,

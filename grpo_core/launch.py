@@ -99,3 +99,26 @@ def cli_train(args) -> int:
         print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[REWARD]:.3f}, "
               f"trainable ratio {r[TRAINABLE_RATIO]:.2f}", file=sys.stderr)
     return 0
+
+
+def cli_export(args) -> int:
+    """The run's last complete checkpoint as a plain Hugging Face folder: a LoRA run's adapters
+    merged into the base the run trained (its model.path, or the built-in model's warm start)."""
+    from grpo_core.checkpoints import latest_checkpoint
+    with RunStore.open(args.run, readonly=True) as store:
+        cfg = validate(from_dict(store.config))
+        run_dir, run_id = store.run_dir, store.run_id
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise ConfigError(f"run {run_id} has no complete checkpoint to export (checkpoints are written every "
+                          "log.checkpoint_every steps and at the end)")
+    if (ckpt / "adapter_config.json").is_file():
+        base, tokenizer, _ = models.load_policy(cfg.model, make_task(cfg), run_dir.parent, seed=cfg.grpo.seed)
+        model = models.apply_lora(base, cfg.model)
+        models.load_lora_state(model, ckpt)
+        model = model.merge_and_unload()
+    else:
+        model, tokenizer = models.load_pretrained(str(ckpt))
+    models.save_pretrained(model, tokenizer, args.out)
+    print(f"exported {run_id} {ckpt.name} to {args.out}", file=sys.stderr)
+    return 0

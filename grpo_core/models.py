@@ -85,6 +85,46 @@ def build_tiny_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> LlamaForCaus
     return model
 
 
+# ---- LoRA (peft, optional) ---------------------------------------------------------------------
+def apply_lora(model, cfg: ModelConfig):
+    """The model with LoRA adapters (peft): only the adapters train; the base weights stay."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ConfigError("model.lora_rank needs peft: pip install peft (or pip install grpo-health[lora])") from None
+    targets = cfg.lora_target_modules if cfg.lora_target_modules == "all-linear" else \
+        [t.strip() for t in cfg.lora_target_modules.split(",") if t.strip()]
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class AdaptersOff:
+    """The frozen reference of a LoRA policy: the same model with its adapters disabled, no
+    second copy of the weights. Called like the model (token_logprobs only calls it)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+    def __getattr__(self, name):  # training, config, parameters(): the model's
+        return getattr(self.model, name)
+
+
+def load_lora_state(model, folder: Path):
+    """A checkpoint's adapter weights into the model's adapters."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    set_peft_model_state_dict(model, load_file(str(Path(folder) / "adapter_model.safetensors")))
+
+
 def enable_checkpointing(model):
     """Activation (gradient) checkpointing in train mode: transformers 5 names it
     activation_checkpointing_enable, older versions gradient_checkpointing_enable."""

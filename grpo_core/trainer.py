@@ -104,24 +104,36 @@ class Trainer:
         self.model, self.tokenizer, self.model_info = models.load_policy(
             cfg.model, self.task, self.runs_root, seed=g.seed, log=self.log)
         self.device = next(self.model.parameters()).device
-        if cfg.model.gradient_checkpointing:
-            models.enable_checkpointing(self.model)
         # Weights and optimizer state in fp32; forward passes in the compute dtype (model.dtype).
         self.compute_dtype = models.pick_device(cfg.model)[1]
         self.scaler = torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None
         self.suppress_ids = models.suppressed_token_ids(self.tokenizer)
         self.ref_model = None
-        if g.beta > 0:  # the frozen reference is the starting policy (after warm-start)
+        if g.beta > 0 and not cfg.model.lora_rank:  # the frozen reference: the starting policy (after warm-start)
             self.ref_model, _, _ = models.load_policy(cfg.model, self.task, self.runs_root, seed=g.seed)
             self.ref_model.requires_grad_(False)
             if self.compute_dtype != torch.float32:  # never trained: its weights need no fp32 copy
                 self.ref_model.to(self.compute_dtype)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=g.lr, weight_decay=g.weight_decay)
+        self.prepare_model()
         # Its requests are its handlers: every kind, a difficulty only on a task with levels.
         kinds = [k for k in CONTROL_KINDS if k != SET_DIFFICULTY or self.task.levels >= 2]
         self.session = RunSession(store, dict.fromkeys(kinds, self.apply_request), self.refuse_request)
         if resume:
             self._load_checkpoint()
+
+    def prepare_model(self):
+        """LoRA adapters and activation checkpointing on the loaded policy, and the optimizer
+        over what trains (the adapters alone with LoRA, whose reference is the same model with
+        its adapters off: no second copy)."""
+        m, g = self.cfg.model, self.cfg.grpo
+        if m.lora_rank and not models.is_lora(self.model):
+            self.model = models.apply_lora(self.model, m)
+            if g.beta > 0:
+                self.ref_model = models.AdaptersOff(self.model)
+        if m.gradient_checkpointing:
+            models.enable_checkpointing(self.model)
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=g.lr,
+                                           weight_decay=g.weight_decay)
 
     # ---- one step ------------------------------------------------------------------------
     def sample(self) -> Sample:
@@ -359,10 +371,11 @@ class Trainer:
         if ckpt is None:
             raise ConfigError(f"--resume: run {self.store.run_id} has no complete checkpoint in "
                               f"{self.store.run_dir / 'checkpoints'}; start it again without --resume")
-        self.model, self.tokenizer = models.load_pretrained(str(ckpt), self.device,
-                                                            next(self.model.parameters()).dtype)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.grpo.lr,
-                                           weight_decay=self.cfg.grpo.weight_decay)
+        if models.is_lora(self.model):  # a LoRA checkpoint holds the adapters: the base is the run's own
+            models.load_lora_state(self.model, ckpt)
+        else:
+            self.model, self.tokenizer = models.load_pretrained(str(ckpt), self.device, torch.float32)
+        self.prepare_model()
         st = checkpoints.read_state(ckpt)
         self.optimizer.load_state_dict(st["optimizer"])
         self.task.load_state_dict(st["task"])
