@@ -89,6 +89,8 @@ class GRPOConfig:
     min_group_std: float = knob(0.01, "A group is trainable when its total-reward std > this (0 = ART's 'not all equal')")
     drop_untrainable: bool = knob(True, "Drop non-trainable groups from forward/backward (beta = 0 only: with beta > 0 every row's KL term has a gradient, so all rows train, as in TRL)")
     micro_batch_groups: int = knob(0, "Groups per forward/backward micro-batch, gradients accumulated (0 = the whole step at once; lower it when a step does not fit in memory)")
+    logit_chunk_mb: float = knob(256.0, "MB of fp32 logits computed at once for log-probs and entropy (a chunk of completion tokens, recomputed in backward; 0 = the whole micro-batch's at once)")
+    sample_batch_groups: int = knob(0, "Groups sampled at once (0 = the whole step; lower it when sampling does not fit in memory)")
     dynamic_sampling: bool = knob(False, "Sample more prompt batches until enough trainable groups (DAPO-style)")
     dynamic_max_batches: int = knob(4, "Dynamic sampling: cap on prompt batches per step")
     dynamic_min_trainable: int = knob(4, "Dynamic sampling: stop once this many trainable groups")
@@ -326,6 +328,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         except ConfigError as e:
             raise ConfigError(f"grpo.{e}") from None
     need(g.micro_batch_groups >= 0, f"grpo.micro_batch_groups must be >= 0 (0 = one batch), got {g.micro_batch_groups}")
+    need(g.logit_chunk_mb >= 0, f"grpo.logit_chunk_mb must be >= 0 (0 = no chunks), got {g.logit_chunk_mb}")
+    need(g.sample_batch_groups >= 0, f"grpo.sample_batch_groups must be >= 0 (0 = the whole step), got {g.sample_batch_groups}")
     need(g.dynamic_max_batches >= 1, f"grpo.dynamic_max_batches must be >= 1, got {g.dynamic_max_batches}")
     need(g.max_grad_norm >= 0, f"grpo.max_grad_norm must be >= 0, got {g.max_grad_norm}")
     need(m.device == "auto" or m.device == "cpu" or m.device.startswith("cuda"),

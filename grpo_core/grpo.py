@@ -15,11 +15,12 @@ Facts the code relies on:
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from grpo_core.config import ConfigError
 
@@ -140,9 +141,16 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
 
 
 def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
-            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None) -> Rollouts:
-    """P prompts -> P*G sampled completions in one batch (KV cache, each prompt prefilled once).
-    Rows are grouped: rows g*G .. g*G+G-1 are prompt g's group."""
+            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
+            batch_groups: int = 0) -> Rollouts:
+    """P prompts -> P*G sampled completions (KV cache, each prompt prefilled once), in batches
+    of `batch_groups` prompts (0: one batch) so the KV cache held is one batch's. Rows are
+    grouped: rows g*G .. g*G+G-1 are prompt g's group."""
+    if 0 < batch_groups < len(examples):
+        parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
+                 for i in range(0, len(examples), batch_groups)]
+        return concat_rollouts(parts, tokenizer.pad_token_id)
     device = next(model.parameters()).device
     enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
     eos = eos_token_ids(model, tokenizer)
@@ -255,30 +263,60 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
                   "policy_tokens": n_policy.item()}
 
 
-def _completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
-                       group_size: int) -> torch.Tensor:
-    """Logits predicting each completion token [B, Lc, V]. Rows in groups of G with the same
-    prompt (group_size = G > 1): the prompt goes through the model once per group, with grad,
-    its KV cache is copied to the group's rows and the completions attend to it. The same
-    function and gradient as one forward over all rows (tests/test_trainer.py), on a fraction
-    of the tokens (docs/benchmarks.md, "Behind the code")."""
+# Logits whose model forward is not head(decoder(x)): these configs scale or cap them after the head.
+_LOGIT_POSTPROCESS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def head_of(model):
+    """The LM head when the logits are exactly head(decoder hidden states), else None (the
+    log-probs then come from the model's own logits). A LoRA reference (AdaptersOff) and a
+    peft model reach the decoder and head of the model they wrap."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is None or any(getattr(text, k, None) not in (None, 1.0) for k in _LOGIT_POSTPROCESS):
+        return None
+    try:
+        head, decoder = model.get_output_embeddings(), model.get_decoder()
+    except (AttributeError, ValueError, NotImplementedError):
+        return None
+    return head if isinstance(head, torch.nn.Module) and decoder is not None else None
+
+
+def _final_states(model, on_hidden: bool, keep: int, **kwargs):
+    """The last `keep` positions' states, and the cache: the decoder's hidden states (before
+    the LM head) when on_hidden, else the model's logits."""
+    if on_hidden:
+        out = model.get_decoder()(**kwargs)
+        return out.last_hidden_state[:, -keep:], out.past_key_values
+    out = model(**kwargs, logits_to_keep=keep)
+    return out.logits, out.past_key_values
+
+
+def _completion_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                       group_size: int, on_hidden: bool) -> torch.Tensor:
+    """The states predicting each completion token [B, Lc, D] (D: hidden size, or the vocab
+    for logits). Rows in groups of G with the same prompt (group_size = G > 1): the prompt
+    goes through the model once per group, with grad, its KV cache is copied to the group's
+    rows and the completions attend to it. The same function and gradient as one forward over
+    all rows (tests/test_trainer.py), on a fraction of the tokens (docs/benchmarks.md,
+    "Behind the code")."""
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     lc = input_ids.shape[1] - prompt_len
     checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", False))  # no KV cache
     if group_size > 1 and prompt_len > 0 and not checkpointing:
-        pm = attention_mask[::group_size, :prompt_len]
-        out = model(input_ids=input_ids[::group_size, :prompt_len], attention_mask=pm,
-                    position_ids=pos[::group_size, :prompt_len], use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        first, cache = _final_states(model, on_hidden, 1, input_ids=input_ids[::group_size, :prompt_len],
+                                     attention_mask=attention_mask[::group_size, :prompt_len],
+                                     position_ids=pos[::group_size, :prompt_len], use_cache=True)
         if hasattr(cache, "batch_repeat_interleave"):
             cache.batch_repeat_interleave(group_size)
-            first = out.logits[:, -1:].repeat_interleave(group_size, 0)
             cpos = pos[:, prompt_len - 1:prompt_len] + 1 + torch.arange(lc, device=pos.device)  # as in sample_tokens
-            rest = model(input_ids=input_ids[:, prompt_len:], attention_mask=attention_mask, position_ids=cpos,
-                         past_key_values=cache, use_cache=True).logits[:, :-1]
-            return _upcast(torch.cat([first, rest], 1))
-    return _upcast(model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False,
-                         logits_to_keep=lc + 1).logits[:, :-1])
+            rest, _ = _final_states(model, on_hidden, lc, input_ids=input_ids[:, prompt_len:],
+                                    attention_mask=attention_mask, position_ids=cpos, past_key_values=cache,
+                                    use_cache=True)
+            return torch.cat([first.repeat_interleave(group_size, 0), rest[:, :-1]], 1)
+    states, _ = _final_states(model, on_hidden, lc + 1, input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=pos, use_cache=False)
+    return states[:, :-1]
 
 
 def _upcast(logits: torch.Tensor) -> torch.Tensor:
@@ -286,28 +324,63 @@ def _upcast(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.dtype == torch.float64 else logits.float()
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
-                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False,
-                   group_size: int = 1):
-    """Log-probs of the completion tokens [B, Lc] (logits only for the completion positions),
-    and their entropy [B, Lc] (no grad) when asked. Positions follow the attention mask, as in
-    `generate` with left padding. group_size = G: rows come in groups of G sharing a prompt
-    (rows g*G .. g*G+G-1), whose forward is then shared."""
-    logits = _completion_logits(model, input_ids, attention_mask, prompt_len, group_size)
+def _chunk_logprobs(states: torch.Tensor, targets: torch.Tensor, head, temperature: float,
+                    suppress_ids: list[int] | None, with_entropy: bool):
+    """Log-probs of `targets` [N] and their entropy [N] (no grad) from states [N, D]."""
+    logits = _upcast(head(states))
     if temperature != 1.0:
         logits = logits / temperature
     if suppress_ids:  # the sampler never saw these tokens: the policy it sampled from excludes them
-        logits[..., suppress_ids] = float("-inf")
+        logits = logits.index_fill(-1, torch.as_tensor(suppress_ids, device=logits.device), float("-inf"))
     logsm = logits.log_softmax(-1)
-    logp = logsm.gather(-1, input_ids[:, prompt_len:, None]).squeeze(-1)
-    # After eos the targets are padding, which may be a suppressed (-inf) token: zero them so
-    # masked positions can never turn the loss into nan (nan * 0 is nan).
-    logp = torch.where(attention_mask[:, prompt_len:].bool(), logp, torch.zeros_like(logp))
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            p = logsm.exp()
-            ent = -(p * logsm.masked_fill(p == 0, 0.0)).sum(-1)
+    logp = logsm.gather(-1, targets[:, None]).squeeze(-1)
+    if not with_entropy:
+        return logp, None
+    with torch.no_grad():
+        p = logsm.exp()
+        return logp, -(p * logsm.masked_fill(p == 0, 0.0)).sum(-1)
+
+
+def vocab_size(model) -> int:
+    config = model.config
+    return (config.get_text_config() if hasattr(config, "get_text_config") else config).vocab_size
+
+
+def chunk_tokens(chunk_mb: float, vocab_size: int) -> int | None:
+    """Completion tokens per log-prob chunk so its fp32 logits take `chunk_mb` MB (None: all at once)."""
+    return max(1, int(chunk_mb * 2 ** 20 // (4 * vocab_size))) if chunk_mb > 0 else None
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
+                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False,
+                   group_size: int = 1, chunk: int | None = None):
+    """Log-probs of the completion tokens [B, Lc], and their entropy [B, Lc] (no grad) when
+    asked; 0 on the masked positions. Positions follow the attention mask, as in `generate`
+    with left padding. group_size = G: rows come in groups of G sharing a prompt (rows
+    g*G .. g*G+G-1), whose forward is then shared.
+
+    The LM head runs on the attended completion tokens only, `chunk` of them at a time (None:
+    all), each chunk's logits recomputed in backward (activation checkpointing), so no
+    [rows, tokens, vocab] tensor is held beyond one chunk's, as TRL's chunked log-probs."""
+    head = head_of(model)
+    with getattr(model, "forward_context", nullcontext)():  # a LoRA reference: its adapters off
+        states = _completion_states(model, input_ids, attention_mask, prompt_len, group_size, head is not None)
+        mask = attention_mask[:, prompt_len:].bool()
+        flat, targets = states[mask], input_ids[:, prompt_len:][mask]
+        head = head if head is not None else (lambda logits: logits)
+        size = chunk or max(len(flat), 1)
+        recompute = torch.is_grad_enabled() and flat.requires_grad and len(flat) > size
+        parts = []
+        for s, t in zip(flat.split(size), targets.split(size)):
+            args = (s, t, head, temperature, suppress_ids, with_entropy)
+            parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else
+                         _chunk_logprobs(*args))
+    dtype = torch.float64 if states.dtype == torch.float64 else torch.float32
+    logp = torch.zeros(mask.shape, dtype=dtype, device=states.device)
+    if not parts:
+        return logp, logp.clone() if with_entropy else None
+    logp = logp.masked_scatter(mask, torch.cat([lp for lp, _ in parts]))
+    ent = torch.zeros_like(logp).masked_scatter(mask, torch.cat([e for _, e in parts])) if with_entropy else None
     return logp, ent
 
 
@@ -325,6 +398,16 @@ def autocast(device: torch.device, compute_dtype: torch.dtype):
     return torch.autocast(device.type, dtype=compute_dtype, enabled=compute_dtype in (torch.bfloat16, torch.float16))
 
 
+def forwarded_groups(trainable: np.ndarray, gcfg, with_kl: bool) -> np.ndarray:
+    """The groups [P] bool whose rows go through forward/backward: the trainable ones, or every
+    group with a KL term (each row's KL has a gradient and TRL averages it over all tokens:
+    dropping rows would change it) or with grpo.drop_untrainable off."""
+    trainable = np.asarray(trainable, bool)
+    if with_kl or not gcfg.drop_untrainable:
+        return np.ones_like(trainable)
+    return trainable
+
+
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
              ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None) -> dict:
     """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
@@ -338,13 +421,11 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
     with_kl = gcfg.beta > 0 and ref_model is not None
+    groups = forwarded_groups(trainable, gcfg, with_kl)
     if not bool(row_trainable.any()) and not with_kl:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0}
-    # With a KL term every row has a gradient (TRL averages the KL over all tokens): dropping
-    # the non-trainable rows would change it, so they are only dropped when beta = 0.
-    rows = row_trainable if gcfg.drop_untrainable and not with_kl else torch.ones_like(row_trainable)
-    idx = rows.nonzero().squeeze(-1)
+    idx = torch.as_tensor(np.repeat(groups, G)).nonzero().squeeze(-1)
     denoms = (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
               _reduce_count(roll.completion_mask[idx], gcfg.loss_type))  # KL: the rows forwarded
     adv_rows = torch.as_tensor(adv.reshape(-1), dtype=torch.float64)  # to logp's dtype in grpo_loss
@@ -377,14 +458,15 @@ def _micro_batch(model, roll: Rollouts, chunk: torch.Tensor, adv_rows: torch.Ten
     G, device = roll.group_size, roll.input_ids.device
     ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
     cmask = attn[:, lp:]
+    per_chunk = chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model))
     with autocast(device, compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
         logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                                   with_entropy=True, group_size=G)  # rows are whole groups: share each prompt
+                                   with_entropy=True, group_size=G, chunk=per_chunk)  # whole groups: share prompts
         ref = None
         if gcfg.beta > 0 and ref_model is not None:
             with torch.no_grad():
                 ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
-                                        suppress_ids=suppress_ids, group_size=G)
+                                        suppress_ids=suppress_ids, group_size=G, chunk=per_chunk)
     loss, stats = grpo_loss(logp, logp.detach(), adv_rows[chunk].to(device), cmask,
                             policy_rows=row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,

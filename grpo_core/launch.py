@@ -11,6 +11,7 @@ import traceback
 
 from grpo_core import models
 from grpo_core.names import REWARD, TRAINABLE_RATIO
+from grpo_core.out_of_memory import OutOfMemory
 from grpo_core.store import CREATED, FAILED, RunStore, check_run_id, new_run_id, runs_dir, storage_problem
 from grpo_core.config import ConfigError, RunConfig, apply_overrides, from_dict, load_config, validate
 from grpo_core.tasks import build_metrics, make_task
@@ -90,6 +91,8 @@ def cli_train(args) -> int:
         why = storage_problem(e)
         if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
             print(f"error: {trainer.storage_message(why)}", file=sys.stderr)
+        elif isinstance(e, OutOfMemory):  # the line names the knobs; the finished steps are in the store
+            print(f"error: {e}; steps up to {trainer.step} are kept", file=sys.stderr)
         else:
             traceback.print_exc()
         return 1

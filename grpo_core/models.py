@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -105,16 +106,29 @@ def is_lora(model) -> bool:
 
 class AdaptersOff:
     """The frozen reference of a LoRA policy: the same model with its adapters disabled, no
-    second copy of the weights. Called like the model (token_logprobs only calls it)."""
+    second copy of the weights. Called like the model; token_logprobs, which calls its decoder
+    and head apart, enters forward_context around them."""
 
     def __init__(self, model):
-        self.model = model
+        self.model, self._off = model, False
+
+    @contextmanager
+    def forward_context(self):
+        if self._off:  # nested (a call inside the block): peft's exit would turn them back on early
+            yield
+            return
+        self._off = True
+        try:
+            with self.model.disable_adapter():
+                yield
+        finally:
+            self._off = False
 
     def __call__(self, *args, **kwargs):
-        with self.model.disable_adapter():
+        with self.forward_context():
             return self.model(*args, **kwargs)
 
-    def __getattr__(self, name):  # training, config, parameters(): the model's
+    def __getattr__(self, name):  # training, config, parameters(), get_decoder(): the model's
         return getattr(self.model, name)
 
 

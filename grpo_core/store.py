@@ -58,6 +58,7 @@ PENDING, APPLYING, APPLIED, REJECTED = "pending", "applying", "applied", "reject
 EV_LIFECYCLE, EV_ALERT, EV_CHANGE, EV_REJECTED, EV_CHECKPOINT = (
     "lifecycle", "alert", "change", "rejected", "checkpoint")
 EV_AUTOPILOT = "autopilot"  # a move the autopilot decided (its request id and reason)
+EV_MEMORY = "memory"  # a step out of memory, retried with a smaller batch (the knob and its new value)
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 

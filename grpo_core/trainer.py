@@ -9,11 +9,11 @@ requests the dashboard writes, with checkpoints (checkpoints.py) and a heartbeat
 from __future__ import annotations
 
 import os
+import dataclasses
 import random
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +27,9 @@ from grpo_core import health
 from grpo_core import live_settings
 from grpo_core import models
 from grpo_core import names
+from grpo_core import out_of_memory
 from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
-from grpo_core.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT,
+from grpo_core.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY,
                              EV_REJECTED, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, RunMeta, RunStore, STOP,
                              STOPPED, StepGroups, StepRollouts, storage_problem)
 from grpo_core.config import ConfigError, RunConfig
@@ -41,7 +42,7 @@ from grpo_core.writer import BatchedWrites
 ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
 
 
-@dataclass
+@dataclasses.dataclass
 class Sample:
     """A step's rollouts and their raw scores: one prompt batch, or several (dynamic sampling)."""
     roll: grpo.Rollouts
@@ -109,6 +110,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None
         self.suppress_ids = models.suppressed_token_ids(self.tokenizer)
         self.ref_model = None
+        self.pending_events: list[tuple[str, dict]] = []  # out-of-memory retries, logged with the step
         if g.beta > 0 and not cfg.model.lora_rank:  # the frozen reference: the starting policy (after warm-start)
             self.ref_model, _, _ = models.load_policy(cfg.model, self.task, self.runs_root, seed=g.seed)
             self.ref_model.requires_grad_(False)
@@ -145,10 +147,9 @@ class Trainer:
             batches += 1
             examples = self.task.batch(g.prompts_per_step)
             t0 = time.perf_counter()
-            with grpo.autocast(self.device, self.compute_dtype):
-                roll = grpo.rollout(self.model, self.tokenizer, examples, g.group_size,
-                                    max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                                    suppress_ids=self.suppress_ids)
+            roll = out_of_memory.halving(lambda n: self.rollout(examples, n), g.sample_batch_groups or len(examples),
+                                         stage="sampling", knob="grpo.sample_batch_groups",
+                                         on_retry=self.memory_retry("sample_batch_groups"))
             t1 = time.perf_counter()
             scored = self.reward.score(roll.texts, roll.examples)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
@@ -167,6 +168,35 @@ class Trainer:
         return Sample(grpo.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
                       t_gen, t_score)
 
+    def rollout(self, examples: list[dict], batch_groups: int) -> grpo.Rollouts:
+        g = self.cfg.grpo
+        with grpo.autocast(self.device, self.compute_dtype):
+            return grpo.rollout(self.model, self.tokenizer, examples, g.group_size, max_new_tokens=g.max_new_tokens,
+                                temperature=g.temperature, top_p=g.top_p, suppress_ids=self.suppress_ids,
+                                batch_groups=batch_groups)
+
+    def train_on(self, roll: grpo.Rollouts, adv: np.ndarray, trainable: np.ndarray) -> dict:
+        """grpo.train_on, its micro-batch halved while the step does not fit in memory."""
+        g = self.cfg.grpo
+        forwarded = int(grpo.forwarded_groups(trainable, g, g.beta > 0 and self.ref_model is not None).sum())
+        return out_of_memory.halving(
+            lambda n: grpo.train_on(self.model, self.optimizer, roll, adv, trainable,
+                                    dataclasses.replace(g, micro_batch_groups=n), ref_model=self.ref_model,
+                                    suppress_ids=self.suppress_ids, compute_dtype=self.compute_dtype,
+                                    scaler=self.scaler),
+            min(g.micro_batch_groups or forwarded, max(forwarded, 1)), stage="training",
+            knob="grpo.micro_batch_groups", on_retry=self.memory_retry("micro_batch_groups"))
+
+    def memory_retry(self, knob: str):
+        """on_retry for out_of_memory.halving: the smaller batch stays for the rest of the run
+        (the next steps would not fit either) and an event says so."""
+        def retry(groups: int, error: str):
+            setattr(self.cfg.grpo, knob, groups)
+            self.pending_events.append((EV_MEMORY, {"knob": f"grpo.{knob}", "groups": groups,
+                                                                     "error": error}))
+            self.log(f"out of memory ({error}): retrying with grpo.{knob}={groups}")
+        return retry
+
     def train_step(self, update: bool = True) -> tuple[dict, StepGroups, StepRollouts]:
         """One step; update=False samples, scores and logs without training (the pilot)."""
         g = self.cfg.grpo
@@ -182,9 +212,7 @@ class Trainer:
         adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std)
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
-        loss = grpo.train_on(self.model, self.optimizer, roll, adv, stats.trainable, g, ref_model=self.ref_model,
-                             suppress_ids=self.suppress_ids, compute_dtype=self.compute_dtype,
-                             scaler=self.scaler) if update else \
+        loss = self.train_on(roll, adv, stats.trainable) if update else \
             dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
         t_train = time.perf_counter() - t0
 
@@ -452,7 +480,8 @@ class Trainer:
         cfg = self.cfg
         scalars, groups, rollouts = self.train_step()
         self.step += 1
-        events = self.new_alerts(self.step, scalars) + self.curriculum(scalars)
+        events = self.pending_events + self.new_alerts(self.step, scalars) + self.curriculum(scalars)
+        self.pending_events = []
         t0 = time.perf_counter()
         self.log_step(scalars, groups, rollouts, events)
         if mirror is not None:

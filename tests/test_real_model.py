@@ -33,7 +33,8 @@ def test_the_model_folder_loads_as_a_hub_model_does(qwen2):
 
 
 @pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", ["model.gradient_checkpointing=true",
-                                                                         "grpo.micro_batch_groups=1"])])
+                                                                         "grpo.micro_batch_groups=1",
+                                                                         "grpo.logit_chunk_mb=0.05"])])
 def test_it_trains_every_parameter_and_its_checkpoint_reloads(qwen2, tmp_path, monkeypatch, dtype, extra):
     cfg = load_config(None, extra + [f"model.path={qwen2}", f"model.dtype={dtype}", "grpo.steps=3", "grpo.prompts_per_step=2",
                              "grpo.group_size=4", "grpo.max_new_tokens=12", "grpo.lr=1e-3", "grpo.min_group_std=0",
@@ -103,3 +104,94 @@ def test_lora_trains_only_the_adapters_resumes_and_exports_a_merged_model(qwen2,
     with torch.no_grad():
         torch.testing.assert_close(merged(input_ids=ids).logits, tr.model(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
     store.close()
+
+
+def _rollout(model, tok, rows_per_prompt=3, seed=0):
+    torch.manual_seed(seed)
+    examples = [{"prompt": p} for p in ("the key of", "2 + 3 =", "say something long about the source")]
+    return grpo.rollout(model, tok, examples, rows_per_prompt, max_new_tokens=10)
+
+
+@pytest.mark.parametrize("group_size,lora", [(1, False), (3, False), (3, True)])
+def test_chunked_logprobs_give_the_unchunked_values_and_gradient(qwen2, group_size, lora):
+    """Float64: the head over a few completion tokens at a time (recomputed in backward) gives
+    the log-probs, entropy and every parameter's gradient of the model's own full logits."""
+    from grpo_core import models
+    from grpo_core.config import ModelConfig
+    model, tok = AutoModelForCausalLM.from_pretrained(qwen2).double(), AutoTokenizer.from_pretrained(qwen2)
+    if lora:
+        model = models.apply_lora(model, ModelConfig(lora_rank=4, lora_target_modules="all-linear"))
+        for n, p in model.named_parameters():  # adapters at init are a no-op (B = 0): give them a value
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.1)
+    roll = _rollout(model, tok)
+    args = (roll.input_ids, roll.attention_mask, roll.prompt_len)
+    results = []
+    for chunk, on_hidden in ((None, False), (None, True), (3, True)):
+        if not on_hidden:  # the model's own logits: the path a model with softcapped logits takes
+            head_of, grpo.head_of = grpo.head_of, lambda m: None
+        try:
+            model.zero_grad()
+            logp, ent = grpo.token_logprobs(model, *args, with_entropy=True, group_size=group_size, chunk=chunk,
+                                            suppress_ids=[tok.convert_tokens_to_ids("<|im_start|>")])
+            (logp * torch.linspace(-1, 1, logp.numel(), dtype=logp.dtype).view_as(logp)).sum().backward()
+        finally:
+            if not on_hidden:
+                grpo.head_of = head_of
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logp.detach(), ent, grads))
+    (lp0, ent0, g0), *rest = results
+    assert (roll.completion_mask.sum() > 3 * 3) and set(g0) and (lp0 != 0).any()
+    for lp, ent, grads in rest:
+        torch.testing.assert_close(lp, lp0, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ent, ent0, rtol=1e-12, atol=1e-12)
+        assert grads.keys() == g0.keys()
+        for n in g0:
+            torch.testing.assert_close(grads[n], g0[n], rtol=1e-10, atol=1e-12)
+    if lora:  # the reference: the same model with its adapters off, through the same chunked path
+        ref, _ = grpo.token_logprobs(models.AdaptersOff(model), *args, chunk=3)
+        with model.disable_adapter():
+            plain, _ = grpo.token_logprobs(model, *args)
+        torch.testing.assert_close(ref, plain, rtol=1e-12, atol=1e-12)
+        assert not torch.allclose(ref, lp0)
+
+
+def test_the_head_never_sees_more_than_a_chunk_of_tokens(qwen2):
+    """The memory promise: no [rows, tokens, vocab] logits tensor, only [chunk, vocab] ones,
+    in the forward and in the recompute of the backward; the trainer's chunk follows the knob."""
+    model, tok = AutoModelForCausalLM.from_pretrained(qwen2), AutoTokenizer.from_pretrained(qwen2)
+    roll = _rollout(model, tok)
+    seen = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
+    chunk = grpo.chunk_tokens(0.05, grpo.vocab_size(model))  # 0.05 MB of fp32 logits: 6 tokens of 2048
+    assert chunk == 6
+    logp, _ = grpo.token_logprobs(model, roll.input_ids, roll.attention_mask, roll.prompt_len, group_size=3,
+                                  chunk=chunk, with_entropy=True)
+    logp.sum().backward()
+    hook.remove()
+    tokens = int(roll.completion_mask.sum())
+    assert tokens > 4 * chunk
+    assert max(s[0] for s in seen) <= chunk and all(s[-1] == 2048 for s in seen)
+    assert len(seen) == 2 * -(-tokens // chunk)  # each chunk once forward, once recomputed in backward
+
+
+def test_a_model_whose_logits_are_not_its_heads_uses_its_own_logits(qwen2):
+    model = AutoModelForCausalLM.from_pretrained(qwen2)
+    assert grpo.head_of(model) is model.get_output_embeddings()
+    model.config.final_logit_softcapping = 30.0  # as Gemma 2: logits = 30 tanh(head / 30)
+    assert grpo.head_of(model) is None
+
+
+def test_sampling_in_batches_of_groups_holds_one_batch_and_keeps_the_rows_in_order(qwen2):
+    model, tok = AutoModelForCausalLM.from_pretrained(qwen2), AutoTokenizer.from_pretrained(qwen2)
+    rows = []
+    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]),
+                                                         with_kwargs=True)
+    examples = [{"prompt": p, "i": i} for i, p in enumerate(("the key", "2 + 3 =", "a much longer prompt about it"))]
+    roll = grpo.rollout(model, tok, examples, 4, max_new_tokens=6, batch_groups=1)
+    hook.remove()
+    assert max(rows) == 4 and roll.num_prompts == 3 and [e["i"] for e in roll.examples] == [0] * 4 + [1] * 4 + [2] * 4
+    assert roll.texts == tok.batch_decode(roll.completion_ids.masked_fill(roll.completion_mask == 0, tok.pad_token_id),
+                                          skip_special_tokens=True)
+    prompts = tok.batch_decode(roll.input_ids[:, :roll.prompt_len], skip_special_tokens=True)
+    assert prompts == [e["prompt"] for e in roll.examples]  # left padding to the longest prompt of all batches
