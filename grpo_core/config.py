@@ -21,6 +21,9 @@ import tomli_w
 from grpo_core import live_settings
 
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
 class ConfigError(ValueError):
     """Bad configuration; the message names the field and the fix."""
 
@@ -78,6 +81,9 @@ class GRPOConfig:
     temperature: float = knob(1.0, "Sampling temperature (> 0)")
     top_p: float = knob(1.0, "Nucleus sampling mass, in (0, 1]")
     lr: float = knob(1e-3, "AdamW learning rate (default tuned for the built-in tiny model; ~1e-6 for real LMs)")
+    lr_schedule: str = knob("constant", "Learning rate after the warmup: constant | linear (to 0 at grpo.steps) | cosine (to 0 at grpo.steps), as transformers' schedulers")
+    warmup_steps: int = knob(0, "Steps the learning rate rises linearly from 0 to grpo.lr")
+    num_iterations: int = knob(1, "Optimisation passes over each step's batch (TRL's num_iterations, verl's ppo_epochs): > 1 takes the old log-probs from the sampling policy, so the importance ratio and clipping act")
     weight_decay: float = knob(0.0, "AdamW weight decay")
     max_grad_norm: float = knob(1.0, "Gradient clipping norm (0 = off)")
     beta: float = knob(0.0, "KL coefficient to the frozen reference model (0 = no reference kept)")
@@ -328,6 +334,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         except ConfigError as e:
             raise ConfigError(f"grpo.{e}") from None
     need(g.micro_batch_groups >= 0, f"grpo.micro_batch_groups must be >= 0 (0 = one batch), got {g.micro_batch_groups}")
+    need(g.lr_schedule in LR_SCHEDULES, f"grpo.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {g.lr_schedule!r}")
+    need(g.warmup_steps >= 0, f"grpo.warmup_steps must be >= 0, got {g.warmup_steps}")
+    need(g.num_iterations >= 1, f"grpo.num_iterations must be >= 1 (1 = one pass per batch), got {g.num_iterations}")
     need(g.logit_chunk_mb >= 0, f"grpo.logit_chunk_mb must be >= 0 (0 = no chunks), got {g.logit_chunk_mb}")
     need(g.sample_batch_groups >= 0, f"grpo.sample_batch_groups must be >= 0 (0 = the whole step), got {g.sample_batch_groups}")
     need(g.dynamic_max_batches >= 1, f"grpo.dynamic_max_batches must be >= 1, got {g.dynamic_max_batches}")

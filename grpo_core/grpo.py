@@ -15,6 +15,7 @@ Facts the code relies on:
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -408,34 +409,91 @@ def forwarded_groups(trainable: np.ndarray, gcfg, with_kl: bool) -> np.ndarray:
     return trainable
 
 
+def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> float:
+    """The learning rate of update `step` (0 = the first) as a fraction of grpo.lr: a linear
+    warmup from 0, then constant, linear to 0 or cosine to 0 at total_steps, exactly as
+    transformers' get_scheduler("constant_with_warmup" | "linear" | "cosine") steps it
+    (tests/test_trainer.py). Computed from the step, so a step budget changed mid-run stretches
+    the schedule and a resumed run needs no scheduler state."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
              ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None) -> dict:
-    """One GRPO update on the rollouts. adv [P, G], trainable [P]. Returns loss stats; a batch
+    """`gcfg.num_iterations` GRPO updates on the rollouts. adv [P, G], trainable [P]. Returns
+    loss stats (policy, kl, clip_ratio, grad_norm, entropy: the mean over the passes); a batch
     with no trainable group returns zeros without a forward or backward.
 
-    The forward/backward runs in micro-batches of `gcfg.micro_batch_groups` whole groups (0: one),
-    each loss divided by the whole step's counts, so the gradients add up to the one-batch
-    gradient while the activations held are one micro-batch's. The forward passes run in
-    `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
-    `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive."""
+    Each pass runs its forward/backward in micro-batches of `gcfg.micro_batch_groups` whole
+    groups (0: one), each loss divided by the whole step's counts, so the gradients add up to
+    the one-batch gradient while the activations held are one micro-batch's. The forward passes
+    run in `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
+    `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive.
+    With one pass the old policy is the current one (ratio 1); with more, the old log-probs are
+    the sampling policy's, computed once before the first pass, as TRL's num_iterations."""
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
     with_kl = gcfg.beta > 0 and ref_model is not None
-    groups = forwarded_groups(trainable, gcfg, with_kl)
     if not bool(row_trainable.any()) and not with_kl:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0}
-    idx = torch.as_tensor(np.repeat(groups, G)).nonzero().squeeze(-1)
-    denoms = (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
-              _reduce_count(roll.completion_mask[idx], gcfg.loss_type))  # KL: the rows forwarded
-    adv_rows = torch.as_tensor(adv.reshape(-1), dtype=torch.float64)  # to logp's dtype in grpo_loss
-    per = (gcfg.micro_batch_groups or len(idx) // G) * G  # rows per micro-batch, whole groups
+    idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
+    batch = _Batch(roll, idx, (gcfg.micro_batch_groups or len(idx) // G) * G,  # rows per micro-batch, whole groups
+                   torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
+                   (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
+                    _reduce_count(roll.completion_mask[idx], gcfg.loss_type)))  # KL: the rows forwarded
+    kw = dict(ref_model=ref_model, suppress_ids=suppress_ids, compute_dtype=compute_dtype)
+    if gcfg.num_iterations > 1:
+        batch.old = _old_logprobs(model, batch, gcfg, **kw)
+    passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, **kw) for _ in range(gcfg.num_iterations)]
+    out = {k: float(np.mean([p[k] for p in passes])) for k in ("policy", "kl", "clip_ratio", "grad_norm", "entropy")}
+    return {**out, "rows": int(len(idx)), "tokens": passes[0]["tokens"]}
+
+
+@dataclass
+class _Batch:
+    """What every pass of train_on reuses."""
+    roll: Rollouts
+    idx: torch.Tensor  # the rows forwarded
+    per: int  # rows per micro-batch
+    adv_rows: torch.Tensor  # [B] float64, to logp's dtype in grpo_loss
+    row_trainable: torch.Tensor  # [B] bool
+    denoms: tuple[float, float]  # the policy and KL terms' counts over the whole step
+    old: torch.Tensor | None = None  # [B, Lc] the sampling policy's log-probs (passes > 1), else None
+
+
+def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype) -> torch.Tensor:
+    """The log-probs of the policy that sampled the batch [B, Lc] (no grad), in train mode as
+    the passes' forwards are: the first pass's ratio is then 1, as with one pass."""
+    roll, old = batch.roll, None
+    with torch.no_grad(), mode(model, training=True):
+        for chunk in batch.idx.split(batch.per):
+            ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
+            with autocast(roll.input_ids.device, compute_dtype):
+                logp, _ = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                         group_size=roll.group_size,
+                                         chunk=chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model)))
+            if old is None:
+                old = torch.zeros(roll.completion_ids.shape, dtype=logp.dtype, device=logp.device)
+            old[chunk, :logp.shape[1]] = logp
+    return old
+
+
+def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype, scaler) -> dict:
+    """One pass: the micro-batches' forward/backward, clipping, one optimizer step."""
     optimizer.zero_grad(set_to_none=True)
     total = {"policy": 0.0, "kl": 0.0, "clipped": 0.0, "policy_tokens": 0.0, "entropy_sum": 0.0, "tokens": 0}
     with mode(model, training=True):
-        for chunk in idx.split(per):
-            part = _micro_batch(model, roll, chunk, adv_rows, row_trainable, gcfg, denoms, ref_model=ref_model,
-                                suppress_ids=suppress_ids, compute_dtype=compute_dtype, scaler=scaler)
+        for chunk in batch.idx.split(batch.per):
+            part = _micro_batch(model, batch, chunk, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
+                                compute_dtype=compute_dtype, scaler=scaler)
             for k in total:
                 total[k] += part[k]
     if scaler is not None:
@@ -448,13 +506,14 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     else:
         optimizer.step()
     return {"policy": total["policy"], "kl": total["kl"], "clip_ratio": total["clipped"] / max(total["policy_tokens"], 1.0),
-            "grad_norm": float(gn), "entropy": total["entropy_sum"] / max(total["tokens"], 1), "rows": int(len(idx)),
+            "grad_norm": float(gn), "entropy": total["entropy_sum"] / max(total["tokens"], 1),
             "tokens": int(total["tokens"])}
 
 
-def _micro_batch(model, roll: Rollouts, chunk: torch.Tensor, adv_rows: torch.Tensor, row_trainable: torch.Tensor,
-                 gcfg, denoms: tuple[float, float], *, ref_model, suppress_ids, compute_dtype, scaler) -> dict:
+def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, gcfg, *, ref_model, suppress_ids, compute_dtype,
+                 scaler) -> dict:
     """Forward and backward of the rows `chunk` (whole groups); the gradients accumulate."""
+    roll = batch.roll
     G, device = roll.group_size, roll.input_ids.device
     ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
     cmask = attn[:, lp:]
@@ -467,10 +526,11 @@ def _micro_batch(model, roll: Rollouts, chunk: torch.Tensor, adv_rows: torch.Ten
             with torch.no_grad():
                 ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
                                         suppress_ids=suppress_ids, group_size=G, chunk=per_chunk)
-    loss, stats = grpo_loss(logp, logp.detach(), adv_rows[chunk].to(device), cmask,
-                            policy_rows=row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
+    old = logp.detach() if batch.old is None else batch.old[chunk, :logp.shape[1]]
+    loss, stats = grpo_loss(logp, old, batch.adv_rows[chunk].to(device), cmask,
+                            policy_rows=batch.row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
-                            policy_denom=denoms[0], kl_denom=denoms[1])
+                            policy_denom=batch.denoms[0], kl_denom=batch.denoms[1])
     (scaler.scale(loss) if scaler is not None else loss).backward()
     m = cmask.to(ent.dtype)
     return {**stats, "entropy_sum": float((ent * m).sum()), "tokens": int(cmask.sum())}

@@ -73,6 +73,7 @@ LOSS_KL = "loss/kl"
 LOSS_ENTROPY = "loss/entropy"
 GRAD_NORM = "loss/grad_norm"
 CLIP_RATIO = "loss/clip_ratio"
+LEARNING_RATE = "optim/learning_rate"  # the rate of the step's update (grpo.lr x the schedule's factor)
 
 # --- completions, time, throughput ----------------------------------------------
 COMPLETION_MEAN_LENGTH = "completions/mean_length"
@@ -87,7 +88,7 @@ THROUGHPUT_TOKENS = "throughput/tokens_per_s"
 STEP_SCALARS = (
     GROUPS_SUBMITTED, GROUPS_TRAINABLE, CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE,
     TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
-    FRAC_REWARD_ZERO_STD, LOSS_POLICY, LOSS_KL, LOSS_ENTROPY, GRAD_NORM, CLIP_RATIO,
+    FRAC_REWARD_ZERO_STD, LOSS_POLICY, LOSS_KL, LOSS_ENTROPY, GRAD_NORM, CLIP_RATIO, LEARNING_RATE,
     COMPLETION_MEAN_LENGTH, TIME_STEP, TIME_GENERATE, TIME_SCORE, TIME_TRAIN,
     THROUGHPUT_TOKENS,
 )

@@ -212,6 +212,9 @@ class Trainer:
         adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std)
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
+        lr = g.lr * grpo.lr_factor(self.step, g.warmup_steps, g.steps, g.lr_schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         loss = self.train_on(roll, adv, stats.trainable) if update else \
             dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
         t_train = time.perf_counter() - t0
@@ -224,7 +227,7 @@ class Trainer:
         step_s = time.perf_counter() - t_start
         scalars.update({
             names.LOSS_POLICY: loss["policy"], names.LOSS_KL: loss["kl"], names.LOSS_ENTROPY: loss["entropy"],
-            names.GRAD_NORM: loss["grad_norm"], names.CLIP_RATIO: loss["clip_ratio"],
+            names.GRAD_NORM: loss["grad_norm"], names.CLIP_RATIO: loss["clip_ratio"], names.LEARNING_RATE: lr,
             names.COMPLETION_MEAN_LENGTH: n_tokens / len(roll.texts),
             names.TIME_STEP: step_s, names.TIME_GENERATE: t_gen, names.TIME_SCORE: t_score, names.TIME_TRAIN: t_train,
             names.TIME_LOG: self.last_log_s, names.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
@@ -232,7 +235,8 @@ class Trainer:
             names.SCORING_ERRORS: float(sum(e is not None for e in errors)), names.SAMPLING_BATCHES: float(sample.batches),
         })
         if not update:  # nothing trained: log no loss at all rather than empty values
-            for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO):
+            for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO,
+                      names.LEARNING_RATE):
                 scalars.pop(k)
         groups = StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
                               G, stats.mean, stats.std, stats.trainable, stats.phantom)

@@ -55,7 +55,7 @@ def test_trl_fixture_every_step_and_ratio(runs):
             assert row[names.metric_mean(fn)] == e[f"rewards/{fn}/mean"]
             assert row[names.metric_batch_std(fn)] == e[f"rewards/{fn}/std"]
         assert row[names.GRAD_NORM] == e["grad_norm"] and row[names.LOSS_KL] == e["kl"]
-        assert row["trl/learning_rate"] == e["learning_rate"]
+        assert row[names.LEARNING_RATE] == e["learning_rate"]
     assert names.REWARD_STD not in wide and not any(c.endswith("/group_std") for c in wide)
     # equal 5-step intervals: the cumulative ratio is the running mean of the logged ratios
     running = np.cumsum([1 - e["frac_reward_zero_std"] for e in hist]) / np.arange(1, 41)

@@ -763,3 +763,24 @@ def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path
     assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     beats = [out for name, out in calls if name == "grpo-heartbeat"]
     assert beats and any(log > 0 and done == log for log, done in beats)  # frames written, all folded in
+
+
+@pytest.mark.parametrize("schedule,theirs", [("constant", "constant_with_warmup"), ("linear", "linear"),
+                                             ("cosine", "cosine")])
+def test_the_learning_rate_schedule_is_transformers(schedule, theirs):
+    from transformers import get_scheduler
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.5)
+    scheduler = get_scheduler(theirs, optimizer, num_warmup_steps=3, num_training_steps=12)
+    for step in range(14):
+        assert 0.5 * grpo.lr_factor(step, 3, 12, schedule) == pytest.approx(optimizer.param_groups[0]["lr"], abs=1e-15)
+        optimizer.step()
+        scheduler.step()
+
+
+def test_the_trainer_logs_the_scheduled_learning_rate(tmp_path):
+    tr, store = _trainer(tmp_path, ["grpo.steps=4", "grpo.lr=0.01", "grpo.warmup_steps=2", "grpo.lr_schedule=linear"])
+    assert tr.run() == "finished"
+    from grpo_core.names import LEARNING_RATE
+    logged = store.scalars_wide()[LEARNING_RATE].tolist()
+    assert logged == pytest.approx([0.0, 0.005, 0.01, 0.005])

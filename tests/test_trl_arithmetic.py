@@ -22,7 +22,7 @@ from trl.trainer.utils import nanstd
 from grpo_core import health, models
 from grpo_core.config import GRPOConfig, ModelConfig
 from grpo_core.integrations.trl import trl_rewards
-from grpo_core.grpo import advantages, grpo_loss, token_logprobs, train_on
+from grpo_core.grpo import advantages, grpo_loss, token_logprobs, train_on, trim
 
 # Our loss types and the TRL loss types they equal (dapo: on one process, one accumulation step).
 LOSS_TYPES = [("token", "bnpo"), ("token", "dapo"), ("sequence", "grpo")]
@@ -246,3 +246,42 @@ def test_activation_checkpointing_gives_the_same_gradient(policy64):
     finally:
         model.activation_checkpointing_disable()
     assert max(float((a - b).abs().max()) for a, b in zip(*grads)) < 1e-12
+
+
+@pytest.mark.parametrize("ours,theirs", LOSS_TYPES)
+def test_two_passes_per_batch_are_trls_num_iterations(policy64, ours, theirs):
+    """grpo.num_iterations = 2 against TRL's: the old log-probs are the sampling policy's, taken
+    before the first update, so the second pass's ratio moves off 1 and clips. Each pass is one
+    SGD step with TRL's _compute_loss gradient (float64), parameter by parameter."""
+    from grpo_core.tasks.demo import DemoTask
+    from grpo_core.grpo import rollout
+    model, tok = policy64
+    torch.manual_seed(3)
+    roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=8)
+    rewards = torch.rand(12, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    adv = advantages(rewards.numpy().reshape(3, 4), np.ones(3, bool), "group")
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    lr = 2.0  # large enough that the second pass's ratio leaves [0.8, 1.28] for some tokens
+
+    stats = train_on(model, torch.optim.SGD(model.parameters(), lr=lr), roll, adv, np.ones(3, bool),
+                     GRPOConfig(loss_type=ours, num_iterations=2, max_grad_norm=0, epsilon_high=0.28))
+    ours_after = {k: v.clone() for k, v in model.state_dict().items()}
+
+    model.load_state_dict(start)
+    args = trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
+    with torch.no_grad():  # the forward train_on takes (trimmed, each prompt once per group): the losses alone differ
+        old, _ = token_logprobs(model, *args, group_size=4)
+    sgd = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(2):
+        sgd.zero_grad()
+        logp, _ = token_logprobs(model, *args, group_size=4)
+        trl_loss(theirs, logp, trl_advantages(rewards, 4, "group"), args[1][:, args[2]:], old=old,
+                 eps_high=0.28).backward()
+        sgd.step()
+    worst = max(float((ours_after[k] - v).abs().max()) for k, v in model.state_dict().items())
+    moved = max(float((ours_after[k] - start[k]).abs().max()) for k in start)
+    model.load_state_dict(start)
+    # The model's RMSNorm computes in float32 even in a float64 model: its rounding (~1e-7
+    # relative) scales with the update; a wrong ratio or old policy moves weights by ~1e-2.
+    assert worst < 1e-6 * moved and moved > 1e-2
+    assert stats["clip_ratio"] > 0  # the second pass clipped: the mean over the passes is off 0

@@ -107,6 +107,7 @@ TRL_SAME = {
     "completions/mean_length": names.COMPLETION_MEAN_LENGTH,
     "completion_length": names.COMPLETION_MEAN_LENGTH,  # TRL < 0.17's name for the same mean
     "step_time": names.TIME_STEP,
+    "learning_rate": names.LEARNING_RATE,
     "reward_std": names.TRL_REWARD_STD,
 }
 TRL_SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second",
