@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +69,15 @@ class TaskConfig:
 
 @dataclass
 class RewardConfig:
-    weights: dict = knob(dict(DEMO_WEIGHTS), "Metric name -> weight (finite, >= 0, not all zero); may change mid-run")
-    custom: dict = knob({}, "Extra metrics: name -> 'module:function' (function(completion, example) -> float)")
+    weights: dict = knob(dict(DEMO_WEIGHTS), "Metric name -> weight (finite, >= 0, not all zero; 0 drops the metric "
+                                             "and the fields it needs); may change mid-run. Default: the demo's five; a "
+                                             "JSONL task without a weights table gets the metrics its rows can feed. "
+                                             "--set reward.weights.NAME=W changes one, "
+                                             "--set 'reward.weights={exact = 1.0}' replaces the table")
+    custom: dict = knob({}, "Extra metrics: name -> 'module:function' (function(completion, example) -> float); "
+                            "the module is imported from the config file's folder, the working dir or sys.path")
+    custom_dirs: list = knob([], "Folders reward.custom modules import from (besides sys.path); loading a config "
+                                 "adds its file's folder and the working dir, so a resumed run finds them again")
     outcome_metric: str = knob("", "Outcome gate: a group is trainable only if this metric varies in it ('' = off)")
 
 
@@ -289,14 +298,35 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return parts[0], parts[1], value
 
 
+def _override(text: str) -> tuple[str, str, Any, bool]:
+    """parse_override, and whether it sets a whole table (`reward.weights={exact = 1.0}`: a TOML
+    inline table, or a JSON object as W&B sweeps write it), which replaces the table."""
+    sec, key, value = parse_override(text)
+    whole = text.split("=", 1)[0].strip().count(".") == 1
+    cls = _section_classes().get(sec)
+    is_table = cls is not None and isinstance(getattr(cls(), key, None), dict)
+    if whole and is_table and isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"--set {sec}.{key}: {value!r} is neither a TOML inline table nor a JSON object; "
+                              f"e.g. --set '{sec}.{key}={{exact = 1.0, answer_f1 = 0.5}}'") from None
+    return sec, key, value, whole and isinstance(value, dict)
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """`--set` overrides onto a config dict. `section.table.name=v` changes one entry of a table
+    (reward.weights: of the file's table, else of the default one); `section.table={...}`
+    replaces the whole table."""
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for text in overrides or []:
-        sec, key, value = parse_override(text)
+        sec, key, value, whole = _override(text)
         section = data.setdefault(sec, {})
         if not isinstance(section, dict):
             raise ConfigError(f"[{sec}] must be a table")
-        if isinstance(value, dict) and key in section and isinstance(section[key], dict):
+        if whole:
+            section[key] = dict(value)
+        elif isinstance(value, dict) and key in section and isinstance(section[key], dict):
             section[key] = {**section[key], **value}
         elif isinstance(value, dict) and sec == "reward" and key == "weights":
             section[key] = {**RewardConfig().weights, **value}
@@ -437,16 +467,57 @@ def validate_weights(weights: dict, known: list[str] | None) -> dict[str, float]
     return out
 
 
+def _read_toml(path) -> dict:
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML ({e})") from None
+
+
+def _with_task_weights(data: dict, overrides: list[str]) -> dict:
+    """A JSONL task with no weights table (in the file or a whole `--set reward.weights={...}`)
+    starts from the metrics its rows can feed (tasks.jsonl.default_weights), not the demo's;
+    `--set reward.weights.NAME=W` then changes those."""
+    reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
+    parsed = [_override(t) for t in overrides]
+    if "weights" in reward or any(sec == "reward" and key == "weights" and whole for sec, key, _, whole in parsed):
+        return data
+    merged = apply_overrides(data, overrides)
+    task = merged.get("task") if isinstance(merged.get("task"), dict) else {}
+    if task.get("name") != "jsonl" or not isinstance(task.get("dataset"), str) or not task["dataset"]:
+        return data
+    custom = (merged.get("reward") or {}).get("custom") if isinstance(merged.get("reward"), dict) else None
+    from grpo_core.tasks.jsonl import default_weights  # the task layer knows which field feeds which metric
+    weights = default_weights(task["dataset"], custom if isinstance(custom, dict) else {})
+    return {**data, "reward": {**reward, "weights": weights}}
+
+
+def _settle_reward(cfg: RunConfig, path) -> RunConfig:
+    """A weight of 0 drops its metric (and the row fields it needs) unless reward.outcome_metric
+    or autopilot.min_weights names it; custom metrics import from the config file's folder and
+    the working dir (kept in reward.custom_dirs, absolute)."""
+    r = cfg.reward
+    keep = {r.outcome_metric, *cfg.autopilot.min_weights}
+    r.weights = {m: w for m, w in r.weights.items() if float(w) > 0 or m in keep}
+    dirs = r.custom_dirs.split(",") if isinstance(r.custom_dirs, str) else r.custom_dirs
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise ConfigError(f"reward.custom_dirs must be a list of folders, got {r.custom_dirs!r}")
+    base = Path(path).resolve().parent if path else Path.cwd()
+    dirs = [str(base / Path(d.strip()).expanduser()) for d in dirs if d.strip()]
+    if r.custom:
+        dirs += [str(base), os.getcwd()]
+    r.custom_dirs = list(dict.fromkeys(dirs))
+    return cfg
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """TOML file (optional) + `--set` overrides -> validated RunConfig."""
-    data: dict = {}
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{p}: not valid TOML ({e})") from None
-    data = apply_overrides(data, overrides or [])
-    return validate(from_dict(data))
+    """TOML file (optional) + `--set` overrides -> validated RunConfig (a JSONL task's default
+    weights from its rows; weight-0 metrics dropped; custom metric folders recorded)."""
+    overrides = list(overrides or [])
+    data = _with_task_weights(_read_toml(path), overrides)
+    return _settle_reward(validate(from_dict(apply_overrides(data, overrides))), path)

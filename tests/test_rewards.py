@@ -8,6 +8,7 @@ from grpo_core import rewards
 from grpo_core.config import ConfigError
 
 EX = {"answer": "Paris", "source": "S2"}
+DEMO = {m: rewards.BUILTIN[m] for m in ("answer_f1", "exact", "citation", "format", "length")}  # the demo's five
 
 
 @pytest.mark.parametrize("completion,example,want", [
@@ -55,8 +56,72 @@ def test_length_penalty_is_graduated():
     assert rewards.length_penalty("x" * 14, EX) < rewards.length_penalty("x" * 13, EX) < 0
 
 
+@pytest.mark.parametrize("completion,answer,want", [
+    ("so the answer is \\boxed{\\frac{3}{4}}", 0.75, 1.0),
+    ("\\boxed{\\frac{3}{4}}", "3/4", 1.0),
+    ("The total is 1,000.", "1000", 1.0),
+    ("The total is 1,000.", 1000.0, 1.0),
+    ("2 + 3 = 5", 5, 1.0),  # the last number
+    ("5 apples, then 2 more: 7", "7", 1.0),
+    ("5 apples, then 2 more: 7", "5", 0.0),
+    ("work...\n#### 42\n", "Natalia sold 48/2 = 24 clips.\n#### 42", 1.0),  # GSM8K on both sides
+    ("\\boxed{4} but then 5", "4", 1.0),  # a boxed answer wins over later numbers
+    ("\\boxed{x^{2}+1}", "x^{2} + 1", 1.0),  # nested braces, compared as text
+    ("\\boxed{x+2}", "x + 1", 0.0),
+    ("-7", "-7.0", 1.0),
+    ("50%", "50", 1.0),
+    ("no number here", "3", 0.0),
+    ("", "3", 0.0),
+    ("3", "three", 0.0),
+])
+def test_math_answer_is_a_final_number_or_boxed_match(completion, answer, want):
+    assert rewards.math_answer(completion, {"answer": answer}) == want
+
+
+def test_math_answer_parts():
+    assert rewards.last_boxed("a \\boxed{1} b \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert rewards.last_boxed("\\boxed{unclosed") is None and rewards.last_boxed("none") is None
+    assert rewards.as_number("1,234.5") == rewards.as_number(1234.5)
+    assert rewards.as_number("1,23") is None and rewards.as_number("abc") is None and rewards.as_number(True) is None
+    assert rewards.as_number("\\frac{6}{8}") == rewards.as_number("0.75") and rewards.as_number("1/0") is None
+
+
+SCHEMA = {"type": "object", "required": ["name", "age"],
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}}}
+
+
+@pytest.mark.parametrize("completion,example,want", [
+    ('{"a": 1}', {}, 1.0),
+    ("  [1, 2, 3]\n", {}, 1.0),
+    ('```json\n{"a": 1}\n```', {}, 1.0),  # one code fence is allowed
+    ("{a: 1}", {}, 0.0),
+    ('Here it is: {"a": 1}', {}, 0.0),  # prose around it is not JSON
+    ("", {}, 0.0),
+    ('{"name": "Ada", "age": 36}', {"schema": SCHEMA}, 1.0),
+    ('{"name": "Ada", "age": -1}', {"schema": SCHEMA}, 0.0),
+    ('{"name": "Ada"}', {"schema": SCHEMA}, 0.0),
+    ("not json", {"schema": SCHEMA}, 0.0),
+])
+def test_json_valid_and_schema(completion, example, want):
+    assert rewards.json_valid(completion, example) == want
+
+
+def test_token_length_penalty_is_graduated():
+    assert rewards.count_tokens("Hello, world! 42 apples.") == 7
+    assert rewards.token_length_penalty("a " * 5, {"max_tokens": 5}) == 0.0
+    assert rewards.token_length_penalty("a " * 6, {"max_tokens": 5}) == pytest.approx(-0.2)
+    assert rewards.token_length_penalty("a " * 9, {"max_tokens": 5}) == pytest.approx(-0.8)
+    assert rewards.token_length_penalty("a " * 50, {"max_tokens": 5}) == -1.0  # capped
+    assert rewards.token_length_penalty("word " * rewards.DEFAULT_MAX_TOKENS, {}) == 0.0
+    assert rewards.token_length_penalty("word " * (rewards.DEFAULT_MAX_TOKENS + 64), {}) == pytest.approx(-0.25)
+
+
 def test_builtins_are_registered_with_kinds():
     assert set(rewards.BUILTIN) == set(rewards.KINDS)
+    assert set(rewards.KINDS.values()) <= {"binary", "continuous", "penalty"}  # what pilot/autopilot read
+    assert [m for m, k in rewards.KINDS.items() if k == "binary"] == ["exact", "citation", "format", "math_answer",
+                                                                        "json_valid"]
+    assert rewards.KINDS["token_length"] == rewards.KINDS["length"] == "penalty"
     for name, fn in rewards.BUILTIN.items():
         v = fn("Paris [S2]", EX)
         assert isinstance(v, float) and math.isfinite(v), name
@@ -64,7 +129,7 @@ def test_builtins_are_registered_with_kinds():
 
 def test_composite_totals_are_raw_at_weights():
     weights = {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2, "format": 0.1, "length": 0.5}
-    comp = rewards.CompositeReward(rewards.BUILTIN, weights)
+    comp = rewards.CompositeReward(DEMO, weights)
     completions = ["Paris [S2]", "paris", "the city of Paris [S3]", "Lyon", "Paris [S2] is the answer here"]
     scored = comp.score(completions, [EX] * len(completions))
     assert scored.raw.shape == (5, 5) and scored.num_errors == 0
@@ -79,7 +144,7 @@ def test_composite_totals_are_raw_at_weights():
 
 
 def test_set_weights_validation_and_unnamed_metrics_get_zero():
-    comp = rewards.CompositeReward(rewards.BUILTIN, {"exact": 1.0})
+    comp = rewards.CompositeReward(DEMO, {"exact": 1.0})
     assert comp.weights == {"answer_f1": 0.0, "exact": 1.0, "citation": 0.0, "format": 0.0, "length": 0.0}
     new = comp.set_weights({"answer_f1": 0.5, "exact": 0.5})
     assert new["answer_f1"] == 0.5 and comp.w.sum() == 1.0

@@ -112,7 +112,8 @@ def test_jsonl_loads_rows_and_streams_every_row_each_epoch(tmp_path):
 @pytest.mark.parametrize("lines, message", [
     (['{"prompt": "a", "answer": "b", "source": "S1"}', '{"prompt": "a", "answer": }'],
      r"data.jsonl line 2: not valid JSON"),
-    (['{"prompt": "a", "source": "S1"}'], r"data.jsonl line 1: field 'answer' \(needed by metric answer_f1\) is missing"),
+    (['{"prompt": "a", "source": "S1"}'], r"data.jsonl line 1: field 'answer' \(needed by metrics answer_f1, exact\) is missing; add it to every row, "
+     r"or drop the metrics: --set reward.weights.answer_f1=0 --set reward.weights.exact=0$"),
     (['{"answer": "b", "source": "S1"}'], r"line 1: field 'prompt' \(needed by every task\) is missing"),
     (['{"prompt": "a", "answer": 4, "source": "S1"}'], r"line 1: field 'answer' must be a string, got int 4"),
     (['{"prompt": "a", "answer": "b", "source": "S1", "max_len": "12"}'], r"field 'max_len' must be an integer"),
@@ -147,3 +148,39 @@ def test_unknown_metric_is_a_config_error():
         build_metrics(["exact", "bogus"], {})
     fns, kinds = build_metrics(list(BUILTIN), {})
     assert kinds["answer_f1"] == "continuous" and kinds["length"] == "penalty"
+
+
+# ---- a JSONL task's default metrics (issue 18) ----------------------------------------------------------------
+def test_every_builtin_metric_declares_its_row_fields():
+    from grpo_core.tasks import jsonl
+    assert set(jsonl.FIELDS) == set(BUILTIN)
+    assert {m for ms in jsonl.FEEDS.values() for m in ms} <= set(BUILTIN)
+    assert set(jsonl.DEFAULT_WEIGHTS) == set(BUILTIN)
+
+
+def test_default_weights_follow_the_rows_and_add_custom_metrics(tmp_path):
+    from grpo_core.tasks.jsonl import default_weights
+    p = _write(tmp_path, ['{"prompt": "a", "answer": "b", "format": "^b$"}', '{"prompt": "c", "answer": "d"}'])
+    assert default_weights(p) == {"answer_f1": 0.4, "exact": 0.3, "format": 0.1}  # an optional field in one row is enough
+    p = _write(tmp_path, ['{"prompt": "a"}'])
+    assert default_weights(p, {"mine": "m:f"}) == {"mine": 1.0}
+    with pytest.raises(ConfigError, match=r"data.jsonl: no built-in metric can score these rows \(fields found: prompt"):
+        default_weights(p)
+
+
+def test_a_row_missing_a_default_metric_field_is_named(tmp_path):
+    """The field appears in some rows only: the metrics it feeds are the defaults, and the rows
+    without it are errors by line (not a metric silently left out)."""
+    p = _write(tmp_path, ['{"prompt": "a", "answer": "1"}', '{"prompt": "b"}'])
+    cfg = load_config(None, ["task.name=jsonl", f"task.dataset={p}"])
+    assert cfg.reward.weights == {"math_answer": 1.0}
+    with pytest.raises(ConfigError, match=r"data.jsonl line 2: field 'answer' \(needed by metric math_answer\) is "
+                                          r"missing; add it to every row, or drop the metric: --set reward.weights.math_answer=0"):
+        make_task(cfg)
+
+
+def test_math_and_exact_on_one_field_take_the_stricter_type(tmp_path):
+    p = _write(tmp_path, ['{"prompt": "a", "answer": 4}'])
+    assert load_rows(p, ["math_answer"])[0]["answer"] == 4
+    with pytest.raises(ConfigError, match="field 'answer' must be a string, got int 4"):
+        load_rows(p, ["math_answer", "exact"])

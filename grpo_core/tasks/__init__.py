@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from grpo_core.config import ConfigError, RunConfig, _suggest
-from grpo_core.rewards import BUILTIN, KINDS, MetricFn, load_metric
+from grpo_core.rewards import BUILTIN, KINDS, MetricFn, add_import_dirs, load_metric
 
 
 def prompt_id(prompt: str) -> str:
@@ -59,7 +59,7 @@ def build_metrics(names: list[str], custom: dict[str, str]) -> tuple[dict[str, M
     fns, kinds = {}, {}
     for name in names:
         if name in custom:
-            fns[name], kinds[name] = load_metric(custom[name]), "custom"
+            fns[name], kinds[name] = load_metric(custom[name], name), "custom"
         elif name in BUILTIN:
             fns[name], kinds[name] = BUILTIN[name], KINDS.get(name, "custom")
         else:
@@ -67,11 +67,16 @@ def build_metrics(names: list[str], custom: dict[str, str]) -> tuple[dict[str, M
                               f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
     for name in custom:
         if name not in fns:
-            fns[name], kinds[name] = load_metric(custom[name]), "custom"
+            fns[name], kinds[name] = load_metric(custom[name], name), "custom"
     return fns, kinds
 
 
 def make_task(cfg: RunConfig) -> Task:
+    """The config's task. It also puts reward.custom_dirs on the import path (load_config fills
+    them with the config file's folder and the working dir), so the custom metrics that
+    build_metrics imports next are found wherever the run was started from or resumed."""
+    if cfg.reward.custom:
+        add_import_dirs(cfg.reward.custom_dirs)
     if cfg.task.name == "demo":
         from grpo_core.tasks.demo import DemoTask
         return DemoTask(level=cfg.task.level, seed=cfg.task.seed)

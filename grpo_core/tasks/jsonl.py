@@ -1,10 +1,16 @@
 """JSONL prompts: one JSON object per line with "prompt" plus the fields its metrics read.
 
 Every row is checked when the file is loaded, before any model is touched: a row that is
-not JSON, misses a field a metric needs or has the wrong type is an error naming the line
-and the field ("data.jsonl line 7: field 'answer' (needed by metric exact) is missing").
+not JSON, misses a field a metric needs or has the wrong type is an error naming the line,
+the field and the fix ("data.jsonl line 7: field 'answer' (needed by metric exact) is
+missing; add it to every row, or drop the metric: --set reward.weights.exact=0").
 Blank lines are skipped. The stream walks the rows in a seeded shuffled order, epoch after
 epoch.
+
+Without a `[reward.weights]` table the task's metrics are the ones its rows can feed
+(`default_weights`): an `answer` gives math_answer when every answer is a number, else
+answer_f1 + exact; `source` adds citation, `format` format, `max_len` length, `schema`
+json_valid, `max_tokens` token_length; custom metrics join at weight 1.
 """
 from __future__ import annotations
 
@@ -14,73 +20,152 @@ import random
 import re
 from pathlib import Path
 
-from grpo_core.config import ConfigError
+from grpo_core.config import DEMO_WEIGHTS, ConfigError
+from grpo_core.rewards import BUILTIN, as_number, final_answer, schema_validator
 from grpo_core.tasks import Task, prompt_id
 
-# metric -> (field, type, required). Custom metrics read what they like: not checked here.
+TEXT, INTEGER, OBJECT, TEXT_OR_NUMBER = (str,), (int,), (dict,), (str, int, float)
+TYPE_NAMES = {TEXT: "a string", INTEGER: "an integer", OBJECT: "a JSON object", TEXT_OR_NUMBER: "a string or a number"}
+# metric -> (field, types, required). Custom metrics read what they like: not checked here.
 FIELDS = {
-    "answer_f1": [("answer", str, True)],
-    "exact": [("answer", str, True)],
-    "citation": [("source", str, True)],
-    "format": [("format", str, False)],
-    "length": [("max_len", int, False)],
+    "answer_f1": [("answer", TEXT, True)],
+    "exact": [("answer", TEXT, True)],
+    "citation": [("source", TEXT, True)],
+    "format": [("format", TEXT, False)],
+    "length": [("max_len", INTEGER, False)],
+    "math_answer": [("answer", TEXT_OR_NUMBER, True)],
+    "json_valid": [("schema", OBJECT, False)],
+    "token_length": [("max_tokens", INTEGER, False)],
 }
-TYPE_NAMES = {str: "a string", int: "an integer"}
+# A field in the rows -> the metrics it adds to a JSONL task's default weights ("answer": see default_weights).
+FEEDS = {"source": ("citation",), "format": ("format",), "max_len": ("length",), "schema": ("json_valid",),
+         "max_tokens": ("token_length",)}
+DEFAULT_WEIGHTS = {**DEMO_WEIGHTS, "math_answer": 1.0, "json_valid": 1.0, "token_length": 0.1}
 
 
-def _type_ok(value, want) -> bool:
-    if want is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+def _type_ok(value, want: tuple) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float) and not value == value:  # NaN is no answer
+        return False
     return isinstance(value, want)
 
 
-def load_rows(path: str | Path, metric_names: list[str], custom: set[str] = frozenset()) -> list[dict]:
+def read_rows(path: str | Path) -> list[tuple[int, dict]]:
+    """(line number, row) for every non-blank line; a line that is not a JSON object is an error."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"task.dataset {str(path)!r}: no such file")
-    needs: dict[str, tuple[type, bool, str]] = {"prompt": (str, True, "every task")}
-    for m in metric_names:
-        if m in custom:
-            continue
-        for field, typ, required in FIELDS.get(m, []):
-            cur = needs.get(field)
-            if cur is None or (required and not cur[1]):  # name the first metric that requires it
-                needs[field] = (typ, required, m)
-    rows = []
+    out = []
     with p.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            where = f"{p.name} line {n}"
             try:
                 row = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
-                raise ConfigError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+                raise ConfigError(f"{p.name} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
             if not isinstance(row, dict):
-                raise ConfigError(f"{where}: expected a JSON object {{\"prompt\": ...}}, got {type(row).__name__}")
-            for field, (typ, required, metric) in needs.items():
-                if field not in row:
-                    if required:
-                        raise ConfigError(f"{where}: field '{field}' (needed by "
-                                          f"{'metric ' + metric if metric != 'every task' else metric}) is missing")
-                    continue
-                if not _type_ok(row[field], typ):
-                    raise ConfigError(f"{where}: field '{field}' must be {TYPE_NAMES[typ]}, "
-                                      f"got {type(row[field]).__name__} {json.dumps(row[field])[:40]}")
-            if not row["prompt"].strip():
-                raise ConfigError(f"{where}: field 'prompt' is empty")
-            if "format" in row:
-                try:
-                    re.compile(row["format"])
-                except re.error as e:
-                    raise ConfigError(f"{where}: field 'format' is not a valid regex ({e})") from None
-            row.setdefault("prompt_id", prompt_id(row["prompt"]))
-            row["prompt_id"] = str(row["prompt_id"])
-            rows.append(row)
-    if not rows:
+                raise ConfigError(f"{p.name} line {n}: expected a JSON object {{\"prompt\": ...}}, got {type(row).__name__}")
+            out.append((n, row))
+    if not out:
         raise ConfigError(f"task.dataset {str(path)!r} has no rows: one JSON object per line, e.g. "
                           '{"prompt": "...", "answer": "..."}')
+    return out
+
+
+def field_needs(metric_names: list[str], custom: set[str] = frozenset()) -> dict[str, tuple[tuple, bool, list[str]]]:
+    """field -> (allowed types, required, the metrics that require it) for these metrics."""
+    needs: dict[str, tuple[tuple, bool, list[str]]] = {"prompt": (TEXT, True, [])}
+    for m in metric_names:
+        if m in custom:
+            continue
+        for field, typ, required in FIELDS.get(m, []):
+            types, req, by = needs.get(field, (typ, False, []))
+            needs[field] = (tuple(t for t in types if t in typ) or typ, req or required, by + [m] * required)
+    return needs
+
+
+def _missing(where: str, field: str, by: list[str]) -> ConfigError:
+    if not by:
+        return ConfigError(f"{where}: field '{field}' (needed by every task) is missing")
+    drop = " ".join(f"--set reward.weights.{m}=0" for m in by)
+    what = f"metric {by[0]}" if len(by) == 1 else f"metrics {', '.join(by)}"
+    return ConfigError(f"{where}: field '{field}' (needed by {what}) is missing; add it to every row, "
+                       f"or drop the {what.split()[0]}: {drop}")
+
+
+def check_row(where: str, row: dict, needs: dict):
+    for field, (typ, required, by) in needs.items():
+        if field not in row:
+            if required:
+                raise _missing(where, field, by)
+            continue
+        if not _type_ok(row[field], typ):
+            raise ConfigError(f"{where}: field '{field}' must be {TYPE_NAMES.get(typ, typ)}, "
+                              f"got {type(row[field]).__name__} {json.dumps(row[field])[:40]}")
+    if not row["prompt"].strip():
+        raise ConfigError(f"{where}: field 'prompt' is empty")
+    if "format" in row and "format" in needs:
+        try:
+            re.compile(row["format"])
+        except re.error as e:
+            raise ConfigError(f"{where}: field 'format' is not a valid regex ({e})") from None
+    if "schema" in row and "schema" in needs:
+        _check_schema(where, row["schema"])
+
+
+def _check_schema(where: str, schema: dict):
+    try:
+        schema_validator(json.dumps(schema, sort_keys=True))
+    except ImportError:
+        raise ConfigError(f"{where}: field 'schema' needs the jsonschema package: pip install jsonschema "
+                          "(or drop the row's schema: json_valid then checks JSON syntax only)") from None
+    except Exception as e:  # jsonschema.SchemaError and friends
+        msg = str(getattr(e, "message", e)).splitlines()[0]
+        raise ConfigError(f"{where}: field 'schema' is not a valid JSON Schema ({msg[:120]})") from None
+
+
+def load_rows(path: str | Path, metric_names: list[str], custom: set[str] = frozenset()) -> list[dict]:
+    name = Path(path).expanduser().name
+    needs = field_needs(metric_names, set(custom))
+    rows = []
+    for n, row in read_rows(path):
+        check_row(f"{name} line {n}", row, needs)
+        row.setdefault("prompt_id", prompt_id(row["prompt"]))
+        row["prompt_id"] = str(row["prompt_id"])
+        rows.append(row)
     return rows
+
+
+def _numeric(answer) -> bool:
+    if isinstance(answer, str):
+        return as_number(final_answer(answer, last_number=False)) is not None
+    return isinstance(answer, (int, float)) and not isinstance(answer, bool)
+
+
+def default_weights(path: str | Path, custom: dict | None = None) -> dict[str, float]:
+    """The weights of the metrics these rows can feed (module docstring), custom metrics at 1; if
+    none, one line listing the fields found and the --set that chooses the metrics."""
+    rows = [row for _, row in read_rows(path)]
+    seen: dict[str, int] = {}
+    for row in rows:
+        for field in row:
+            seen[field] = seen.get(field, 0) + 1
+    names: list[str] = []
+    if "answer" in seen:
+        answers = [r["answer"] for r in rows if "answer" in r]
+        names += ["math_answer"] if all(_numeric(a) for a in answers) else ["answer_f1", "exact"]
+    names += [m for field, metrics in FEEDS.items() if field in seen for m in metrics]
+    weights = {m: DEFAULT_WEIGHTS[m] for m in names}
+    weights.update({m: 1.0 for m in (custom or {}) if m not in weights})
+    if weights:
+        return weights
+    found = ", ".join(f"{f} ({k} of {len(rows)} rows)" for f, k in seen.items())
+    raise ConfigError(f"{Path(path).name}: no built-in metric can score these rows (fields found: {found}); "
+                      "add an 'answer' to each row (math_answer, exact and answer_f1 read it), or choose the metrics: "
+                      "--set 'reward.weights={json_valid = 1.0}' (built-in: " + ", ".join(BUILTIN) +
+                      ") or your own: --set reward.custom.mine=my_module:score")
 
 
 class JsonlTask(Task):
