@@ -113,6 +113,15 @@ class GRPOConfig:
 
 
 @dataclass
+class EvalConfig:
+    every: int = knob(0, "Evaluate on held-out prompts after step 1, every N steps and after the last step (0 = off)")
+    dataset: str = knob("", "Held-out JSONL with the task's fields (a jsonl task needs one); '' on the demo task: prompts from a separate stream")
+    prompts: int = knob(32, "Held-out prompts per evaluation: the same ones each time (a file's first N rows)")
+    samples: int = knob(1, "Completions per prompt: 1 = greedy; > 1 = sampled at grpo.temperature (pass@1 = the mean over them)")
+    pass_metric: str = knob("", "Metric whose score 1 means a completion is right ('' = reward.outcome_metric, else the first binary metric)")
+
+
+@dataclass
 class HealthConfig:
     min_reward_std: float = knob(0.1, "Healthy when mean group reward std > this")
     min_trainable_ratio: float = knob(0.3, "Healthy when trainable ratio > this; alert below")
@@ -187,6 +196,7 @@ class RunConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -399,6 +409,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
     validate_weights(cfg.reward.weights, None)
     validate_autopilot(cfg)
+    validate_eval(cfg)
     for name, target in cfg.reward.custom.items():
         need(isinstance(target, str) and ":" in target,
              f"reward.custom.{name} must be 'module:function', got {target!r}")
@@ -406,6 +417,19 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"reward.outcome_metric {cfg.reward.outcome_metric!r} is not a metric in reward.weights "
          f"({', '.join(cfg.reward.weights)})")
     return cfg
+
+
+def validate_eval(cfg: RunConfig):
+    e = cfg.eval
+    for key in ("every", "prompts", "samples"):
+        if getattr(e, key) < (0 if key == "every" else 1):
+            raise ConfigError(f"eval.{key} must be >= {0 if key == 'every' else 1}, got {getattr(e, key)}")
+    if e.every and cfg.task.name == "jsonl" and not e.dataset:
+        raise ConfigError("eval.dataset: a jsonl task evaluates on a held-out file with the task's fields; "
+                          "--set eval.dataset=held_out.jsonl (or eval.every=0 for no evaluation)")
+    if e.pass_metric and e.pass_metric not in cfg.reward.weights and e.pass_metric not in cfg.reward.custom:
+        raise ConfigError(f"eval.pass_metric {e.pass_metric!r} is not a metric of the run "
+                          f"({', '.join(cfg.reward.weights)}); name one of them, or '' for the outcome metric")
 
 
 def validate_autopilot(cfg: RunConfig):

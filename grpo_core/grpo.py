@@ -93,7 +93,7 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
                   suppress_ids: list[int] | None = None) -> torch.Tensor:
     """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
     for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos (any
-    of eos_ids), stopping once every row has ended. Same logits processing (suppress, temperature, top-p)
+    of eos_ids), stopping once every row has ended; temperature 0 is greedy. Same logits processing (suppress, temperature, top-p)
     and the same multinomial draws in the same order, so a seed gives generate's tokens
     (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
     through the model once, not G times (its KV cache is copied to its G rows; the prefill of
@@ -115,12 +115,15 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
         scores = logits
         if suppress_ids:
             scores[:, suppress_ids] = float("-inf")
-        if temperature != 1.0:
-            scores = scores / temperature
-        if top_p < 1.0:
-            scores = _top_p(scores, top_p)
-        # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
-        tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
+        if temperature == 0:  # greedy (held-out evaluation): no draw
+            tok = scores.argmax(-1).masked_fill(done, pad_id)
+        else:
+            if temperature != 1.0:
+                scores = scores / temperature
+            if top_p < 1.0:
+                scores = _top_p(scores, top_p)
+            # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
+            tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
         toks.append(tok)
         done = done | torch.isin(tok, eos)
         if t == max_new_tokens - 1:

@@ -25,6 +25,7 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import live_settings
 from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO, DIFFICULTY,
+                             EVAL_PASS, EVAL_REWARD,
                              FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, MIN_GROUP_STD,
                              NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TIME_STEP, TRAINABLE_RATIO,
                              metric_group_std, metric_mean, metric_weight, parse_metric_name)
@@ -41,7 +42,7 @@ MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
 
 BASE_NAMES = (TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
               CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
-              FRAC_REWARD_ZERO_STD, MIN_GROUP_STD, DIFFICULTY, TIME_STEP)
+              FRAC_REWARD_ZERO_STD, MIN_GROUP_STD, DIFFICULTY, TIME_STEP, EVAL_REWARD, EVAL_PASS)
 
 
 def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:

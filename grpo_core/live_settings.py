@@ -79,7 +79,7 @@ SETTINGS = (
                   "group, so >= 2)", "G", "#264653", integer=True, lo=2, hi=1024),
     NumberSetting(SET_PROMPTS, "prompts_per_step", "Prompts per step", "prompts per step", "P", "#264653",
                   integer=True, lo=1, hi=4096),
-    # The budget is not replayed: a resume recomputes it (trainer.resumed_budget).
+    # The budget is not replayed: a resume recomputes it (store.RunMeta.resumed_budget).
     NumberSetting(SET_STEPS, "steps", "Steps (budget)", "step budget", "steps",
                   "#6C757D", integer=True, lo=1, hi=10_000_000, replay=False),
     NumberSetting(SET_TEMPERATURE, "temperature", "Temperature", "the sampling temperature", "temp", "#F4A261",

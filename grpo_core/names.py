@@ -55,6 +55,16 @@ def parse_metric_name(name: str) -> tuple[str, str] | None:
     return None
 
 
+# --- held-out evaluation (eval.every) ---------------------------------------------
+EVAL_REWARD = "eval/reward"  # mean weighted total over the held-out completions, the weights in force
+EVAL_PASS = "eval/pass@1"  # share of held-out completions whose pass metric scored 1 (greedy: of prompts)
+TIME_EVAL = "time/eval_s"
+
+
+def eval_metric_mean(metric: str) -> str:
+    return f"eval/{metric}/mean"
+
+
 # --- imported or mirrored from other trainers -----------------------------------
 # TRL's `reward_std`: in TRL 1.x the std of the total reward over all completions of the
 # step (Bessel-corrected), not the mean within-group std that REWARD_STD is; kept apart.

@@ -761,13 +761,15 @@ def compare_runs(runs: list, window: int = DEFAULT_WINDOW) -> tuple[pd.DataFrame
     rows = []
     for d in datas:
         st = steps_table(d, window)
-        tr, rt = trainability(st), reward_trend(st, window)
+        tr, rt, ev = trainability(st), reward_trend(st, window), eval_table(d)
         step_s = _col(d.wide, names.TIME_STEP)
         rows.append({"run": d.run_id, "status": d.status, "steps": tr["steps"],
                      "last_step": tr["last_step"], "planned_steps": d.cfg("grpo", "steps"),
                      "submitted": tr["submitted"], "trainable": tr["trainable"], "ratio": tr["ratio"],
                      "reward_final": rt.get("final"), "reward_best": rt.get("best"),
                      "reward_trend": rt["run_text"],
+                     **{f"eval_{col}_final": (float(ev[col].dropna().iloc[-1]) if col in ev and ev[col].notna().any()
+                                              else None) for col in EVAL_COLS.values()},
                      "train_time_s": float(step_s.sum()) if step_s is not None else None,
                      "wall_time_s": _wall_time(d)})
     summary = pd.DataFrame(rows).set_index("run")
@@ -826,6 +828,37 @@ def fig_reward(steps: pd.DataFrame, trend: dict | None = None, ledger: pd.DataFr
     return fig
 
 
+def fig_eval(evaluation: pd.DataFrame, ledger: pd.DataFrame | None = None):
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for col, colour, dash in (("reward", "#222222", None), ("pass@1", "#00CC96", "dash")):
+        if col in evaluation.columns:
+            s = evaluation[col].dropna()
+            fig.add_scatter(x=s.index, y=s, name=f"held-out {col}", mode="lines+markers",
+                            line=dict(color=colour, dash=dash))
+    _mark_changes(fig, ledger)
+    fig.update_layout(title="Held-out evaluation", xaxis_title="step", yaxis_title="reward / pass@1", height=340,
+                      margin=dict(l=50, r=20, t=50, b=40))
+    return fig
+
+
+def fig_compare_eval(runs: list):
+    """Each run's held-out reward (solid) and pass@1 (dashed); None when no run evaluated."""
+    import plotly.graph_objects as go
+
+    from grpo_core.charts import PALETTE
+    fig, any_eval = go.Figure(), False
+    for i, d in enumerate(load_run(r) for r in runs):
+        ev = eval_table(d)
+        for col, dash in (("reward", None), ("pass@1", "dash")):
+            if col in ev.columns:
+                s, any_eval = ev[col].dropna(), True
+                fig.add_scatter(x=s.index, y=s, name=f"{d.run_id} {col}", mode="lines+markers",
+                                line=dict(dash=dash, color=PALETTE[i % len(PALETTE)]))
+    fig.update_layout(title="Held-out evaluation", xaxis_title="step", height=340, margin=dict(l=50, r=20, t=50, b=40))
+    return fig if any_eval else None
+
+
 def fig_bottlenecks(bn: pd.DataFrame):
     import plotly.graph_objects as go
     fig = go.Figure()
@@ -873,6 +906,7 @@ class Report:
     trend: dict
     verdict: object | None
     examples: list[GroupView] = field(default_factory=list)
+    evaluation: pd.DataFrame = field(default_factory=pd.DataFrame)  # eval_table(data)
 
 
 def build_report(run, window: int = DEFAULT_WINDOW, examples: bool = True) -> Report:
@@ -889,7 +923,22 @@ def build_report(run, window: int = DEFAULT_WINDOW, examples: bool = True) -> Re
     rep = Report(data, window, notices(data), steps, summary, bn, bottleneck_summary(bn), ledger, trend, ver)
     if examples:
         rep.examples = _example_groups(data)
+    rep.evaluation = eval_table(data)
     return rep
+
+
+EVAL_COLS = {names.EVAL_REWARD: "reward", names.EVAL_PASS: "pass@1"}
+
+
+def eval_table(data: RunData) -> pd.DataFrame:
+    """The held-out evaluations: index step, columns reward and pass@1 (those logged); empty
+    when the run evaluated nothing (eval.every = 0, or a trainer that logs no eval/ names)."""
+    have = [n for n in EVAL_COLS if n in data.wide.columns]
+    if not have:
+        return pd.DataFrame()
+    table = data.wide[have].dropna(how="all").rename(columns=EVAL_COLS)
+    table.index.name = "step"
+    return table
 
 
 def _verdict(data: RunData):
@@ -1015,6 +1064,10 @@ def to_markdown(rep: Report) -> str:
         out += [_md_table(LEDGER_SHOW, [[cell(c, r[c]) for c in LEDGER_SHOW] for _, r in rep.ledger.iterrows()]), ""]
     else:
         out += ["No applied changes.", ""]
+    if len(rep.evaluation):
+        cols = list(rep.evaluation.columns)
+        out += ["## Held-out evaluation", "", _md_table(["step"] + cols, [[str(s)] + [fmt(r[c]) for c in cols]
+                                                                          for s, r in rep.evaluation.iterrows()]), ""]
     if rep.examples:
         out += ["## Example groups (last step with rollouts)", ""]
         for gv in rep.examples:
@@ -1091,6 +1144,11 @@ def to_html(rep: Report) -> str:
         else:
             parts.append("<p>No applied changes.</p>")
         parts += ["<h2>Reward</h2>", _fig_html(fig_reward(rep.steps, rep.trend, rep.ledger), "fig-reward", False)]
+        if len(rep.evaluation):
+            cols = list(rep.evaluation.columns)
+            parts += ["<h2>Held-out evaluation</h2>", _fig_html(fig_eval(rep.evaluation, rep.ledger), "fig-eval", False),
+                      _html_table("evaluation", ["step"] + cols, [[str(s)] + [fmt(r[c]) for c in cols]
+                                                                  for s, r in rep.evaluation.iterrows()])]
         if rep.examples:
             parts.append("<h2>Example groups (last step with rollouts)</h2>")
             for gv in rep.examples:
@@ -1141,7 +1199,8 @@ def cli_report(args) -> int:
 
 __all__ = ["ReportError", "RunData", "load_run", "Notice", "notices", "steps_table", "trainability", "bottlenecks",
            "bottleneck_summary", "change_ledger", "reward_trend", "GroupView", "group_index", "inspect_group",
-           "compare_runs", "fig_ratio", "fig_reward", "fig_bottlenecks", "fig_compare", "Report", "build_report",
+           "compare_runs", "fig_ratio", "fig_reward", "fig_bottlenecks", "fig_compare", "fig_eval", "fig_compare_eval",
+           "eval_table", "Report", "build_report",
            "to_markdown", "to_html", "steps_csv", "cli_report", "fmt"]
 
 

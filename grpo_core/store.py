@@ -1022,6 +1022,15 @@ class RunMeta:
         return steps if steps is not None else self.configured_steps
 
 
+    def resumed_budget(self, steps: int) -> int:
+        """The step budget a resumed run trains to: the one in force when it stopped (a set_steps
+        request changes it mid-run; meta "settings" records it, as the runs list shows it), unless
+        this resume sets grpo.steps itself (`--set grpo.steps=N`: then it differs from the stored
+        config, which the trainer rewrites with the budget in force at each start)."""
+        budget = self.steps_budget
+        return int(budget) if budget is not None and steps == self.configured_steps else steps
+
+
 def steps_budget(meta: dict) -> int | None:
     return RunMeta.parse(meta).steps_budget
 

@@ -22,6 +22,7 @@ import torch
 
 from grpo_core import autopilot
 from grpo_core import checkpoints
+from grpo_core import evaluation
 from grpo_core import grpo
 from grpo_core import health
 from grpo_core import live_settings
@@ -53,15 +54,6 @@ class Sample:
     score_s: float
 
 
-def resumed_budget(meta: dict, steps: int) -> int:
-    """The step budget a resumed run trains to: the one in force when it stopped (a set_steps
-    request changes it mid-run; meta "settings" records it, as the runs list shows it), unless
-    this resume sets grpo.steps itself (`--set grpo.steps=N`: then it differs from the stored
-    config, which run() rewrites with the budget in force at each start)."""
-    run = RunMeta.parse(meta)
-    return int(run.steps_budget) if run.steps_budget is not None and steps == run.configured_steps else steps
-
-
 def set_threads(cfg: RunConfig | None = None):
     """CPU threads for torch: $GRPO_TORCH_THREADS, else 1 for the built-in model (and when no
     config is given), else min(4, cores). The built-in model's ops are far too small to split:
@@ -83,6 +75,7 @@ class Trainer:
         metric_names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
         fns, self.metric_kinds = build_metrics(metric_names, cfg.reward.custom)
         self.reward = CompositeReward(fns, cfg.reward.weights)
+        self.held_out = evaluation.held_out(cfg, self.task, self.reward.names, self.metric_kinds)
         self.outcome_index = (self.reward.names.index(cfg.reward.outcome_metric)
                               if cfg.reward.outcome_metric else None)
         self.step = 0  # last finished step; steps are numbered from 1
@@ -147,9 +140,7 @@ class Trainer:
             batches += 1
             examples = self.task.batch(g.prompts_per_step)
             t0 = time.perf_counter()
-            roll = out_of_memory.halving(lambda n: self.rollout(examples, n), g.sample_batch_groups or len(examples),
-                                         stage="sampling", knob="grpo.sample_batch_groups",
-                                         on_retry=self.memory_retry("sample_batch_groups"))
+            roll = self.rollout(examples)
             t1 = time.perf_counter()
             scored = self.reward.score(roll.texts, roll.examples)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
@@ -168,12 +159,24 @@ class Trainer:
         return Sample(grpo.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
                       t_gen, t_score)
 
-    def rollout(self, examples: list[dict], batch_groups: int) -> grpo.Rollouts:
+    def rollout(self, examples: list[dict], group_size: int | None = None, temperature: float | None = None):
+        """grpo.rollout with the run's settings, in batches halved while they do not fit in memory."""
         g = self.cfg.grpo
-        with grpo.autocast(self.device, self.compute_dtype):
-            return grpo.rollout(self.model, self.tokenizer, examples, g.group_size, max_new_tokens=g.max_new_tokens,
-                                temperature=g.temperature, top_p=g.top_p, suppress_ids=self.suppress_ids,
-                                batch_groups=batch_groups)
+
+        def attempt(batch_groups: int) -> grpo.Rollouts:
+            with grpo.autocast(self.device, self.compute_dtype):
+                return grpo.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
+                                    max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
+                                    temperature=g.temperature if temperature is None else temperature,
+                                    batch_groups=batch_groups)
+        return out_of_memory.halving(attempt, g.sample_batch_groups or len(examples), stage="sampling",
+                                     knob="grpo.sample_batch_groups", on_retry=self.memory_retry("sample_batch_groups"))
+
+    def evaluate(self) -> dict[str, float]:
+        """The held-out evaluation's scalars (evaluation.py), with its time."""
+        t0 = time.perf_counter()
+        out = self.held_out.run(self.rollout, self.reward, self.cfg.grpo.temperature, self.device)
+        return {**out, names.TIME_EVAL: time.perf_counter() - t0}
 
     def train_on(self, roll: grpo.Rollouts, adv: np.ndarray, trainable: np.ndarray) -> dict:
         """grpo.train_on, its micro-batch halved while the step does not fit in memory."""
@@ -391,7 +394,7 @@ class Trainer:
                  "weights": dict(self.reward.weights), "cum": [self.cum_submitted, self.cum_trainable],
                  "curriculum_streak": self.curriculum_streak, "active_alerts": self.active_alerts,
                  "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
-                 "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: resumed_budget
+                 "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
                                    for s in live_settings.NUMBER_SETTINGS if s.replay}}
         final = checkpoints.write_checkpoint(self.store.run_dir, self.step, self.model, self.tokenizer, state)
         self.last_ckpt_step = self.step
@@ -421,7 +424,7 @@ class Trainer:
         self.history = st.get("history", [])
         for k, v in st.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: below)
             setattr(self.cfg.grpo, k, v)
-        self.cfg.grpo.steps = resumed_budget(self.store.get_meta(), self.cfg.grpo.steps)
+        self.cfg.grpo.steps = RunMeta.parse(self.store.get_meta()).resumed_budget(self.cfg.grpo.steps)
         self.autopilot = autopilot.AutopilotState.from_dict(st.get("autopilot"))
         self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
         self.autopilot_on = st.get("autopilot_on", self.autopilot_on)
@@ -484,6 +487,8 @@ class Trainer:
         cfg = self.cfg
         scalars, groups, rollouts = self.train_step()
         self.step += 1
+        if self.held_out is not None and self.held_out.due(self.step, cfg.grpo.steps):
+            scalars.update(self.evaluate())
         events = self.pending_events + self.new_alerts(self.step, scalars) + self.curriculum(scalars)
         self.pending_events = []
         t0 = time.perf_counter()

@@ -72,6 +72,8 @@ with tab_tr:
     st.markdown(f"**Reward trend**: whole run {rep.trend['run_text']}; last {rep.window} steps "
                 f"{rep.trend['last_text']}.")
     st.plotly_chart(report.fig_reward(rep.steps, rep.trend, rep.ledger), key="an_reward")
+    if len(rep.evaluation):
+        st.plotly_chart(report.fig_eval(rep.evaluation, rep.ledger), key="an_eval")
     if rep.verdict is not None:
         st.markdown(f"**Health verdict (last window): {rep.verdict.status}**")
         for chk in rep.verdict.checks:
@@ -167,6 +169,9 @@ with tab_cmp:
             else:
                 st.caption("The configs are identical.")
             st.plotly_chart(report.fig_compare(paths, window), key="an_cmp_fig")
+            held_out = report.fig_compare_eval(paths)
+            if held_out is not None:
+                st.plotly_chart(held_out, key="an_cmp_eval")
 
 # ---- export ----------------------------------------------------------------------------------------
 with tab_exp:

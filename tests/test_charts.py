@@ -27,6 +27,7 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
     monkeypatch.setattr(charts, "VALIDATE", True)  # plotly's validators check every property
     wide = run.scalars_wide()
     figs = dict(charts.live_charts(wide, live.run_metrics(run.get_meta()), run.changes()))
+    assert figs.pop("eval") is None  # the run evaluated nothing (eval.every = 0)
     assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
     assert all(isinstance(f, go.Figure) for f in figs.values())
     per_step = _trace(figs["ratio"], "per step")
@@ -40,11 +41,21 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
     np.testing.assert_allclose(_trace(figs["reward"], "total (weighted)").y, wide[names.REWARD].to_numpy())
 
 
+def test_the_eval_chart_is_valid_plotly_through_the_evaluated_steps_only(monkeypatch):
+    monkeypatch.setattr(charts, "VALIDATE", True)
+    wide = pd.DataFrame({names.REWARD: [0.1, 0.2, 0.3, 0.4], names.EVAL_REWARD: [0.5, np.nan, 0.6, np.nan],
+                         names.EVAL_PASS: [0.25, np.nan, 0.5, np.nan]}, index=pd.Index([1, 2, 3, 4], name="step"))
+    fig = charts.eval_chart(wide)
+    assert [t.name for t in fig.data] == ["held-out reward", "held-out pass@1"]
+    np.testing.assert_array_equal(fig.data[1].x, [1, 3])
+    np.testing.assert_allclose(fig.data[1].y, [0.25, 0.5])
+
+
 def test_unvalidated_fast_path_builds_the_same_figure(run, monkeypatch):
     wide, changes, metrics = run.scalars_wide(), run.changes(), live.run_metrics(run.get_meta())
-    fast = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes)]
+    fast = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes) if f is not None]
     monkeypatch.setattr(charts, "VALIDATE", True)
-    slow = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes)]
+    slow = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes) if f is not None]
     assert fast == slow
 
 
@@ -61,7 +72,7 @@ def _plain(x):
 
 def test_every_chart_marks_every_applied_change(run):
     figs = charts.live_charts(run.scalars_wide(), live.run_metrics(run.get_meta()), run.changes())
-    for key, fig in figs:
+    for key, fig in [(k, f) for k, f in figs if k != "eval"]:  # the run evaluated nothing
         marks = [s for s in fig.layout.shapes if (s.name or "").startswith("change:")]
         assert [(m.x0, m.name) for m in marks] == [(12, "change:set_weights"), (30, "change:set_weights")], key
         notes = [a for a in fig.layout.annotations if (a.name or "").startswith("change:")]

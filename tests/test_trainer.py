@@ -17,7 +17,7 @@ from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICU
                              PHANTOM_GROUPS, REWARD, REWARD_STD, SAMPLING_BATCHES, SCORING_ERRORS,
                              STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO, metric_group_std, metric_mean,
                              metric_weight)
-from grpo_core.store import (EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSED, RUNNING, RunStore, STOPPED,
+from grpo_core.store import (EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSED, RUNNING, RunMeta, RunStore, STOPPED,
                              steps_budget)
 from grpo_core import trainer
 from grpo_core.checkpoints import latest_checkpoint
@@ -451,7 +451,7 @@ def test_resume_keeps_the_step_budget_a_set_steps_request_set(tmp_path):
     st.set_status(RUNNING)
     again, _ = _trainer(tmp_path, ["grpo.steps=7"], resume=True)  # --set grpo.steps=7 wins
     assert again.cfg.grpo.steps == 7 and again.run() == FINISHED and st.last_step() == 7
-    assert trainer.resumed_budget({}, 5) == 5  # an old store without settings: the config's
+    assert RunMeta.parse({}).resumed_budget(5) == 5  # an old store without settings: the config's
 
 
 def test_jsonl_task_trains_with_its_own_metrics(tmp_path):
