@@ -16,8 +16,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from grpo_core import live_settings
-from grpo_core.names import (CUM_TRAINABLE_RATIO, FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
-                             NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO,
+from grpo_core.names import (CUM_TRAINABLE_RATIO, EVAL_PASS, EVAL_REWARD, FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED,
+                             GROUPS_TRAINABLE, NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO,
                              metric_group_std, metric_mean, metric_weight)
 
 # One colour per metric, stable across charts and pages (plotly's qualitative palette).
@@ -198,6 +198,22 @@ def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
     return _figure(traces, "Reward weights in force", "weight", key="weights", changes=changes)
 
 
+def eval_chart(df, changes=None) -> go.Figure | None:
+    """Held-out evaluation: reward and pass@1 on prompts the policy never trains on (a point
+    per evaluation, eval.every steps apart)."""
+    have = [(n, label, colour, dash) for n, label, colour, dash in
+            ((EVAL_REWARD, "held-out reward", TOTAL_COLOUR, None), (EVAL_PASS, "held-out pass@1", PALETTE[2], "dash"))
+            if _has(df, n)]
+    if not have:
+        return None
+    traces = []
+    for n, label, colour, dash in have:
+        s = df[n].dropna()  # the evaluated steps only: a line through them
+        traces.append({"type": "scatter", "mode": "lines+markers", "x": s.index.to_numpy(), "y": s.to_numpy(),
+                       "name": label, "line": {"color": colour, "dash": dash, "width": 1.8}, "marker": {"size": 6}})
+    return _figure(traces, "Held-out evaluation", "reward / pass@1", key="eval", changes=changes)
+
+
 def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
                 outcome_metric: str | None = None) -> list[tuple[str, go.Figure | None]]:
     """The live page's charts in display order: (key, figure or None when there is no data)."""
@@ -209,7 +225,8 @@ def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=N
             ("metric_std", metric_std_chart(df, metrics, changes, uni)),
             ("reward", reward_chart(df, metrics, changes)),
             ("reward_std", reward_std_chart(df, changes, min_std)),
-            ("phantom", phantom_chart(df, changes, outcome_metric))]
+            ("phantom", phantom_chart(df, changes, outcome_metric)),
+            ("eval", eval_chart(df, changes))]
 
 
 CHART_HELP = {
@@ -218,6 +235,7 @@ CHART_HELP = {
     "metric_std": "Per metric, the mean std of its raw score inside a group; ~0 = uniform = bottleneck.",
     "reward": "Weighted total reward and each metric's raw mean.",
     "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",
+    "eval": "Reward and pass@1 on held-out prompts the policy never trains on (eval.every > 0).",
     "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
                "counted trainable whose reward spread is float rounding (TRL trains those).",
 }
