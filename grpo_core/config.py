@@ -65,6 +65,8 @@ class TaskConfig:
     level: int = knob(1, "Demo difficulty level, 1 (easy) .. 4 (hard)")
     dataset: str = knob("", "JSONL file of prompts (task.name = jsonl); one JSON object per line")
     seed: int = knob(0, "Seed for the task's prompt stream")
+    chat_template: str = knob("auto", "auto (render each prompt with the tokenizer's chat template when it has one, as TRL does) | none (the prompt text as is)")
+    system_prompt: str = knob("", "System prompt before every prompt (a system message through a chat template, else a first paragraph)")
 
 
 @dataclass
@@ -391,6 +393,7 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"model.hidden_size ({m.hidden_size}) must be a multiple of model.num_heads ({m.num_heads})")
     need(t.name in ("demo", "jsonl"), f"task.name must be 'demo' or 'jsonl', got {t.name!r}")
     need(1 <= t.level <= 4, f"task.level must be between 1 and 4, got {t.level}")
+    need(t.chat_template in ("auto", "none"), f"task.chat_template must be 'auto' or 'none', got {t.chat_template!r}")
     need(t.name != "jsonl" or bool(t.dataset), "task.dataset must name a JSONL file when task.name = 'jsonl'")
     need(c.mode in ("fixed", "auto"), f"curriculum.mode must be 'fixed' or 'auto', got {c.mode!r}")
     need(lg.keep_text in ("all", "sample"), f"log.keep_text must be 'all' or 'sample', got {lg.keep_text!r}")

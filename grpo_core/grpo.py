@@ -40,6 +40,7 @@ class Rollouts:
     examples: list[dict]  # [B] each prompt's example, repeated G times
     num_prompts: int
     group_size: int
+    prompts: list[str]  # [P] each group's prompt text as the model read it (a rendered chat template)
 
     @property
     def completion_mask(self) -> torch.Tensor:
@@ -146,17 +147,22 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
 
 def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
             temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
-            batch_groups: int = 0) -> Rollouts:
+            batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None) -> Rollouts:
     """P prompts -> P*G sampled completions (KV cache, each prompt prefilled once), in batches
     of `batch_groups` prompts (0: one batch) so the KV cache held is one batch's. Rows are
-    grouped: rows g*G .. g*G+G-1 are prompt g's group."""
+    grouped: rows g*G .. g*G+G-1 are prompt g's group. `prompts`: the text each example is
+    prompted with (default: its "prompt"); add_special_tokens=False when they are rendered chat
+    templates, which hold the model's special tokens already."""
+    prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
     if 0 < batch_groups < len(examples):
         parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
-                         temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
+                         temperature=temperature, top_p=top_p, suppress_ids=suppress_ids,
+                         add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups])
                  for i in range(0, len(examples), batch_groups)]
         return concat_rollouts(parts, tokenizer.pad_token_id)
     device = next(model.parameters()).device
-    enc = tokenizer([e["prompt"] for e in examples], return_tensors="pt", padding=True).to(device)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True,
+                    add_special_tokens=add_special_tokens).to(device)
     eos = eos_token_ids(model, tokenizer)
     with mode(model, training=False):
         comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
@@ -169,7 +175,7 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
                                                                                                tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
     rep = [e for e in examples for _ in range(group_size)]
-    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size)
+    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size, prompts)
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -184,7 +190,8 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         ids.append(torch.nn.functional.pad(r.input_ids, (left, right), value=pad_id))
         masks.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
     return Rollouts(torch.cat(ids), torch.cat(masks), lp, sum((r.texts for r in parts), []),
-                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size)
+                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size,
+                    sum((r.prompts for r in parts), []))
 
 
 # =============================================================================================

@@ -638,6 +638,7 @@ class GroupView:
     phantom: bool | None
     varied: dict  # metric -> within-group std, for metrics that varied
     explanation: str
+    prompt: str | None = None  # the prompt as the model read it (the store's prompts table), if kept
 
 
 def _threshold_at(data: RunData, step: int) -> float:
@@ -664,10 +665,11 @@ def group_index(data: RunData) -> pd.DataFrame:
 def inspect_group(data: RunData, step: int, group: int) -> GroupView:
     """One group's completions ranked by total reward, and why it was (not) trainable."""
     step, group = int(step), int(group)
-    with RunStore(data.db_path, readonly=True) as store:
-        r = store.rollouts(step=step, group=group)
     grow = data.groups[(data.groups["step"] == step) & (data.groups["group"] == group)] if len(data.groups) \
         else data.groups
+    with RunStore(data.db_path, readonly=True) as store:
+        r = store.rollouts(step=step, group=group)
+        text = store.prompt_texts([str(grow["prompt_id"].iloc[0])]) if len(grow) else {}
     if r.empty and grow.empty:
         idx = group_index(data)
         where = (f"steps {int(idx['step'].min())}–{int(idx['step'].max())}" if len(idx) else "no groups recorded")
@@ -682,7 +684,7 @@ def inspect_group(data: RunData, step: int, group: int) -> GroupView:
         expl = (f"No rollouts were recorded for step {step}, group {group}: the group was "
                 f"{'trainable' if rec_tr else 'not trainable'} (recorded std {grow['reward_std'].iloc[0]:.4f}), "
                 "but its completions cannot be shown.")
-        return GroupView(step, group, prompt, pd.DataFrame(), None, thr, rec_tr, rec_ph, {}, expl)
+        return GroupView(step, group, prompt, pd.DataFrame(), None, thr, rec_tr, rec_ph, {}, expl, text.get(prompt))
     metrics = [m for m in data.metrics if m in r.columns]
     table = r.sort_values("total", ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", np.arange(1, len(table) + 1))
@@ -700,7 +702,7 @@ def inspect_group(data: RunData, step: int, group: int) -> GroupView:
     if rec_tr is not None and rec_tr != bool(passes and outcome_varies):
         expl += (f" (Recorded as {'trainable' if rec_tr else 'not trainable'} by the trainer; recomputing from "
                  "the stored rollouts gives the opposite: the threshold or the rollouts kept may differ.)")
-    return GroupView(step, group, prompt, table, std, thr, trainable, phantom, varied, expl)
+    return GroupView(step, group, prompt, table, std, thr, trainable, phantom, varied, expl, text.get(prompt))
 
 
 def _explain(n, totals, std, thr, varied, metrics, outcome, table, trainable, phantom) -> str:
@@ -1072,6 +1074,8 @@ def to_markdown(rep: Report) -> str:
         out += ["## Example groups (last step with rollouts)", ""]
         for gv in rep.examples:
             out += [f"**step {gv.step}, group {gv.group}** — {gv.explanation}", ""]
+            if gv.prompt:
+                out += ["```text", gv.prompt, "```", ""]
     out += ["## Per step", "", _md_table(["step"] + STEP_COLS, [[str(s)] + [cell(c, r[c]) for c in STEP_COLS]
                                                                 for s, r in rep.steps.iterrows()]), ""]
     return "\n".join(out)
@@ -1155,6 +1159,7 @@ def to_html(rep: Report) -> str:
                 cols = list(gv.table.columns)
                 text = lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)  # noqa: E731
                 parts += [f"<h3>step {gv.step}, group {gv.group}</h3>", f"<p class='why'>{e(gv.explanation)}</p>",
+                          f"<pre class='prompt'>{e(gv.prompt)}</pre>" if gv.prompt else "",
                           _html_table(f"group-{gv.step}-{gv.group}", cols,
                                       [[text(r[c]) if c in ("completion", "error") else cell(c, r[c]) for c in cols]
                                        for _, r in gv.table.iterrows()])]

@@ -67,6 +67,10 @@ _STEP_SCORES = ("CREATE TABLE IF NOT EXISTS step_scores (\n"
 _ROLLOUTS = ("CREATE TABLE IF NOT EXISTS rollouts (\n"
              "    step INTEGER NOT NULL, grp INTEGER NOT NULL, idx INTEGER NOT NULL, completion TEXT,\n"
              "    PRIMARY KEY (step, grp, idx)) WITHOUT ROWID")
+# Each prompt's text as the model read it (a rendered chat template), once per prompt id. Added
+# after version 2 without a version bump: an older reader ignores the table, and a writable open
+# of a store without it adds it.
+_PROMPTS = "CREATE TABLE IF NOT EXISTS prompts (prompt_id TEXT PRIMARY KEY, text TEXT) WITHOUT ROWID"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS scalars (
@@ -83,7 +87,7 @@ CREATE TABLE IF NOT EXISTS control (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL, kind TEXT, payload TEXT,
     status TEXT, applied_step INTEGER, message TEXT, source TEXT);
 CREATE INDEX IF NOT EXISTS control_status ON control (status, id);
-""" + _ROLLOUTS + ";\n" + _STEP_SCORES + ";\n"
+""" + _ROLLOUTS + ";\n" + _STEP_SCORES + ";\n" + _PROMPTS + ";\n"
 # A rollout's numbers are stored once, in step_scores: one row per step with the step's rollouts
 # as arrays in (group, idx) order: grp/idx little-endian int32, total and the scores float64 (exact:
 # what-if under the recorded weights must give the recorded ratio; NaN: a failed metric or a
@@ -196,15 +200,19 @@ class StepGroups:
     cost more than the insert itself (docs/benchmarks.md). frame() gives the frame (the W&B
     mirror's table); g["trainable"] a column (a numpy array; prompt_id a list of str)."""
 
-    __slots__ = GROUP_COLUMNS
+    __slots__ = GROUP_COLUMNS + ("prompt_text",)
 
-    def __init__(self, group, prompt_id, size, reward_mean, reward_std, trainable, phantom):
+    def __init__(self, group, prompt_id, size, reward_mean, reward_std, trainable, phantom, prompt_text=None):
         self.group = np.asarray(group, np.int64)
         n = len(self.group)
         self.prompt_id = [str(p) for p in prompt_id]
         self.size = np.broadcast_to(np.asarray(size, np.int64), (n,))
         self.reward_mean, self.reward_std = np.asarray(reward_mean, np.float64), np.asarray(reward_std, np.float64)
         self.trainable, self.phantom = np.asarray(trainable, bool), np.asarray(phantom, bool)
+        # Each prompt's text as the model read it (the store's prompts table keeps it once per prompt id).
+        self.prompt_text = None if prompt_text is None else [str(p) for p in prompt_text]
+        if self.prompt_text is not None and len(self.prompt_text) != n:
+            raise ValueError(f"StepGroups: {len(self.prompt_text)} prompt texts for {n} groups")
         lengths = {c: len(self[c]) for c in GROUP_COLUMNS}
         if set(lengths.values()) != {n}:
             raise ValueError(f"StepGroups: columns of different lengths {lengths}")
@@ -565,6 +573,8 @@ class RunStore:
             missing |= {"step_scores"} - tables
         if missing:
             raise StoreError(f"{self.path} is not a run store (missing tables: {', '.join(sorted(missing))})")
+        if not readonly and "prompts" not in tables:
+            self.conn.execute(_PROMPTS)
         if "scores" not in self._rollout_columns():
             return
         meta = self.get_meta()
@@ -684,6 +694,8 @@ class RunStore:
             c.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           groups.rows(step) if isinstance(groups, StepGroups)
                           else zip([step] * len(groups), *_group_columns(groups)))
+            if isinstance(groups, StepGroups) and groups.prompt_text is not None:
+                c.executemany("INSERT OR IGNORE INTO prompts VALUES (?, ?)", zip(groups.prompt_id, groups.prompt_text))
         if isinstance(rollouts, StepRollouts):  # the trainer's columns: no dict per rollout
             if len(rollouts):
                 _insert_rows(c, "rollouts", rollouts.rows(step))
@@ -777,6 +789,15 @@ class RunStore:
         df["trainable"] = df["trainable"].astype(bool)
         df["phantom"] = df["phantom"].astype(bool)
         return df
+
+    def prompt_texts(self, prompt_ids: list[str]) -> dict[str, str]:
+        """prompt id -> the text the model was prompted with (a store from before the prompts
+        table, or a trainer that logs none: {})."""
+        if "prompts" not in self._tables() or not prompt_ids:
+            return {}
+        marks = ",".join("?" * len(prompt_ids))
+        return dict(self.conn.execute(f"SELECT prompt_id, text FROM prompts WHERE prompt_id IN ({marks})",
+                                      [str(p) for p in prompt_ids]).fetchall())
 
     def rollouts(self, since_step: int = -1, until_step: int | None = None,
                  step: int | None = None, group: int | None = None, with_text: bool = True,

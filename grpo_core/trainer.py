@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from grpo_core import autopilot
+from grpo_core import chat
 from grpo_core import checkpoints
 from grpo_core import evaluation
 from grpo_core import grpo
@@ -163,12 +164,16 @@ class Trainer:
         """grpo.rollout with the run's settings, in batches halved while they do not fit in memory."""
         g = self.cfg.grpo
 
+        t = self.cfg.task
+        prompts = [chat.render(self.tokenizer, e["prompt"], t.chat_template, t.system_prompt) for e in examples]
+
         def attempt(batch_groups: int) -> grpo.Rollouts:
             with grpo.autocast(self.device, self.compute_dtype):
                 return grpo.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
                                     max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
                                     temperature=g.temperature if temperature is None else temperature,
-                                    batch_groups=batch_groups)
+                                    batch_groups=batch_groups, prompts=prompts,
+                                    add_special_tokens=not chat.uses_template(self.tokenizer, t.chat_template))
         return out_of_memory.halving(attempt, g.sample_batch_groups or len(examples), stage="sampling",
                                      knob="grpo.sample_batch_groups", on_retry=self.memory_retry("sample_batch_groups"))
 
@@ -242,7 +247,7 @@ class Trainer:
                       names.LEARNING_RATE):
                 scalars.pop(k)
         groups = StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
-                              G, stats.mean, stats.std, stats.trainable, stats.phantom)
+                              G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=roll.prompts)
         keep_all = self.cfg.log.keep_text == "all"
         n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
         n = P * G

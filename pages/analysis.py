@@ -146,6 +146,8 @@ with tab_roll:
         else:
             if gv.prompt_id:
                 st.caption(f"prompt {gv.prompt_id}")
+            if gv.prompt:
+                st.code(gv.prompt, language=None)
             (st.success if gv.trainable else st.warning)(gv.explanation)
             if len(gv.table):
                 st.dataframe(gv.table, hide_index=True, key="an_group_table")

@@ -75,7 +75,7 @@ CLI_CASES = {
     "jsonl missing field": (["train", "--set", "task.name=jsonl", "--set", "task.dataset={in}/no-answer.jsonl"],
                             "no-answer.jsonl line 2: field 'answer' (needed by metric"),
     "jsonl wrong type": (["train", "--set", "task.name=jsonl", "--set", "task.dataset={in}/bad-type.jsonl"],
-                         "bad-type.jsonl line 1: field 'prompt' must be a string, got int 5"),
+                         "bad-type.jsonl line 1: field 'prompt' must be a string or a list of chat messages, got int 5"),
     "jsonl row not an object": (["train", "--set", "task.name=jsonl", "--set", "task.dataset={in}/a-list.jsonl"],
                                 "a-list.jsonl line 2: expected a JSON object"),
     "jsonl empty": (["train", "--set", "task.name=jsonl", "--set", "task.dataset={in}/empty.jsonl"], "has no rows"),

@@ -20,12 +20,15 @@ import random
 import re
 from pathlib import Path
 
+from grpo_core.chat import check_messages
 from grpo_core.config import DEMO_WEIGHTS, ConfigError
 from grpo_core.rewards import BUILTIN, as_number, final_answer, schema_validator
 from grpo_core.tasks import Task, prompt_id
 
 TEXT, INTEGER, OBJECT, TEXT_OR_NUMBER = (str,), (int,), (dict,), (str, int, float)
-TYPE_NAMES = {TEXT: "a string", INTEGER: "an integer", OBJECT: "a JSON object", TEXT_OR_NUMBER: "a string or a number"}
+TEXT_OR_MESSAGES = (str, list)  # a prompt: text, or chat messages (chat.py renders them)
+TYPE_NAMES = {TEXT: "a string", INTEGER: "an integer", OBJECT: "a JSON object", TEXT_OR_NUMBER: "a string or a number",
+              TEXT_OR_MESSAGES: "a string or a list of chat messages"}
 # metric -> (field, types, required). Custom metrics read what they like: not checked here.
 FIELDS = {
     "answer_f1": [("answer", TEXT, True)],
@@ -76,7 +79,7 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
 
 def field_needs(metric_names: list[str], custom: set[str] = frozenset()) -> dict[str, tuple[tuple, bool, list[str]]]:
     """field -> (allowed types, required, the metrics that require it) for these metrics."""
-    needs: dict[str, tuple[tuple, bool, list[str]]] = {"prompt": (TEXT, True, [])}
+    needs: dict[str, tuple[tuple, bool, list[str]]] = {"prompt": (TEXT_OR_MESSAGES, True, [])}
     for m in metric_names:
         if m in custom:
             continue
@@ -104,7 +107,9 @@ def check_row(where: str, row: dict, needs: dict):
         if not _type_ok(row[field], typ):
             raise ConfigError(f"{where}: field '{field}' must be {TYPE_NAMES.get(typ, typ)}, "
                               f"got {type(row[field]).__name__} {json.dumps(row[field])[:40]}")
-    if not row["prompt"].strip():
+    if isinstance(row["prompt"], list):
+        check_messages(where, row["prompt"])
+    elif not row["prompt"].strip():
         raise ConfigError(f"{where}: field 'prompt' is empty")
     if "format" in row and "format" in needs:
         try:
@@ -132,7 +137,8 @@ def load_rows(path: str | Path, metric_names: list[str], custom: set[str] = froz
     rows = []
     for n, row in read_rows(path):
         check_row(f"{name} line {n}", row, needs)
-        row.setdefault("prompt_id", prompt_id(row["prompt"]))
+        row.setdefault("prompt_id", prompt_id(row["prompt"] if isinstance(row["prompt"], str)
+                                              else json.dumps(row["prompt"], sort_keys=True)))
         row["prompt_id"] = str(row["prompt_id"])
         rows.append(row)
     return rows
