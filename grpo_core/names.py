@@ -94,6 +94,37 @@ TIME_TRAIN = "time/train_s"
 TIME_LOG = "time/log_s"  # store + mirror writes of the previous step
 THROUGHPUT_TOKENS = "throughput/tokens_per_s"
 
+# --- other trainers' names -> ours (where the definitions agree) -------------------
+# One table per trainer; the importers, the live attachments and docs/integrations.md read these.
+# A name not listed is kept under foreign(source, name), never silently dropped.
+# TRL: a log entry's keys (trainer_state.json log_history, TRL's on_log, its W&B/TensorBoard logs).
+TRL_NAMES = {
+    "reward": REWARD,  # mean weighted total over all completions = mean of the group means
+    "frac_reward_zero_std": FRAC_REWARD_ZERO_STD,
+    "grad_norm": GRAD_NORM,
+    "kl": LOSS_KL,
+    "entropy": LOSS_ENTROPY,
+    "clip_ratio/region_mean": CLIP_RATIO,
+    "clip_ratio": CLIP_RATIO,  # TRL < 0.17 logged one clip ratio
+    "completions/mean_length": COMPLETION_MEAN_LENGTH,
+    "completion_length": COMPLETION_MEAN_LENGTH,  # TRL < 0.17's name for the same mean
+    "step_time": TIME_STEP,
+    "learning_rate": LEARNING_RATE,
+    "reward_std": TRL_REWARD_STD,
+}
+# ART (OpenPipe): its W&B / history keys.
+ART_NAMES = {
+    "train/reward": REWARD,
+    "reward/mean": REWARD,
+    "loss/kl_div": LOSS_KL,
+    "train/num_groups_submitted": GROUPS_SUBMITTED,
+    "train/num_groups_trainable": GROUPS_TRAINABLE,
+}
+# verl: its Tracking keys (console, file logger JSONL, W&B).
+VERL_NAMES: dict[str, str] = {}
+FOREIGN_NAMES = {"trl": TRL_NAMES, "art": ART_NAMES, "verl": VERL_NAMES}
+
+
 # The names every step of the embedded trainer logs (per-metric names come on top).
 STEP_SCALARS = (
     GROUPS_SUBMITTED, GROUPS_TRAINABLE, CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE,

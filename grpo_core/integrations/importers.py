@@ -96,20 +96,6 @@ def _put(rows: dict, step: int, name: str, value: float, report: ImportReport):
 
 
 # ---- TRL: names in a log entry (trainer_state.json log_history, or TRL's on_log) ----------
-TRL_SAME = {
-    "reward": names.REWARD,  # mean weighted total over all completions = mean of the group means
-    "frac_reward_zero_std": names.FRAC_REWARD_ZERO_STD,
-    "grad_norm": names.GRAD_NORM,
-    "kl": names.LOSS_KL,
-    "entropy": names.LOSS_ENTROPY,
-    "clip_ratio/region_mean": names.CLIP_RATIO,
-    "clip_ratio": names.CLIP_RATIO,  # TRL < 0.17 logged one clip ratio
-    "completions/mean_length": names.COMPLETION_MEAN_LENGTH,
-    "completion_length": names.COMPLETION_MEAN_LENGTH,  # TRL < 0.17's name for the same mean
-    "step_time": names.TIME_STEP,
-    "learning_rate": names.LEARNING_RATE,
-    "reward_std": names.TRL_REWARD_STD,
-}
 TRL_SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second",
                     "total_flos")
 _TRL_FN = re.compile(r"^rewards/(.+)/(mean|std)$")
@@ -127,7 +113,7 @@ def map_trl_key(key: str, live: bool = False) -> str:
         return names.foreign("trl", key) if live else names.metric_mean(fn)
     if live and key in ("reward", "frac_reward_zero_std"):
         return names.foreign("trl", key)
-    return TRL_SAME.get(key) or names.foreign("trl", key)
+    return names.TRL_NAMES.get(key) or names.foreign("trl", key)
 
 
 def is_trl_summary(entry: dict) -> bool:
@@ -253,13 +239,6 @@ def parse_trl_state(data: bytes, filename: str, groups_per_step: int | None = No
 
 # ---- W&B: recognise ART's, TRL's and our own names in a history row -------------------------
 OUR_NAMES = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
-ART_MAP = {  # ART (OpenPipe) keys that mean what ours mean
-    "train/reward": names.REWARD,
-    "reward/mean": names.REWARD,
-    "loss/kl_div": names.LOSS_KL,
-    "train/num_groups_submitted": names.GROUPS_SUBMITTED,
-    "train/num_groups_trainable": names.GROUPS_TRAINABLE,
-}
 MIRROR_ALIASES = {"reward": names.REWARD, "reward_std": names.REWARD_STD}  # what WandbMirror adds for TRL-named charts
 STEP_KEYS = ("train/global_step", "global_step", "training_step")  # x-axes other than W&B's _step
 
@@ -278,7 +257,7 @@ def detect_style(keys: set[str], config: dict | None = None) -> str:
             k.startswith("train/rewards/") for k in keys):
         return "trl"
     if any(k.startswith("data/step_num_groups") or k.startswith("data/cum/") for k in keys) or any(
-            k in ART_MAP for k in keys if k != "train/reward"):
+            k in names.ART_NAMES for k in keys if k != "train/reward"):
         return "art"
     return "generic"
 
@@ -298,8 +277,8 @@ def map_wandb_key(key: str, style: str, report: ImportReport) -> str | None:
             name = names.foreign("trl", key)
         else:
             name = key if _is_ours(key) else names.foreign("wandb", key)
-    elif style == "art" and key in ART_MAP:
-        name = ART_MAP[key]
+    elif style == "art" and key in names.ART_NAMES:
+        name = names.ART_NAMES[key]
     else:
         name = key if _is_ours(key) else names.foreign("wandb", key)
     if name != key:
