@@ -1,28 +1,38 @@
-"""GPU check: the embedded trainer on CUDA with a ~100M-parameter built-in model.
+"""GPU check: a model of the size people post-train, through the embedded trainer, on one GPU.
 
-One prepared run (< 5 minutes on one GPU) of the real loop (`Trainer.run()`): a 12-layer,
-768-wide Llama with the built-in character tokenizer, bf16, the demo task's prompts
-(level 4, the longest), 16 prompts x 16 completions, up to 128 new tokens. The model is
-random (no warm-start: that would dominate the budget), so a seeded per-completion
-"noise" reward (a custom metric, reward.custom) gives every group reward spread: every
-step then does the full sampling pass and the full forward/backward, which is what is
-being measured. Prints one JSON object:
+One prepared run (< 5 minutes on an H100/H200-class GPU) of the trainer's real loop
+(`Trainer.run()`, its `grpo.rollout` and `grpo.train_on`), on a Qwen2 model with Qwen2.5-0.5B's
+published sizes (hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864, vocabulary 151,936,
+tied embeddings: 494M parameters) at random init, built from the config alone: no download.
+The tokenizer is the byte-level BPE one tests/real_model.py trains here (8,192 tokens, Qwen's
+chat specials, two eos ids); the model's vocabulary stays Qwen's 151,936, so the embedding, the
+LM head and the log-prob chunks have the real model's sizes (sampled ids past the tokenizer's
+decode to nothing). Compute in bf16 over fp32 master weights and AdamW state (`model.dtype=auto`
+on CUDA); 8 prompts x 8 completions x 512 new tokens (the demo task's longest prompts), the
+forward/backward in micro-batches of 2 groups, log-probs in 256 MB chunks; full fine-tuning,
+then LoRA (rank 16, all-linear), each loaded afresh. A random model almost never samples an eos
+id, so every completion runs to 512 tokens, and a seeded per-completion "noise" reward gives
+every group spread: every step samples and trains every row, which is what is measured.
 
+Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_check.json):
 - generation tokens/s (completion tokens sampled / time/generate_s) and training tokens/s
-  (prompt + completion tokens through forward/backward / time/train_s), medians per step;
-- seconds per step, torch.cuda.max_memory_allocated, parameters, device name;
-- the two fast paths against what they replace, on this GPU: the sampling loop vs
-  `model.generate` over P*G rows, the shared-prompt forward/backward vs one forward over
-  all rows (seconds, medians of 3).
+  (prompt + completion tokens through forward/backward / time/train_s), medians over the
+  timed steps, and seconds per step;
+- torch.cuda.max_memory_allocated over the variant's steps, next to grpo_core.memory_model's
+  estimate of the same step (its parts too), so a GPU run checks the memory model;
+- the share of trained parameter elements that moved over the run (fp32 master weights at
+  lr 1e-6: with bf16 weights most small updates would be lost), and parameters trained.
 
-    python bench/gpu_check.py [--steps 12] [--out gpu_check.json]
-    python bench/gpu_check.py --smoke      # CPU, tiny model, 3 steps: checks the script itself
+    python bench/gpu_check.py [--steps 2] [--out gpu_check.json]
+    python bench/gpu_check.py --smoke      # CPU, a tiny Qwen2, fp32: checks the script itself
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -31,12 +41,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
-BIG = dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
-TINY = dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256)
+QWEN2_5_0_5B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                    intermediate_size=4864, vocab_size=151936)
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=4096)  # vocabulary past the tokenizer's, as the real check's
+# prompts, group size, new tokens, groups per micro-batch, log-prob chunk MB, LoRA rank
+BATCH = dict(prompts=8, group_size=8, max_new_tokens=512, micro_batch_groups=2, logit_chunk_mb=256.0, lora_rank=16)
+SMOKE_BATCH = dict(prompts=2, group_size=4, max_new_tokens=16, micro_batch_groups=1, logit_chunk_mb=0.05, lora_rank=4)
+LR = 1e-6
 
 
 def noise(completion: str, example: dict) -> float:
@@ -45,139 +60,172 @@ def noise(completion: str, example: dict) -> float:
     return int(hashlib.sha1(completion.encode()).hexdigest()[:8], 16) / 2**32
 
 
-def make_config(smoke: bool, steps: int):
+def build_model(root: Path, smoke: bool) -> Path:
+    """A Hugging Face folder: the locally trained BPE tokenizer and a random-init Qwen2 of the
+    chosen sizes (initialised on the GPU when there is one: a 0.5B init on CPU takes long)."""
+    from tests.real_model import build
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    tokenizer = AutoTokenizer.from_pretrained(build(root / "tokenizer", vocab_size=2048 if smoke else 8192,
+                                                    hidden_size=32, layers=1, heads=2, kv_heads=1,
+                                                    intermediate_size=64))
+    eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id]
+    config = Qwen2Config(**(TINY if smoke else QWEN2_5_0_5B), max_position_embeddings=4096, tie_word_embeddings=True,
+                         eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+    with torch.random.fork_rng(devices=[]), torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = eos, tokenizer.pad_token_id
+    path = root / ("qwen2-tiny" if smoke else "qwen2.5-0.5b-random")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    del model
+    return path
+
+
+def make_config(path: Path, smoke: bool, lora: bool, steps: int):
     from grpo_core.config import RunConfig, validate
+    b = SMOKE_BATCH if smoke else BATCH
     cfg = RunConfig()
-    for k, v in (TINY if smoke else BIG).items():
-        setattr(cfg.model, k, v)
-    cfg.model.warm_start_steps = 0
-    cfg.model.device = "cpu" if smoke else "cuda"
+    cfg.model.path, cfg.model.device = str(path), "cpu" if smoke else "cuda"
+    cfg.model.lora_rank = b["lora_rank"] if lora else 0
     cfg.task.level = 4
     cfg.reward.weights = {"noise": 1.0}
     cfg.reward.custom = {"noise": "gpu_check:noise"}
+    cfg.reward.custom_dirs = [str(ROOT / "bench")]
     g = cfg.grpo
-    g.prompts_per_step, g.group_size, g.max_new_tokens = (2, 4, 16) if smoke else (16, 16, 128)
-    g.steps, g.lr = steps, 1e-5
+    g.prompts_per_step, g.group_size, g.max_new_tokens = b["prompts"], b["group_size"], b["max_new_tokens"]
+    g.micro_batch_groups, g.logit_chunk_mb, g.sample_batch_groups = b["micro_batch_groups"], b["logit_chunk_mb"], 0
+    g.steps, g.lr, g.min_group_std = steps, LR, 0.0
     cfg.log.progress, cfg.log.checkpoint_every = False, 0
     return validate(cfg)
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def median_s(fn, device, n: int = 3) -> float:
-    fn()
-    out = []
-    for _ in range(n):
-        sync(device)
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
-
-
-def fast_path_checks(tr, device) -> dict:
-    """Each fast path against what it replaces, on the trainer's model and a real batch."""
+def counting(counts: list):
+    """Wrappers of grpo.rollout / grpo.train_on that count each step's tokens where they are made."""
     from grpo_core import grpo
-    from profile_step import reference_sample_tokens
-    g, tok = tr.cfg.grpo, tr.tokenizer
-    exs = tr.task.batch(g.prompts_per_step)
-    enc = tok([e["prompt"] for e in exs], return_tensors="pt", padding=True).to(device)
-    kw = dict(max_new_tokens=g.max_new_tokens, eos_ids=grpo.eos_token_ids(tr.model, tok), pad_id=tok.pad_token_id,
-              suppress_ids=tr.suppress_ids)
-    args = (tr.model, enc["input_ids"], enc["attention_mask"], g.group_size)
-    out = {"sampling_loop_s": median_s(lambda: grpo.sample_tokens(*args, **kw), device),
-           "generate_s": median_s(lambda: reference_sample_tokens(*args, **kw), device)}
-    roll = grpo.rollout(tr.model, tok, exs, g.group_size, max_new_tokens=g.max_new_tokens, suppress_ids=tr.suppress_ids)
-    ids, attn, lp = grpo.trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
-
-    def fwd_bwd(G):
-        tr.model.zero_grad(set_to_none=True)
-        logp, _ = grpo.token_logprobs(tr.model, ids, attn, lp, suppress_ids=tr.suppress_ids, group_size=G)
-        (logp.sum() / attn.sum()).backward()
-    out["shared_prompt_fwd_bwd_s"] = median_s(lambda: fwd_bwd(g.group_size), device)
-    out["full_fwd_bwd_s"] = median_s(lambda: fwd_bwd(1), device)
-    tr.model.zero_grad(set_to_none=True)
-    return out
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=12, help="timed steps (after 2 warm-up steps)")
-    ap.add_argument("--smoke", action="store_true", help="CPU, tiny model, 3 steps: test the script itself")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    args = ap.parse_args(argv)
-    if not args.smoke and not torch.cuda.is_available():
-        print(json.dumps({"error": "CUDA is not available (use --smoke for the CPU check of this script)"}))
-        return 2
-    from grpo_core import names
-    from grpo_core.store import RunStore
-    from grpo_core.trainer import Trainer, set_threads
-
-    steps = 3 if args.smoke else args.steps
-    warm = 1 if args.smoke else 2
-    cfg = make_config(args.smoke, warm + steps)
-    set_threads(cfg)
-    root = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-"))
-    store = RunStore.create("gpu-check", cfg.to_dict(), root=root)
-    t0 = time.perf_counter()
-    tr = Trainer(cfg, store, log=lambda m: print(m, file=sys.stderr))
-    device = tr.device
-    load_s = time.perf_counter() - t0
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    # Tokens per step: count them where they are made (rollout / train_on), not from the logs.
-    from grpo_core import grpo
-    counts = []
     rollout, train_on = grpo.rollout, grpo.train_on
 
     def counted_rollout(*a, **kw):
         r = rollout(*a, **kw)
-        counts.append({"completion_tokens": int(r.completion_mask.sum()), "rows": len(r.texts)})
+        counts.append({"completion_tokens": int(r.completion_mask.sum()), "rows": len(r.texts), "prompt_len": r.prompt_len})
         return r
 
     def counted_train_on(model, opt, roll, *a, **kw):
         out = train_on(model, opt, roll, *a, **kw)
         counts[-1]["train_tokens"] = int(roll.attention_mask.sum()) if out.get("rows") else 0
         return out
-    grpo.rollout, grpo.train_on = counted_rollout, counted_train_on
+    return counted_rollout, counted_train_on
+
+
+def moved(model, before: dict) -> dict:
+    """Share of the trained parameters' elements (and tensors) that changed since `before` (on CPU)."""
+    changed = total = unmoved = 0
+    for name, p in model.named_parameters():
+        if name in before:
+            diff = int((p.detach().cpu() != before[name]).sum())
+            changed, total, unmoved = changed + diff, total + p.numel(), unmoved + (diff == 0)
+    return {"params_moved_fraction": changed / max(total, 1), "tensors_unmoved": unmoved, "tensors_trained": len(before)}
+
+
+def memory_estimate(tr, cfg, prompt_len: int) -> dict:
+    """grpo_core.memory_model's estimate (GiB) of this variant's step."""
+    from grpo_core import memory_model
+    g, m = cfg.grpo, cfg.model
+    step = memory_model.Step(rows=g.micro_batch_groups * g.group_size, prompt_tokens=prompt_len,
+                             completion_tokens=g.max_new_tokens, group_size=g.group_size,
+                             sample_rows=g.prompts_per_step * g.group_size,
+                             compute_dtype=str(tr.compute_dtype).removeprefix("torch."), lora_rank=m.lora_rank,
+                             gradient_checkpointing=m.gradient_checkpointing, logit_chunk_mb=g.logit_chunk_mb,
+                             device=tr.device.type)
+    return memory_model.estimate(memory_model.Architecture.from_config(tr.model.config), step).gib()
+
+
+def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> dict:
+    """One variant: the trainer's run of warm + steps steps, timed and measured."""
+    from grpo_core import grpo, names
+    from grpo_core.store import RunStore
+    from grpo_core.trainer import Trainer, set_threads
+    cfg = make_config(path, smoke, lora, warm + steps)
+    set_threads(cfg)
+    store = RunStore.create("gpu-check-lora" if lora else "gpu-check-full", cfg.to_dict(),
+                            root=Path(tempfile.mkdtemp(prefix="grpo-gpu-check-")))
+    t0 = time.perf_counter()
+    tr = Trainer(cfg, store, log=lambda m: print(m, file=sys.stderr))
+    load_s = time.perf_counter() - t0
+    before = {n: p.detach().to("cpu", copy=True) for n, p in tr.model.named_parameters() if p.requires_grad}
+    cuda = tr.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    counts = []
+    saved = grpo.rollout, grpo.train_on
+    grpo.rollout, grpo.train_on = counting(counts)
     try:
         t0 = time.perf_counter()
-        tr.run()
+        status = tr.run()
         run_s = time.perf_counter() - t0
     finally:
-        grpo.rollout, grpo.train_on = rollout, train_on
-    w = store.scalars_wide(names=[names.TIME_STEP, names.TIME_GENERATE, names.TIME_TRAIN, names.REWARD, names.TRAINABLE_RATIO])
-    w, c = w.iloc[warm:], counts[warm:]
-    gen_tps = [x["completion_tokens"] / t for x, t in zip(c, w[names.TIME_GENERATE])]
-    train_tps = [x.get("train_tokens", 0) / t for x, t in zip(c, w[names.TIME_TRAIN]) if t > 0]
-    res = {
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu (smoke)",
-        "dtype": str(next(tr.model.parameters()).dtype), "compute_dtype": str(tr.compute_dtype),
-        "torch": torch.__version__,
-        "params": sum(p.numel() for p in tr.model.parameters()),
-        "model": {k: getattr(cfg.model, k) for k in (TINY if args.smoke else BIG)},
-        "batch": {"prompts": cfg.grpo.prompts_per_step, "group_size": cfg.grpo.group_size,
-                  "max_new_tokens": cfg.grpo.max_new_tokens},
-        "steps_timed": len(w), "load_s": round(load_s, 2), "run_s": round(run_s, 2),
-        "step_s_median": statistics.median(w[names.TIME_STEP]),
-        "generate_s_median": statistics.median(w[names.TIME_GENERATE]),
-        "train_s_median": statistics.median(w[names.TIME_TRAIN]),
-        "generation_tokens_per_s": statistics.median(gen_tps),
-        "training_tokens_per_s": statistics.median(train_tps) if train_tps else None,
-        "completion_tokens_per_step": statistics.median(x["completion_tokens"] for x in c),
-        "trainable_ratio_median": float(w[names.TRAINABLE_RATIO].median()),
-        "max_memory_allocated_gib": (torch.cuda.max_memory_allocated() / 2**30) if device.type == "cuda" else None,
-    }
-    res["fast_paths"] = fast_path_checks(tr, device)
+        grpo.rollout, grpo.train_on = saved
+    w = store.scalars_wide(names=[names.TIME_STEP, names.TIME_GENERATE, names.TIME_TRAIN, names.TRAINABLE_RATIO])
+    res = summarize(w.iloc[warm:], counts[warm:], names)
+    res.update({"variant": "lora" if lora else "full", "status": status, "load_s": round(load_s, 2),
+                "run_s": round(run_s, 2), "lora_rank": cfg.model.lora_rank,
+                "micro_batch_groups": cfg.grpo.micro_batch_groups,  # after any out-of-memory halving
+                "sample_batch_groups": cfg.grpo.sample_batch_groups,
+                "params": sum(p.numel() for p in tr.model.parameters()),
+                "params_trained": sum(p.numel() for p in tr.model.parameters() if p.requires_grad),
+                "weight_dtype": str(next(tr.model.parameters()).dtype), "compute_dtype": str(tr.compute_dtype),
+                "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+                "memory_model_gib": memory_estimate(tr, cfg, max(c["prompt_len"] for c in counts)),
+                **moved(tr.model, before)})
     store.close()
+    del tr, before
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return res
+
+
+def summarize(w, counts: list, names) -> dict:
+    """Medians over the timed steps: tokens/s of sampling and of training, seconds per step."""
+    gen_tps = [c["completion_tokens"] / t for c, t in zip(counts, w[names.TIME_GENERATE])]
+    train_tps = [c.get("train_tokens", 0) / t for c, t in zip(counts, w[names.TIME_TRAIN]) if t > 0]
+    return {"steps_timed": len(w), "rows_per_step": statistics.median(c["rows"] for c in counts),
+            "completion_tokens_per_step": statistics.median(c["completion_tokens"] for c in counts),
+            "train_tokens_per_step": statistics.median(c.get("train_tokens", 0) for c in counts),
+            "step_s_median": statistics.median(w[names.TIME_STEP]),
+            "generate_s_median": statistics.median(w[names.TIME_GENERATE]),
+            "train_s_median": statistics.median(w[names.TIME_TRAIN]),
+            "generation_tokens_per_s": statistics.median(gen_tps),
+            "training_tokens_per_s": statistics.median(train_tps) if train_tps else None,
+            "trainable_ratio_median": float(w[names.TRAINABLE_RATIO].median())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after 1 warm-up step)")
+    ap.add_argument("--variants", default="full,lora", help="comma-separated: full, lora")
+    ap.add_argument("--smoke", action="store_true", help="CPU, a tiny Qwen2, fp32: test the script itself")
+    ap.add_argument("--out", default=None, help="write the JSON here (default: $OUT/gpu_check.json when $OUT is set)")
+    args = ap.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        print(json.dumps({"error": "CUDA is not available (use --smoke for the CPU check of this script)"}))
+        return 2
+    t0 = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-model-"))
+    path = build_model(root, args.smoke)
+    res = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.smoke else "cpu (smoke)",
+           "torch": torch.__version__, "model": {**(TINY if args.smoke else QWEN2_5_0_5B), "tied": True},
+           "batch": SMOKE_BATCH if args.smoke else BATCH, "lr": LR, "build_s": round(time.perf_counter() - t0, 2),
+           "variants": []}
+    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
+        res["variants"].append(run_variant(path, args.smoke, variant == "lora", args.steps, warm=1))
+    res["total_s"] = round(time.perf_counter() - t0, 2)
     text = json.dumps(res, indent=1)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    out = args.out or (str(Path(os.environ["OUT"]) / "gpu_check.json") if os.environ.get("OUT") else None)
+    if out:
+        Path(out).write_text(text)
     return 0
 
 
