@@ -22,6 +22,9 @@ $(RUN_STAMP): | $(PY)
 
 $(TEST_STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -r requirements-test.txt
+	@# verl's own log writers for tests/test_verl.py: its files only, outside the venv's packages
+	@# (verl's dependencies pull Ray and a CUDA torch; the tests load the three writers by path).
+	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/verl-src verl==0.9.1
 	@# Browser tests drive Debian's chromium through Playwright (never `playwright install`).
 	@command -v chromium >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

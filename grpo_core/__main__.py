@@ -41,6 +41,11 @@ def cmd_report(args):
     return cli_report(args)
 
 
+def cmd_watch(args):
+    from grpo_core.integrations.follow import cli_watch
+    return cli_watch(args)
+
+
 def cmd_import(args):
     from grpo_core.integrations.importers import cli_import
     return cli_import(args)
@@ -135,6 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--groups-per-step", type=int, help="trl: groups per step (generation_batch_size / "
                    "num_generations), which trainer_state.json does not record; gives group counts")
     p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("watch", help="follow another trainer's outputs into a run as they grow (TRL, W&B, verl)")
+    p.add_argument("kind", help="what SOURCE is: trl (an output dir), wandb (a run dir), verl (its file "
+                   "logger JSONL, console log or rollout dumps, or a folder with them)")
+    p.add_argument("source", help="the file or folder to follow")
+    p.add_argument("--run-id", help="run id (default: KIND-<source name>)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--every", type=float, default=2.0, help="seconds between looks at the source")
+    p.add_argument("--polls", type=int, help="stop after this many looks (default: until the source ends or Ctrl-C)")
+    p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("status", help="one run's status and latest health")
     p.add_argument("run", help="run dir, run.db or run id")

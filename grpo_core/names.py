@@ -121,7 +121,19 @@ ART_NAMES = {
     "train/num_groups_trainable": GROUPS_TRAINABLE,
 }
 # verl: its Tracking keys (console, file logger JSONL, W&B).
-VERL_NAMES: dict[str, str] = {}
+VERL_NAMES = {
+    "critic/score/mean": REWARD,  # the reward function's score, mean over the step's rollouts
+    "actor/pg_loss": LOSS_POLICY,
+    "actor/entropy": LOSS_ENTROPY,
+    "actor/kl_loss": LOSS_KL,  # the KL to the reference (actor.use_kl_loss); actor/ppo_kl is old vs new policy
+    "actor/pg_clipfrac": CLIP_RATIO,
+    "actor/grad_norm": GRAD_NORM,
+    "actor/lr": LEARNING_RATE,
+    "response_length/mean": COMPLETION_MEAN_LENGTH,
+    "timing_s/step": TIME_STEP,
+    "timing_s/gen": TIME_GENERATE,
+    "timing_s/update_actor": TIME_TRAIN,
+}
 FOREIGN_NAMES = {"trl": TRL_NAMES, "art": ART_NAMES, "verl": VERL_NAMES}
 
 

@@ -1,0 +1,159 @@
+"""verl's outputs as runs, made by verl's own code: its `Tracking` file logger and console
+logger (verl/utils/tracking.py, verl/utils/logger/aggregate_logger.py) and its rollout dump
+writer (`RayPPOTrainer._write_generations`, ray_trainer.py). verl itself is not importable
+here (its package __init__ pulls Ray and a CUDA torch), so make test installs its files
+without dependencies into .venv/verl-src and these tests load those three pieces by path:
+the code that writes the logs, not a restatement of it."""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_core import names
+from grpo_core.config import ConfigError
+from grpo_core.integrations import follow, verl
+from grpo_core.store import RunStore, list_runs
+from tests.helpers_dashboard import REPO, wait_for
+
+VERL = REPO / ".venv" / "verl-src" / "verl"
+pytestmark = pytest.mark.skipif(not VERL.is_dir(), reason="make test installs verl's files into .venv/verl-src")
+STEPS, PROMPTS, N = 4, 3, 4
+
+
+def load(relative: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, VERL / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_generations():
+    """ray_trainer's staticmethod _write_generations, compiled from verl's own source."""
+    tree = ast.parse((VERL / "trainer" / "ppo" / "ray_trainer.py").read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_write_generations")
+    fn.decorator_list = []
+    scope = {"os": os, "json": json}
+    exec(compile(ast.Module([fn], []), "ray_trainer.py", "exec"), scope)
+    return scope["_write_generations"]
+
+
+def step_metrics(step: int) -> dict:
+    return {"critic/score/mean": 0.1 * step, "actor/pg_loss": -0.01 * step, "actor/entropy": 1.5 - 0.1 * step,
+            "actor/pg_clipfrac": 0.0, "actor/lr": 1e-6, "response_length/mean": 40.0 + step,
+            "timing_s/step": 2.5, "perf/throughput": 1000.0}
+
+
+def scores_of(step: int) -> list[list[float]]:
+    """Per prompt, its N rollouts' scores: prompt 0 always solved (all equal), the others vary."""
+    return [[1.0] * N] + [[float((i + step + p) % 2) for i in range(N)] for p in range(1, PROMPTS)]
+
+
+def make_outputs(root: Path, steps=range(1, STEPS + 1)) -> tuple[Path, str]:
+    """A verl job's outputs for `steps`: file log, console transcript, rollout dumps."""
+    root.mkdir(parents=True, exist_ok=True)
+    tracking = load("utils/tracking.py", "verl_tracking")
+    console = load("utils/logger/aggregate_logger.py", "verl_aggregate_logger").LocalLogger(print_to_console=True)
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(root / "exp.jsonl")
+    try:
+        tracker = tracking.Tracking("proj", "exp", default_backend="file")
+    finally:
+        del os.environ["VERL_FILE_LOGGER_PATH"]
+    dump, out = write_generations(), io.StringIO()
+    for step in steps:
+        with contextlib.redirect_stdout(out):
+            tracker.log(step_metrics(step), step)
+            console.log(step_metrics(step), step)
+        scores = scores_of(step)
+        inputs = [f"Q{p}: what is {p}+{step}?" for p in range(PROMPTS) for _ in range(N)]
+        flat = [s for row in scores for s in row]
+        with contextlib.redirect_stdout(io.StringIO()):
+            dump(inputs, [f"answer {i}" for i in range(len(inputs))], [None] * len(inputs), flat,
+                 {"acc": flat, "pred": [str(s) for s in flat]}, str(root / "rollouts"), step)
+    tracker.finish()
+    return root, out.getvalue()
+
+
+def test_verls_file_log_console_log_and_dumps_read_as_one_run(tmp_path):
+    root, console = make_outputs(tmp_path)
+    (root / "train.log").write_text("some startup noise\n" + console)
+    run = verl.read_source(root)
+    assert sorted(run.scalars) == [1, 2, 3, 4] and sorted(run.groups) == [1, 2, 3, 4]
+    row = run.scalars[2]
+    assert row[names.LOSS_POLICY] == -0.02 and row[names.LEARNING_RATE] == 1e-6
+    assert row[names.COMPLETION_MEAN_LENGTH] == 42.0 and row["verl/perf/throughput"] == 1000.0
+    assert row[names.GROUPS_SUBMITTED] == PROMPTS and row[names.GROUPS_TRAINABLE] == PROMPTS - 1
+    assert row[names.TRAINABLE_RATIO] == pytest.approx((PROMPTS - 1) / PROMPTS)
+    assert row[names.CUM_GROUPS_SUBMITTED] == 2 * PROMPTS
+    assert row[names.REWARD] == pytest.approx(np.mean(scores_of(2)))  # the dumps' group means win
+    groups, rollouts = run.groups[2]
+    assert rollouts.names == ["score", "acc"] and len(rollouts) == PROMPTS * N
+    assert groups.prompt_text[1] == "Q1: what is 1+2?" and not groups.trainable[0]
+    console_only = verl.read_source(root / "train.log")
+    assert console_only.scalars[3][names.LOSS_POLICY] == pytest.approx(-0.03) and not console_only.groups
+
+
+def test_a_verl_import_works_on_the_live_page_with_what_if(tmp_path):
+    from grpo_core import live
+    root, _ = make_outputs(tmp_path / "job")
+    rid = follow.follow("verl", root, follow.READERS["verl"], run_id="v", root=tmp_path / "runs", max_polls=1,
+                        log=lambda m: None)
+    with RunStore.open(tmp_path / "runs" / rid, readonly=True) as store:
+        assert store.last_step() == STEPS and len(store.rollouts()) == STEPS * PROMPTS * N
+        assert store.prompt_texts([store.groups()["prompt_id"].iloc[0]])
+    state = live.load(tmp_path / "runs" / rid)
+    assert state.last_step == STEPS
+    recorded = np.mean([(PROMPTS - 1) / PROMPTS] * STEPS)
+    wi = live.what_if(state, {"score": 1.0, "acc": 0.0}, 0.0)
+    assert wi["available"] and wi["now"] == pytest.approx(recorded)
+    assert live.what_if(state, {"score": 0.0, "acc": 1.0}, 0.0)["predicted"] == pytest.approx(recorded)  # acc = score
+
+
+def test_bad_verl_input_is_one_line(tmp_path):
+    bad = tmp_path / "exp.jsonl"
+    bad.write_text('{"step": 1, "data": {"a": 1}}\n{"nope": 2}\n{"step": 3, "data": {}}\n')
+    with pytest.raises(ConfigError, match=r"exp.jsonl line 2: expected verl's file logger line"):
+        verl.read_source(bad)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no verl output found"):
+        verl.read_source(empty)
+
+
+@pytest.mark.slow
+def test_watch_follows_a_growing_verl_job_then_shows_it_stale(tmp_path):
+    """`python -m grpo_core watch verl DIR`: steps appear as the job writes them; the run is
+    running while the outputs grow, stale once they stop (the heartbeat ages)."""
+    job, runs = tmp_path / "job", tmp_path / "runs"
+    job.mkdir()
+    make_outputs(job, steps=[1])
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_core", "watch", "verl", str(job), "--run-id", "w",
+                             "--runs-dir", str(runs), "--every", "0.2"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def steps():
+            try:
+                with RunStore.open(runs / "w", readonly=True) as s:
+                    return s.last_step() or 0
+            except Exception:
+                return 0
+        wait_for(lambda: steps() >= 1 or None, 60, what="the first step")
+        for step in (2, 3):
+            make_outputs(job, steps=range(1, step + 1))  # verl rewrites its file log; the dumps add a file
+            wait_for(lambda: steps() >= step or None, 30, what=f"step {step}")
+            assert list_runs(runs).set_index("run_id").loc["w", "status"] == "running"
+        wait_for(lambda: list_runs(runs).set_index("run_id").loc["w", "status"] == "stale" or None, 30,
+                 what="stale once the job stops writing")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
