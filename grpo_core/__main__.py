@@ -41,6 +41,20 @@ def cmd_report(args):
     return cli_report(args)
 
 
+def cmd_prompts(args):
+    from pathlib import Path
+
+    from grpo_core import prompt_history
+    table = prompt_history.load(args.run)
+    text = prompt_history.to_jsonl(prompt_history.never_trainable(table) if args.never_trainable else table)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {text.count(chr(10))} prompts to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_watch(args):
     from grpo_core.integrations.follow import cli_watch
     return cli_watch(args)
@@ -108,6 +122,37 @@ def cmd_config(args):
     return 0
 
 
+def _import_args(p: argparse.ArgumentParser):
+    """The import subcommand's arguments (its kinds come from the importers: no torch there)."""
+    from grpo_core.integrations.importers import KINDS  # no torch there: cheap
+    p.add_argument("kind", choices=list(KINDS), help="what FILE is (art: history.jsonl, a trajectory file or the "
+                   "model output dir; trl: trainer_state.json or a bare log_history list; trl-log: a terminal "
+                   "transcript; trl-completions: a completions_*.parquet or its folder; tensorboard: an event "
+                   "file or a logdir)")
+    p.add_argument("file", help="the file or folder (see docs/integrations.md, 'Import a run')")
+    p.add_argument("--run-id", help="run id (default: from the file name)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--groups-per-step", type=int, help="trl: groups per step (generation_batch_size / "
+                   "num_generations), which trainer_state.json does not record; gives group counts")
+    p.add_argument("--logging-steps", type=int, help="trl-log: the run's logging_steps (the printed dicts carry no "
+                   "step; default: from the progress bar, else 1)")
+    p.add_argument("--group-size", type=int, help="trl-completions: num_generations (default: from the prompts)")
+    p.add_argument("--reward-funcs", help="trl-completions: the reward columns, comma-separated (default: the "
+                   "numeric columns between completion and advantage)")
+    p.add_argument("--reward-weights", help="trl-completions: fn=w,fn=w (default: 1 each, TRL's default)")
+
+
+def _watch_args(p: argparse.ArgumentParser):
+    p.add_argument("kind", help="what SOURCE is: trl (an output dir), wandb (a run dir), verl (its file "
+                   "logger JSONL, console log or rollout dumps, or a folder with them)")
+    p.add_argument("source", help="the file or folder to follow")
+    p.add_argument("--run-id", help="run id (default: KIND-<source name>)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--every", type=float, default=2.0, help="seconds between looks at the source")
+    p.add_argument("--polls", type=int, help="stop after this many looks (default: until the source ends or Ctrl-C)")
+    p.set_defaults(func=cmd_watch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="grpo-health", description="GRPO Health: train with GRPO and watch "
                                  "whether the training is healthy.")
@@ -133,23 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("import", help="import a run from another trainer (TRL trainer_state.json, W&B)")
-    p.add_argument("kind", choices=["trl", "wandb", "csv"], help="what FILE is")
-    p.add_argument("file", help="trainer_state.json, run-*.wandb or a W&B CSV export")
-    p.add_argument("--run-id", help="run id (default: from the file name)")
-    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
-    p.add_argument("--groups-per-step", type=int, help="trl: groups per step (generation_batch_size / "
-                   "num_generations), which trainer_state.json does not record; gives group counts")
+    _import_args(p)
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("watch", help="follow another trainer's outputs into a run as they grow (TRL, W&B, verl)")
-    p.add_argument("kind", help="what SOURCE is: trl (an output dir), wandb (a run dir), verl (its file "
-                   "logger JSONL, console log or rollout dumps, or a folder with them)")
-    p.add_argument("source", help="the file or folder to follow")
-    p.add_argument("--run-id", help="run id (default: KIND-<source name>)")
-    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
-    p.add_argument("--every", type=float, default=2.0, help="seconds between looks at the source")
-    p.add_argument("--polls", type=int, help="stop after this many looks (default: until the source ends or Ctrl-C)")
-    p.set_defaults(func=cmd_watch)
+    _watch_args(sub.add_parser("watch", help="follow another trainer's outputs into a run as they grow "
+                                             "(TRL, W&B, verl)"))
+
+    p = sub.add_parser("prompts", help="per-prompt trainability as JSON lines (the least trainable first)")
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--never-trainable", action="store_true", help="only the prompts whose group never trained")
+    p.add_argument("--out", help="write to this file (default: stdout)")
+    p.set_defaults(func=cmd_prompts)
 
     p = sub.add_parser("status", help="one run's status and latest health")
     p.add_argument("run", help="run dir, run.db or run id")

@@ -77,3 +77,17 @@ def read_state(ckpt: Path) -> dict:
     state = torch.load(Path(ckpt) / "state.pt", weights_only=False)
     set_rng_state(state["rng"])
     return state
+
+
+def storage_message(store, why: str, runs_root) -> str:
+    """The one line a run stopped by its disk ends with: where it stopped and how to go on."""
+    try:  # the last step written, not the trainer's step (its write may be the one that failed)
+        last = store.last_step() or 0
+    except Exception:
+        last = "?"
+    if latest_checkpoint(store.run_dir) is None:
+        return (f"cannot write to {store.run_dir} ({why}): stopped after step {last}, before any "
+                "complete checkpoint; free space, then start the run again")
+    return (f"cannot write to {store.run_dir} ({why}): stopped after step {last}; every step up to "
+            f"it is kept. Free space, then continue: python -m grpo_core train --resume "
+            f"--run-id {store.run_id} --runs-dir {runs_root}")

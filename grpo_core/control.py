@@ -142,6 +142,10 @@ def unsupported_note(meta: dict) -> str:
         return ("A TRL run: its callback applies reward weights, the threshold, pause/resume, stop and checkpoints. "
                 "Group size, prompts per step, temperature and the step budget are fixed in TRL's GRPOConfig, it "
                 "trains on a fixed dataset (no difficulty) and the autopilot runs in the built-in trainer only.")
+    if kind == "art":
+        return ("An ART run: its monitor applies the threshold, pause/resume and stop, and reward weights when it "
+                "was started with apply_weights=True (they rewrite trajectory.reward). Group size, prompts, sampling "
+                "and the step budget are the training loop's; ART saves its own checkpoints.")
     if kind == "pilot":
         return "A pilot scores the model without training it: it can only be stopped."
     if SET_DIFFICULTY not in accepted_kinds(meta) and accepted_kinds(meta):

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO,
+from grpo_core.names import (CUM_SAMPLED_TOKENS, CUM_WASTED_TOKENS, GROUPS_SOLVED, GROUPS_UNSOLVED, WASTED_SHARE,
+                             WASTED_SAMPLING_S, WASTED_TOKENS, CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE,
+                             CUM_TRAINABLE_RATIO,
                              FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, NOISE_GROUPS,
                              PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO, metric_group_std,
                              metric_mean, metric_weight)
@@ -114,6 +116,63 @@ def step_scalars(stats: GroupStats, scores: np.ndarray, metric_names: list[str],
         out[metric_group_std(name)] = float(mstd[k])
         out[metric_weight(name)] = float(weights.get(name, 0.0))
     return out
+
+
+# A non-trainable group, split by why it teaches nothing: every completion right (the prompt is
+# too easy: harder prompts or the curriculum) or every one wrong (too hard: easier prompts, a
+# larger G, a higher temperature); "uniform" is the same middling reward for all.
+MIXED, SOLVED, UNSOLVED, UNIFORM = "mixed", "all solved", "none solved", "uniform"
+KIND_RANGES = {"binary": (0.0, 1.0), "continuous": (0.0, 1.0), "penalty": (-1.0, 0.0)}  # rewards.KINDS' ranges
+OUTCOME_TOL = 1e-6
+
+
+def _at(values: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """[P, G] -> ([P] every value at the top, [P] every value at the bottom); NaN rows left out."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        vmin, vmax = np.nanmin(values, axis=1), np.nanmax(values, axis=1)
+    return vmin >= hi - OUTCOME_TOL, vmax <= lo + OUTCOME_TOL
+
+
+def group_outcomes(trainable: np.ndarray, totals: np.ndarray, scores: np.ndarray | None, metric_names: list[str],
+                   kinds: dict[str, str], weights: dict[str, float], outcome_metric: str | None = None) -> np.ndarray:
+    """[P] MIXED / SOLVED / UNSOLVED / UNIFORM. Trainable groups are mixed. The others are
+    judged by the outcome metric (its kind's range) when there is one, else by the total at the
+    top or bottom of its range (the weighted sum of each metric's range); a metric of unknown
+    range (custom) leaves them uniform."""
+    out = np.full(len(trainable), UNIFORM, dtype=object)
+    if outcome_metric and scores is not None and outcome_metric in metric_names:
+        bounds = KIND_RANGES.get(kinds.get(outcome_metric, ""))
+        values = scores[:, :, metric_names.index(outcome_metric)]
+    else:
+        ranges = [KIND_RANGES.get(kinds.get(m, "")) for m in metric_names if weights.get(m, 0.0)]
+        bounds = None if any(r is None for r in ranges) or not ranges else tuple(
+            sum(weights[m] * KIND_RANGES[kinds[m]][i] for m in metric_names if weights.get(m, 0.0)) for i in (0, 1))
+        values = totals
+    if bounds is not None:
+        top, bottom = _at(np.asarray(values, np.float64), *bounds)
+        out[top] = SOLVED
+        out[bottom & ~top] = UNSOLVED
+    out[np.asarray(trainable, bool)] = MIXED
+    return out
+
+
+def wasted_compute(tokens: np.ndarray, trainable: np.ndarray, generate_s: float,
+                   cum: tuple[int, int]) -> dict[str, float]:
+    """Sampling spent on groups that taught nothing. tokens [P, G] completion tokens per
+    rollout (every batch dynamic sampling drew included), trainable [P], cum = (tokens sampled,
+    tokens wasted) before this step. Seconds are the step's sampling time shared out by tokens
+    (a decode step's cost is close to flat in the rows it carries, so this is an estimate)."""
+    per_group = np.asarray(tokens, np.float64).sum(axis=1)
+    total, wasted = float(per_group.sum()), float(per_group[~np.asarray(trainable, bool)].sum())
+    cum_total, cum_wasted = cum[0] + total, cum[1] + wasted
+    return {WASTED_TOKENS: wasted, WASTED_SAMPLING_S: generate_s * wasted / total if total else 0.0,
+            CUM_SAMPLED_TOKENS: cum_total, CUM_WASTED_TOKENS: cum_wasted,
+            WASTED_SHARE: cum_wasted / cum_total if cum_total else 0.0}
+
+
+def outcome_counts(outcomes: np.ndarray) -> dict[str, float]:
+    return {GROUPS_SOLVED: float(np.sum(outcomes == SOLVED)), GROUPS_UNSOLVED: float(np.sum(outcomes == UNSOLVED))}
 
 
 # =============================================================================================
@@ -246,29 +305,63 @@ def step_ratio_series(wide: pd.DataFrame) -> pd.Series:
     return pd.Series(dtype=np.float64)
 
 
-def window_ratio(wide: pd.DataFrame, window: int) -> tuple[float | None, int | None, int | None, int]:
-    """Pooled trainable ratio over the last `window` steps: (ratio, trainable, submitted, steps).
+def in_window(steps, window: int) -> np.ndarray:
+    """[n] bool: the entries inside the last `window` *trainer* steps (step > last - window).
+    An imported run logs every logging_steps steps: 20 steps there are 4 entries at
+    logging_steps 5, not 20 entries (100 steps); on a run logged every step it is tail(window)."""
+    steps = np.asarray(steps, np.float64)
+    if window <= 0 or not len(steps):
+        return np.zeros(len(steps), bool)
+    return steps > steps[-1] - window
+
+
+def last_steps(s: pd.Series, window: int) -> pd.Series:
+    """The entries of a step-indexed series inside its last `window` trainer steps."""
+    s = s.dropna()
+    return s[in_window(s.index.to_numpy(), window)]
+
+
+def trailing_steps(mask: np.ndarray, steps) -> int:
+    """The trailing run of True in `mask`, counted in trainer steps: an entry covers the
+    steps since the previous entry (the first one: as many as the first gap). Logged every
+    step, it is the number of entries."""
+    n, steps = _trailing_run(np.asarray(mask, bool)), np.asarray(steps, np.float64)
+    if n == 0:
+        return 0
+    if n < len(steps):
+        return int(steps[-1] - steps[-n - 1])
+    first = steps[1] - steps[0] if len(steps) > 1 else 1.0
+    return int(steps[-1] - steps[0] + max(first, 1.0))
+
+
+def window_ratio(wide: pd.DataFrame, window: int) -> tuple[float | None, float | None, float | None, int]:
+    """Pooled trainable ratio over the last `window` trainer steps: (ratio, trainable,
+    submitted, entries), entries = the logged entries in the window (= steps when the run
+    logs every step).
 
     Pooled (sum of trainable / sum of submitted), so 5 of 28 groups reads 5/28 whatever
-    the step sizes; counts are None when the run logged only ratios."""
+    the step sizes; counts are None when the run logged only ratios. Counts stay floats: an
+    imported entry averaged over logging_steps carries fractional counts (2.5 of 4), and
+    int() of their sum would lose groups."""
     sub, tr = _col(wide, GROUPS_SUBMITTED), _col(wide, GROUPS_TRAINABLE)
     if sub is not None and tr is not None:  # numpy, not a frame: the trainer calls this every step
         a, b = sub.to_numpy(np.float64, na_value=np.nan), tr.to_numpy(np.float64, na_value=np.nan)
         ok = ~(np.isnan(a) | np.isnan(b))
-        a, b = (a[ok][-window:], b[ok][-window:]) if window > 0 else (a[:0], b[:0])  # dropna().tail(window)
+        keep = in_window(wide.index.to_numpy()[ok], window)
+        a, b = a[ok][keep], b[ok][keep]
         if len(a) and a.sum() > 0:
-            s, t = int(a.sum()), int(b.sum())
+            s, t = float(a.sum()), float(b.sum())
             return t / s, t, s, len(a)
     csub, ctr = _col(wide, CUM_GROUPS_SUBMITTED), _col(wide, CUM_GROUPS_TRAINABLE)
     if csub is not None and ctr is not None:
         d = pd.DataFrame({"s": csub, "t": ctr}).dropna()
         if len(d):
-            last, k = d.iloc[-1], min(window, len(d))
+            last, k = d.iloc[-1], int(in_window(d.index.to_numpy(), window).sum())
             base = d.iloc[-k - 1] if len(d) > k else pd.Series({"s": 0.0, "t": 0.0})
-            s, t = int(last["s"] - base["s"]), int(last["t"] - base["t"])
+            s, t = float(last["s"] - base["s"]), float(last["t"] - base["t"])
             if s > 0:
                 return t / s, t, s, k
-    r = step_ratio_series(wide).tail(window)
+    r = last_steps(step_ratio_series(wide), window)
     if len(r):
         return float(r.mean()), None, None, len(r)
     return None, None, None, 0
@@ -296,13 +389,29 @@ class AlertInputs:
     last: int | None  # the step the alerts are about
     zero_streak: int  # trailing steps with zero trainable groups
     ratio: float | None  # trainable ratio pooled over the window
-    trainable: int | None  # its counts (None: the run logged only ratios)
-    submitted: int | None
-    ratio_steps: int  # steps in the pooled ratio
+    trainable: float | None  # its counts (None: the run logged only ratios; fractional when imported)
+    submitted: float | None
+    ratio_steps: int  # logged entries in the pooled ratio
     reward_std: float | None  # mean group reward std over the window
     reward_std_steps: int
     ratio_window: pd.Series | np.ndarray  # the per-step ratio over the window (its trend)
     near_streak_mask: np.ndarray  # per step: ratio at or below cfg.near_zero_ratio
+    near_steps: np.ndarray | None = None  # the steps of near_streak_mask (None: consecutive)
+    window: int | None = None  # the window in trainer steps (None: the run logs every step)
+
+
+def dense(steps) -> bool:
+    """Whether these entries are consecutive steps (a run that logs every step)."""
+    steps = np.asarray(steps, np.float64)
+    return len(steps) < 2 or bool((np.diff(steps) == 1).all())
+
+
+def _over(entries: int, window: int | None) -> str:
+    """'the last 20 steps'; where the run logs every few steps, the window is in trainer
+    steps and the entries in it are stated: 'the last 20 steps (4 logged entries)'."""
+    if window is None:
+        return f"the last {entries} steps"
+    return f"the last {window} steps ({entries} logged entries)"
 
 
 def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
@@ -315,15 +424,15 @@ def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
                          f"or the weights of continuous metrics", x.last))
     # Low trainable ratio over the window.
     if x.ratio is not None and x.ratio < cfg.min_trainable_ratio:
-        counts = f" ({x.trainable} of {x.submitted} groups)" if x.submitted is not None else ""
+        counts = f" ({x.trainable:g} of {x.submitted:g} groups)" if x.submitted is not None else ""
         out.append(Alert("low_ratio", "warning",
-                         f"trainable ratio {x.ratio:.2f}{counts} over the last {x.ratio_steps} steps is below "
+                         f"trainable ratio {x.ratio:.2f}{counts} over {_over(x.ratio_steps, x.window)} is below "
                          f"{cfg.min_trainable_ratio:g}: most groups carry no learning signal; raise the group "
                          f"size or the weights of continuous metrics, or change the task difficulty", x.last))
     # Rewards barely differ inside a group.
     if x.reward_std is not None and x.reward_std < cfg.min_reward_std:
         out.append(Alert("low_reward_std", "warning",
-                         f"mean group reward std {x.reward_std:.3f} over the last {x.reward_std_steps} steps is "
+                         f"mean group reward std {x.reward_std:.3f} over {_over(x.reward_std_steps, x.window)} is "
                          f"below {cfg.min_reward_std:g}: completions of a prompt score almost alike; raise the "
                          f"sampling temperature, the group size or the weights of continuous metrics", x.last))
     # Ratio falling: the tasks are getting easy (or uniformly hard).
@@ -331,12 +440,13 @@ def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
     if trend.sign < 0:
         win = np.asarray(x.ratio_window, np.float64)
         out.append(Alert("declining_ratio", "warning",
-                         f"trainable ratio falling over the last {trend.n} steps ({win[0]:.2f} -> "
+                         f"trainable ratio falling over {_over(trend.n, x.window)} ({win[0]:.2f} -> "
                          f"{win[-1]:.2f}, slope {trend.slope:+.3f}/step, p={trend.p_value:.3f}): the tasks are "
                          f"getting easy; switch to harder tasks or turn on the curriculum (curriculum.mode = auto)",
                          x.last))
     # Ratio near zero for long: nothing left to learn at this setting.
-    near = _trailing_run(x.near_streak_mask)
+    mask = np.asarray(x.near_streak_mask, bool)
+    near = trailing_steps(mask, np.arange(len(mask)) if x.near_steps is None else x.near_steps)
     if near >= cfg.near_zero_steps:
         out.append(Alert("near_zero", "critical",
                          f"{near} steps with trainable ratio at or below {cfg.near_zero_ratio:g}: the run has "
@@ -359,16 +469,16 @@ def alert_kinds(history: list[dict], h) -> set[str] | None:
     if not len(steps) or not all(np.isfinite(a).all() for a in (sub, tr, ratio, rstd)):
         return None
     w = h.trend_window
-    a, b = (sub[-w:], tr[-w:]) if w > 0 else (sub[:0], tr[:0])
+    keep = in_window(steps, w)  # the last w trainer steps (= the last w entries, logged every step)
+    a, b = sub[keep], tr[keep]
     if not (len(a) and a.sum() > 0):  # no groups in the window: alerts() falls back to other columns
         return None
-    win = ratio[-w:] if w > 0 else ratio[:0]
-    x = steps[-len(win):] if len(win) else steps[:0]
+    win, x = ratio[keep], steps[keep]
     if len(x) > 1 and not (np.diff(x) == 1).all():  # steps missing (not the loop's case): slope per step
         win = pd.Series(win, index=x)
-    inputs = AlertInputs(int(steps[-1]), _trailing_run(tr == 0), int(b.sum()) / int(a.sum()), int(b.sum()),
-                         int(a.sum()), len(a), float(rstd[-w:].mean() if w > 0 else np.nan), min(w, len(rstd)),
-                         win, ratio <= h.near_zero_ratio)
+    inputs = AlertInputs(int(steps[-1]), trailing_steps(tr == 0, steps), float(b.sum()) / float(a.sum()),
+                         float(b.sum()), float(a.sum()), len(a), float(rstd[keep].mean() if len(a) else np.nan),
+                         int(keep.sum()), win, ratio <= h.near_zero_ratio, steps, None if dense(x) else w)
     return {alert.kind for alert in alert_rules(inputs, h)}
 
 
@@ -379,13 +489,16 @@ def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:
     wide = wide.sort_index()
     ratio_s = step_ratio_series(wide)
     tr = _col(wide, GROUPS_TRAINABLE)
-    zero = (tr.dropna() == 0).to_numpy() if tr is not None else (ratio_s == 0).to_numpy()
+    zs = tr.dropna() if tr is not None else ratio_s
+    zero = trailing_steps((zs == 0).to_numpy(), zs.index.to_numpy())  # a streak in trainer steps
     ratio, t, s, k = window_ratio(wide, cfg.trend_window)
     rstd = _col(wide, REWARD_STD)
-    w = rstd.dropna().tail(cfg.trend_window) if rstd is not None else None
-    inputs = AlertInputs(_last_step(wide), _trailing_run(zero), ratio, t, s, k,
+    w = last_steps(rstd, cfg.trend_window) if rstd is not None else None
+    inputs = AlertInputs(_last_step(wide), zero, ratio, t, s, k,
                          None if w is None else float(w.mean()), 0 if w is None else len(w),
-                         ratio_s.tail(cfg.trend_window), (ratio_s <= cfg.near_zero_ratio).to_numpy())
+                         last_steps(ratio_s, cfg.trend_window), (ratio_s <= cfg.near_zero_ratio).to_numpy(),
+                         ratio_s.index.to_numpy(), None if dense(last_steps(ratio_s, cfg.trend_window).index)
+                         else cfg.trend_window)
     return alert_rules(inputs, cfg)
 
 
@@ -395,6 +508,11 @@ class Verdict:
     checks: list[Check]
     alerts: list[Alert]
     trend: Trend
+
+
+def _span(s: pd.Series, window: int) -> str:
+    """'20 steps', or '20 steps (4 logged entries)' where the run logs every few steps."""
+    return f"{len(s)} steps" if dense(s.index) else f"{window} steps ({len(s)} logged entries)"
 
 
 def verdict(wide: pd.DataFrame, cfg) -> Verdict:
@@ -408,26 +526,28 @@ def verdict(wide: pd.DataFrame, cfg) -> Verdict:
 
     rstd = _col(wide, REWARD_STD)
     if rstd is not None:
-        w = rstd.dropna().tail(cfg.trend_window)
+        w = last_steps(rstd, cfg.trend_window)
         v = float(w.mean())
         checks.append(Check("reward_std", v > cfg.min_reward_std, v, cfg.min_reward_std,
-                            f"mean group reward std {v:.3f} over {len(w)} steps "
+                            f"mean group reward std {v:.3f} over {_span(w, cfg.trend_window)} "
                             f"({'>' if v > cfg.min_reward_std else '<='} {cfg.min_reward_std:g})"))
     else:
         checks.append(Check("reward_std", None, None, cfg.min_reward_std, "no group reward std logged"))
 
     ratio, t, s, k = window_ratio(wide, cfg.trend_window)
+    span = _span(last_steps(step_ratio_series(wide), cfg.trend_window).iloc[-k:] if k else pd.Series(dtype=float),
+                 cfg.trend_window) if ratio is not None else ""
     if ratio is not None:
-        counts = f", {t} of {s} groups" if s is not None else ""
+        counts = f", {t:g} of {s:g} groups" if s is not None else ""
         ok = ratio > cfg.min_trainable_ratio
         checks.append(Check("trainable_ratio", ok, ratio, cfg.min_trainable_ratio,
-                            f"trainable ratio {ratio:.2f} over {k} steps{counts} "
+                            f"trainable ratio {ratio:.2f} over {span}{counts} "
                             f"({'>' if ok else '<='} {cfg.min_trainable_ratio:g})"))
     else:
         checks.append(Check("trainable_ratio", None, None, cfg.min_trainable_ratio, "no group counts logged"))
 
     rew = _col(wide, REWARD)
-    trend = reward_trend(rew.dropna().tail(cfg.trend_window), cfg.min_trend_points) if rew is not None \
+    trend = reward_trend(last_steps(rew, cfg.trend_window), cfg.min_trend_points) if rew is not None \
         else Trend(None, 0, None, 0)
     if trend.n < max(cfg.min_trend_points, 3):
         checks.append(Check("reward_trend", None, trend.slope, 0.0,

@@ -9,6 +9,7 @@ import signal
 import sys
 import traceback
 
+from grpo_core import checkpoints
 from grpo_core import models
 from grpo_core.names import REWARD, TRAINABLE_RATIO
 from grpo_core.out_of_memory import OutOfMemory
@@ -90,7 +91,7 @@ def cli_train(args) -> int:
     except Exception as e:
         why = storage_problem(e)
         if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
-            print(f"error: {trainer.storage_message(why)}", file=sys.stderr)
+            print(f"error: {checkpoints.storage_message(trainer.store, why, trainer.runs_root)}", file=sys.stderr)
         elif isinstance(e, OutOfMemory):  # the line names the knobs; the finished steps are in the store
             print(f"error: {e}; steps up to {trainer.step} are kept", file=sys.stderr)
         else:

@@ -422,11 +422,14 @@ def capabilities(state: LiveState) -> dict:
     accepts: the request kinds the process behind the run applies (control.accepted_kinds), so
     the page offers only those controls; accepts_note says which ones it lacks and why."""
     has_rollouts = not state.rollouts.empty
-    # A TRL run writes source "trl" like a TRL log imported from a file, but its callback is live and
-    # applies requests: only a run with no process of ours behind it is "imported".
-    imported = state.source != "grpo_core" and state.meta.get("kind") != "trl"
+    # A TRL (ART) run writes source "trl" ("art") like a log imported from a file, but its callback
+    # (monitor) is live and applies requests: only a run with no process of ours behind it is "imported".
+    imported = state.source != "grpo_core" and state.meta.get("kind") not in ("trl", "art")
     why = ""
-    if imported:
+    if imported and has_rollouts:  # ART's trajectory files carry every rollout's scores
+        why = (f"Imported from {state.source}: it cannot be steered (no trainer of ours is attached); its "
+               "rollout scores are kept.")
+    elif imported:
         why = (f"Imported from {state.source}: this run has logged scalars only, no per-rollout scores, "
                "so there is no what-if, no weight suggestion and no rollout inspector; it cannot be "
                "steered either (no trainer of ours is attached).")

@@ -14,6 +14,9 @@ SCORING_ERRORS = "data/scoring_errors"  # rollouts whose metric raised or gave N
 SAMPLING_BATCHES = "data/sampling_batches"  # prompt batches drawn (dynamic sampling)
 
 # --- health -------------------------------------------------------------------
+# Non-trainable groups split by why (health.group_outcomes): every completion right / every one wrong.
+GROUPS_SOLVED = "health/groups_all_solved"
+GROUPS_UNSOLVED = "health/groups_none_solved"
 TRAINABLE_RATIO = "health/trainable_ratio"
 CUM_TRAINABLE_RATIO = "health/cum_trainable_ratio"
 PHANTOM_GROUPS = "health/phantom_groups"
@@ -22,6 +25,13 @@ PHANTOM_GROUPS = "health/phantom_groups"
 NOISE_GROUPS = "health/float_noise_groups"
 MIN_GROUP_STD = "health/min_group_std"  # the threshold in force at this step
 DIFFICULTY = "health/difficulty"  # the task level in force at this step
+
+# --- compute: sampling spent on groups that taught nothing (health.wasted_compute) -----
+WASTED_TOKENS = "compute/wasted_tokens"  # completion tokens of the step's non-trainable groups
+WASTED_SAMPLING_S = "time/wasted_sampling_s"  # the step's sampling seconds, shared out by tokens
+CUM_SAMPLED_TOKENS = "compute/cum/sampled_tokens"
+CUM_WASTED_TOKENS = "compute/cum/wasted_tokens"
+WASTED_SHARE = "compute/cum_wasted_share"  # cumulative wasted / sampled tokens
 
 # --- reward -------------------------------------------------------------------
 REWARD = "train/reward"
@@ -111,13 +121,26 @@ TRL_NAMES = {
     "step_time": TIME_STEP,
     "learning_rate": LEARNING_RATE,
     "reward_std": TRL_REWARD_STD,
+    # per reward function (<fn>: the function's name; importers.trl_reward_fn matches these)
+    "rewards/<fn>/mean": metric_mean("<fn>"),
+    "rewards/<fn>": metric_mean("<fn>"),  # TRL < 0.17: the function's mean, without /mean
+    "rewards/<fn>/std": metric_batch_std("<fn>"),  # std over all completions, not within groups
 }
-# ART (OpenPipe): its W&B / history keys.
+# ART (OpenPipe): its W&B / history.jsonl keys (art.Model._log_metrics prefixes a metric with its
+# split unless it is in a section: data/, loss/, time/, ...). ART's data/step_num_groups_*,
+# data/cum/num_groups_*, loss/entropy and loss/grad_norm are our names already; train/<metric>
+# (ART's mean of trajectory.metrics[metric]) -> reward/<metric>/mean (integrations.art.map_art_key);
+# anything else -> art/<key>.
 ART_NAMES = {
-    "train/reward": REWARD,
+    "train/reward": REWARD,  # mean trajectory.reward over the step's trajectories
     "reward/mean": REWARD,
+    "train/reward_std_dev": REWARD_STD,  # mean within-group population std (groups of 2+), as ours
     "loss/kl_div": LOSS_KL,
-    "train/num_groups_submitted": GROUPS_SUBMITTED,
+    "loss/train": LOSS_POLICY,  # ART's policy loss (unsloth backend: policy_loss / loss)
+    "loss/learning_rate": LEARNING_RATE,
+    "time/step_wall_s": TIME_STEP,
+    "val/reward": EVAL_REWARD,  # model.log(split="val"): mean reward over the held-out trajectories
+    "train/num_groups_submitted": GROUPS_SUBMITTED,  # older ART
     "train/num_groups_trainable": GROUPS_TRAINABLE,
 }
 # verl: its Tracking keys (console, file logger JSONL, W&B).

@@ -42,6 +42,8 @@ from grpo_core import live_settings
 from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_STEPS, SET_THRESHOLD, SET_WEIGHTS
 from grpo_core.store import FAILED, FINISHED, STALE, STOPPED, RunMeta, RunStore, display_status
 
+INCOMPLETE = "incomplete"  # an imported run whose source stopped before its planned last step
+
 DEFAULT_WINDOW = 20
 MOST_GROUPS = 0.5  # a metric uniform in more than this share of groups starved the signal
 LIFECYCLE_KINDS = ("pause", "resume", "stop", "checkpoint")  # applied, but not settings: never "reuse"
@@ -196,6 +198,10 @@ def notices(data: RunData) -> list[Notice]:
         where = f"at step {last}{of}" if last is not None else "before its first step"
         out.append(Notice("warning", f"The trainer stopped reporting (no heartbeat) {where}: "
                                      "it may have been killed. The analysis covers the steps logged."))
+    elif data.status == INCOMPLETE:
+        out.append(Notice("warning", f"{data.meta.get('status_detail') or INCOMPLETE}: the source stopped before "
+                                     "its planned last step (killed, crashed or still running when it was "
+                                     "imported). The analysis covers the steps logged."))
     elif data.status not in (FINISHED, STOPPED) and not data.imported:
         where = f"step {last}{of}" if last is not None else "no step logged yet"
         out.append(Notice("info", f"Run still in progress ({data.status}, {where}): the analysis "
@@ -257,14 +263,14 @@ def steps_table(data: RunData, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
         df["ratio"] = df["trainable"] / df["submitted"].where(df["submitted"] > 0)
         cs, ct = df["submitted"].fillna(0).cumsum(), df["trainable"].fillna(0).cumsum()
         df["cum_ratio"] = ct / cs.where(cs > 0)
-        rs, rt = (df["submitted"].fillna(0).rolling(window, min_periods=1).sum(),
-                  df["trainable"].fillna(0).rolling(window, min_periods=1).sum())
+        rs, rt = (_rolling_sum(df["submitted"].fillna(0), window), _rolling_sum(df["trainable"].fillna(0), window))
         df["ratio_rolling"] = rt / rs.where(rs > 0)  # pooled over the trailing window
     else:  # ratio only (imported): TRAINABLE_RATIO or 1 - frac_reward_zero_std, per step
         df["ratio"] = health.step_ratio_series(w).reindex(steps)
         cum = _col(w, names.CUM_TRAINABLE_RATIO)  # an importer's cumulative ratio knows the step weights
         df["cum_ratio"] = cum if cum is not None else df["ratio"].expanding().mean()
-        df["ratio_rolling"] = df["ratio"].rolling(window, min_periods=1).mean()
+        r = df["ratio"]
+        df["ratio_rolling"] = _rolling_sum(r.fillna(0), window) / _rolling_sum(r.notna().astype(float), window)
     ph = _col(w, names.PHANTOM_GROUPS)
     if ph is not None:
         df["phantom"] = ph
@@ -281,16 +287,28 @@ def steps_table(data: RunData, window: int = DEFAULT_WINDOW) -> pd.DataFrame:
     return df[cols].astype(float)
 
 
-def trainability(steps: pd.DataFrame) -> dict:
-    """Totals over the run: groups submitted/trainable, pooled ratio, zero-trainable steps."""
+def _rolling_sum(x: pd.Series, window: int) -> pd.Series:
+    """Sum over the trailing `window` *trainer* steps (step in (s - window, s]), not the last
+    `window` entries: a run imported with logging_steps 5 has 4 entries in 20 steps."""
+    steps, c = x.index.to_numpy(np.float64), np.concatenate([[0.0], np.cumsum(x.to_numpy(np.float64))])
+    lo = np.searchsorted(steps, steps - window, side="right")
+    return pd.Series(c[1:] - c[lo], index=x.index)
+
+
+def trainability(steps: pd.DataFrame, window: int = DEFAULT_WINDOW) -> dict:
+    """Totals over the run: groups submitted/trainable, pooled ratio, zero-trainable steps,
+    and the entries in the last window (window_entries: fewer than `window` when the run
+    logged every few steps). Counts stay floats: imported entries carry fractional ones."""
     out = {"steps": len(steps), "first_step": int(steps.index[0]) if len(steps) else None,
            "last_step": int(steps.index[-1]) if len(steps) else None,
            "submitted": None, "trainable": None, "ratio": None, "phantom": None,
-           "zero_trainable_steps": [], "final_ratio": None}
+           "zero_trainable_steps": [], "final_ratio": None, "window": window,
+           "window_entries": int(health.in_window(steps.index.to_numpy(), window).sum()),
+           "every_step": health.dense(steps.index.to_numpy())}
     if not len(steps):
         return out
     if steps["submitted"].notna().any():
-        s, t = int(steps["submitted"].sum()), int(steps["trainable"].sum())
+        s, t = float(steps["submitted"].sum()), float(steps["trainable"].sum())
         out.update(submitted=s, trainable=t, ratio=t / s if s else None)
         zero = steps.index[(steps["trainable"] == 0) & (steps["submitted"] > 0)]
     else:
@@ -299,7 +317,7 @@ def trainability(steps: pd.DataFrame) -> dict:
         zero = r.index[r <= 0]
     out["zero_trainable_steps"] = [int(x) for x in zero]
     if steps["phantom"].notna().any():
-        out["phantom"] = int(steps["phantom"].sum())
+        out["phantom"] = float(steps["phantom"].sum())
     if steps["ratio_rolling"].notna().any():
         out["final_ratio"] = float(steps["ratio_rolling"].dropna().iloc[-1])
     return out
@@ -604,7 +622,7 @@ def reward_trend(steps: pd.DataFrame, window: int = DEFAULT_WINDOW, min_points: 
     (health.reward_trend: sign only when significant at p < 0.05)."""
     r = steps["reward"].dropna() if "reward" in steps else pd.Series(dtype=float)
     out = {}
-    for key, series in (("run", r), ("last", r.tail(window))):
+    for key, series in (("run", r), ("last", health.last_steps(r, window))):
         t = health.reward_trend(series, min_points=min_points)
         out[key] = t
         out[key + "_text"] = _trend_text(t, min_points)
@@ -763,7 +781,7 @@ def compare_runs(runs: list, window: int = DEFAULT_WINDOW) -> tuple[pd.DataFrame
     rows = []
     for d in datas:
         st = steps_table(d, window)
-        tr, rt, ev = trainability(st), reward_trend(st, window), eval_table(d)
+        tr, rt, ev = trainability(st, window), reward_trend(st, window), eval_table(d)
         step_s = _col(d.wide, names.TIME_STEP)
         rows.append({"run": d.run_id, "status": d.status, "steps": tr["steps"],
                      "last_step": tr["last_step"], "planned_steps": d.cfg("grpo", "steps"),
@@ -916,7 +934,7 @@ def build_report(run, window: int = DEFAULT_WINDOW, examples: bool = True) -> Re
         raise ConfigError(f"window must be >= 1 step, got {window}")
     data = load_run(run, window=int(window))
     steps = steps_table(data, window)
-    summary = trainability(steps)
+    summary = trainability(steps, window)
     bn = bottlenecks(data)
     ledger = change_ledger(data, steps, window)
     min_pts = int(data.cfg("health", "min_trend_points", 5) or 5)
@@ -1015,6 +1033,8 @@ def summary_rows(rep: Report) -> list[tuple[str, str, str]]:
              ("reward_best", "reward, best step", fmt(t.get("best"))),
              ("trend_run", "reward trend, whole run", t["run_text"]),
              ("trend_last", f"reward trend, last {rep.window} steps", t["last_text"])]
+    if not s.get("every_step", True):  # logged every few steps: say what a window holds
+        rows.append(("window", "window", f"{rep.window} trainer steps ({s['window_entries']} logged entries)"))
     if rep.verdict is not None:
         rows.append(("verdict", "health verdict (last window)", rep.verdict.status))
     return rows
@@ -1045,10 +1065,15 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _status_text(d: RunData) -> str:
+    """The status, with the importer's detail ('incomplete: step 200 of 350')."""
+    return d.meta.get("status_detail") or d.status
+
+
 def to_markdown(rep: Report) -> str:
     d = rep.data
     out = [f"# GRPO Health report: {d.run_id}", "",
-           f"status: **{d.status}** · source: {d.source} · window: {rep.window} steps", ""]
+           f"status: **{_status_text(d)}** · source: {d.source} · window: {rep.window} steps", ""]
     out += [f"> **{n.level}**: {n.text}" for n in rep.notices] + ([""] if rep.notices else [])
     if not len(rep.steps):
         return "\n".join(out) + "\n"
@@ -1120,7 +1145,7 @@ def to_html(rep: Report) -> str:
     """One self-contained HTML file: no external scripts, styles, fonts or links."""
     d, e = rep.data, html.escape
     parts = [f"<h1>GRPO Health report: {e(d.run_id)}</h1>",
-             f"<p>status: <b id='status'>{e(d.status)}</b> · source: {e(d.source)} · window: {rep.window} steps</p>"]
+             f"<p>status: <b id='status'>{e(_status_text(d))}</b> · source: {e(d.source)} · window: {rep.window} steps</p>"]
     parts += [f'<div class="notice {e(n.level)}">{e(n.text)}</div>' for n in rep.notices]
     if len(rep.steps):
         rows = summary_rows(rep)

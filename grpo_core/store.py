@@ -71,6 +71,11 @@ _ROLLOUTS = ("CREATE TABLE IF NOT EXISTS rollouts (\n"
 # after version 2 without a version bump: an older reader ignores the table, and a writable open
 # of a store without it adds it.
 _PROMPTS = "CREATE TABLE IF NOT EXISTS prompts (prompt_id TEXT PRIMARY KEY, text TEXT) WITHOUT ROWID"
+# Why each non-trainable group taught nothing (health.group_outcomes: all solved / none solved /
+# uniform; mixed = trainable), added the same way.
+_OUTCOMES = ("CREATE TABLE IF NOT EXISTS group_outcomes (step INTEGER NOT NULL, grp INTEGER NOT NULL, outcome TEXT, "
+             "PRIMARY KEY (step, grp)) WITHOUT ROWID")
+_ADDED = {"prompts": _PROMPTS, "group_outcomes": _OUTCOMES}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS scalars (
@@ -87,7 +92,7 @@ CREATE TABLE IF NOT EXISTS control (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL, kind TEXT, payload TEXT,
     status TEXT, applied_step INTEGER, message TEXT, source TEXT);
 CREATE INDEX IF NOT EXISTS control_status ON control (status, id);
-""" + _ROLLOUTS + ";\n" + _STEP_SCORES + ";\n" + _PROMPTS + ";\n"
+""" + _ROLLOUTS + ";\n" + _STEP_SCORES + ";\n" + _PROMPTS + ";\n" + _OUTCOMES + ";\n"
 # A rollout's numbers are stored once, in step_scores: one row per step with the step's rollouts
 # as arrays in (group, idx) order: grp/idx little-endian int32, total and the scores float64 (exact:
 # what-if under the recorded weights must give the recorded ratio; NaN: a failed metric or a
@@ -200,9 +205,10 @@ class StepGroups:
     cost more than the insert itself (docs/benchmarks.md). frame() gives the frame (the W&B
     mirror's table); g["trainable"] a column (a numpy array; prompt_id a list of str)."""
 
-    __slots__ = GROUP_COLUMNS + ("prompt_text",)
+    __slots__ = GROUP_COLUMNS + ("prompt_text", "outcome")
 
-    def __init__(self, group, prompt_id, size, reward_mean, reward_std, trainable, phantom, prompt_text=None):
+    def __init__(self, group, prompt_id, size, reward_mean, reward_std, trainable, phantom, prompt_text=None,
+                 outcome=None):
         self.group = np.asarray(group, np.int64)
         n = len(self.group)
         self.prompt_id = [str(p) for p in prompt_id]
@@ -213,6 +219,7 @@ class StepGroups:
         self.prompt_text = None if prompt_text is None else [str(p) for p in prompt_text]
         if self.prompt_text is not None and len(self.prompt_text) != n:
             raise ValueError(f"StepGroups: {len(self.prompt_text)} prompt texts for {n} groups")
+        self.outcome = None if outcome is None else [str(o) for o in outcome]  # health.group_outcomes
         lengths = {c: len(self[c]) for c in GROUP_COLUMNS}
         if set(lengths.values()) != {n}:
             raise ValueError(f"StepGroups: columns of different lengths {lengths}")
@@ -573,8 +580,9 @@ class RunStore:
             missing |= {"step_scores"} - tables
         if missing:
             raise StoreError(f"{self.path} is not a run store (missing tables: {', '.join(sorted(missing))})")
-        if not readonly and "prompts" not in tables:
-            self.conn.execute(_PROMPTS)
+        for table, sql in _ADDED.items() if not readonly else ():
+            if table not in tables:
+                self.conn.execute(sql)
         if "scores" not in self._rollout_columns():
             return
         meta = self.get_meta()
@@ -696,6 +704,9 @@ class RunStore:
                           else zip([step] * len(groups), *_group_columns(groups)))
             if isinstance(groups, StepGroups) and groups.prompt_text is not None:
                 c.executemany("INSERT OR IGNORE INTO prompts VALUES (?, ?)", zip(groups.prompt_id, groups.prompt_text))
+            if isinstance(groups, StepGroups) and groups.outcome is not None:
+                c.executemany("INSERT OR REPLACE INTO group_outcomes VALUES (?, ?, ?)",
+                              zip([step] * len(groups), groups.group.tolist(), groups.outcome))
         if isinstance(rollouts, StepRollouts):  # the trainer's columns: no dict per rollout
             if len(rollouts):
                 _insert_rows(c, "rollouts", rollouts.rows(step))
@@ -721,7 +732,7 @@ class RunStore:
         self._check_writes_steps()
         with self.transaction() as c:
             n = c.execute("SELECT COUNT(DISTINCT step) FROM scalars WHERE step > ?", (step,)).fetchone()[0]
-            for table in ("scalars", "groups", "rollouts", "step_scores"):
+            for table in ("scalars", "groups", "rollouts", "step_scores", "group_outcomes"):
                 c.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
         return int(n)
 
@@ -776,16 +787,18 @@ class RunStore:
     def groups(self, since_step: int = -1, until_step: int | None = None,
                steps: list[int] | None = None) -> pd.DataFrame:
         """steps: only these steps (an index lookup per step; a large run's report reads a sample)."""
-        q = ('SELECT step, grp AS "group", prompt_id, size, reward_mean, reward_std, trainable, phantom '
-             "FROM groups WHERE step > ?")
+        with_outcome = "group_outcomes" in self._tables()
+        q = ('SELECT g.step, g.grp AS "group", prompt_id, size, reward_mean, reward_std, trainable, phantom'
+             + (", o.outcome FROM groups g LEFT JOIN group_outcomes o ON o.step = g.step AND o.grp = g.grp"
+                if with_outcome else ", NULL AS outcome FROM groups g") + " WHERE g.step > ?")
         args: list = [since_step]
         if until_step is not None:
-            q += " AND step <= ?"
+            q += " AND g.step <= ?"
             args.append(until_step)
         if steps is not None:
-            q += f" AND step IN ({','.join('?' * len(steps))})"
+            q += f" AND g.step IN ({','.join('?' * len(steps))})"
             args += [int(x) for x in steps]
-        df = pd.read_sql_query(q + " ORDER BY step, grp", self.conn, params=args)
+        df = pd.read_sql_query(q + " ORDER BY g.step, g.grp", self.conn, params=args)
         df["trainable"] = df["trainable"].astype(bool)
         df["phantom"] = df["phantom"].astype(bool)
         return df

@@ -81,6 +81,7 @@ class Trainer:
                               if cfg.reward.outcome_metric else None)
         self.step = 0  # last finished step; steps are numbered from 1
         self.cum_submitted = self.cum_trainable = 0
+        self.cum_tokens = (0, 0)  # completion tokens sampled, and those in groups that taught nothing
         self.paused = False
         self.stop_reason: str | None = None
         self.active_alerts: dict[str, int] = {}  # alert kind -> last step it held
@@ -231,6 +232,12 @@ class Trainer:
                                       self.cum_submitted, self.cum_trainable)
         self.cum_submitted, self.cum_trainable = (int(scalars[names.CUM_GROUPS_SUBMITTED]),
                                                   int(scalars[names.CUM_GROUPS_TRAINABLE]))
+        outcomes = health.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
+                                         self.reward.weights, self.cfg.reward.outcome_metric or None)
+        scalars.update(health.outcome_counts(outcomes))
+        scalars.update(health.wasted_compute(roll.completion_mask.sum(-1).reshape(P, G).numpy(), stats.trainable,
+                                             t_gen, self.cum_tokens))
+        self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
         n_tokens = int(roll.completion_mask.sum())
         step_s = time.perf_counter() - t_start
         scalars.update({
@@ -247,7 +254,8 @@ class Trainer:
                       names.LEARNING_RATE):
                 scalars.pop(k)
         groups = StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
-                              G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=roll.prompts)
+                              G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=roll.prompts,
+                              outcome=outcomes)
         keep_all = self.cfg.log.keep_text == "all"
         n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
         n = P * G
@@ -397,6 +405,7 @@ class Trainer:
             return final
         state = {"optimizer": self.optimizer.state_dict(), "task": self.task.state_dict(),
                  "weights": dict(self.reward.weights), "cum": [self.cum_submitted, self.cum_trainable],
+                 "cum_tokens": list(self.cum_tokens),
                  "curriculum_streak": self.curriculum_streak, "active_alerts": self.active_alerts,
                  "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
                  "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
@@ -423,6 +432,7 @@ class Trainer:
         if "min_group_std" in st:  # a checkpoint written before grpo_settings held it
             self.cfg.grpo.min_group_std = st["min_group_std"]
         self.cum_submitted, self.cum_trainable = st["cum"]
+        self.cum_tokens = tuple(st.get("cum_tokens", (0, 0)))
         self.curriculum_streak = st.get("curriculum_streak", 0)
         seen = st.get("active_alerts", {})
         self.active_alerts = seen if isinstance(seen, dict) else dict.fromkeys(seen, int(st["step"]))
@@ -568,7 +578,7 @@ class Trainer:
             text = traceback.format_exc()
             why = storage_problem(e)
             if why:  # the disk's fault: the last line (what the runs page shows) says so and what to do
-                text += "\n" + self.storage_message(why)
+                text += "\n" + checkpoints.storage_message(self.store, why, self.runs_root)
             for attempt in range(2):
                 try:
                     self.session.fail(text, self.step, f"{type(e).__name__}: {e}")
@@ -581,15 +591,3 @@ class Trainer:
                     except Exception:
                         break
             raise
-
-    def storage_message(self, why: str) -> str:
-        try:  # the last step written, not self.step (its write may be the one that failed)
-            last = self.store.last_step() or 0
-        except Exception:
-            last = "?"
-        if checkpoints.latest_checkpoint(self.store.run_dir) is None:
-            return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}, before any "
-                    "complete checkpoint; free space, then start the run again")
-        return (f"cannot write to {self.store.run_dir} ({why}): stopped after step {last}; every step up to "
-                f"it is kept. Free space, then continue: python -m grpo_core train --resume "
-                f"--run-id {self.store.run_id} --runs-dir {self.runs_root}")

@@ -11,6 +11,7 @@ import streamlit as st
 
 from grpo_core import charts
 from grpo_core import presets
+from grpo_core import prompt_history
 from grpo_core import report
 from grpo_core.config import ConfigError
 from grpo_core.store import StoreError, list_runs
@@ -28,6 +29,11 @@ st.header("Analysis")
 def load_report(path: str, window: int, stamp: tuple) -> report.Report:
     """Cached per (run, window, store state): a live run's new steps change the stamp (report.store_stamp)."""
     return report.build_report(path, window=window)
+
+
+@st.cache_data(show_spinner="Reading the prompts…", max_entries=8)
+def load_prompts(path: str, stamp: tuple):
+    return prompt_history.load(path)
 
 
 # ---- which run ---------------------------------------------------------------------------------
@@ -54,8 +60,8 @@ for n in rep.notices:
 if not len(rep.steps):
     st.stop()
 
-tab_tr, tab_bn, tab_led, tab_roll, tab_cmp, tab_exp = st.tabs(
-    ["Trainability", "Bottlenecks", "Change ledger", "Rollouts", "Compare runs", "Export"])
+tab_tr, tab_bn, tab_led, tab_prompts, tab_roll, tab_cmp, tab_exp = st.tabs(
+    ["Trainability", "Bottlenecks", "Change ledger", "Prompts", "Rollouts", "Compare runs", "Export"])
 
 # ---- trainability ---------------------------------------------------------------------------------
 with tab_tr:
@@ -151,6 +157,21 @@ with tab_roll:
             (st.success if gv.trainable else st.warning)(gv.explanation)
             if len(gv.table):
                 st.dataframe(gv.table, hide_index=True, key="an_group_table")
+
+# ---- per prompt -----------------------------------------------------------------------------------
+with tab_prompts:
+    prompts = load_prompts(row["path"], report.store_stamp(row["path"]))
+    if prompts.empty:
+        st.info("This run recorded no prompt ids with its groups: no per-prompt history.")
+    else:
+        never = prompt_history.never_trainable(prompts)
+        st.markdown(f"**{len(prompts)} prompts**; **{len(never)}** never gave a trainable group "
+                    f"({len(never) / len(prompts):.0%}).")
+        st.plotly_chart(prompt_history.rate_histogram(prompts), key="an_prompt_rates")
+        st.dataframe(prompts, hide_index=True, key="an_prompts")
+        st.download_button("Never-trainable prompts (JSONL)", prompt_history.to_jsonl(never),
+                           f"{run_id}-never-trainable.jsonl", "application/json", key="an_never_jsonl",
+                           disabled=never.empty)
 
 # ---- run comparison -------------------------------------------------------------------------------
 with tab_cmp:

@@ -78,8 +78,8 @@ def test_trl_groups_per_step_gives_counts(runs):
         wide = s.scalars_wide()
     ratio = 1 - np.array([e["frac_reward_zero_std"] for e in _history()])
     assert rid == "chaos"
-    assert (wide[names.GROUPS_SUBMITTED] == 2).all()
-    np.testing.assert_allclose(wide[names.GROUPS_TRAINABLE], 2 * ratio)
+    assert (wide[names.GROUPS_SUBMITTED] == 10).all()  # each entry covers 5 steps of 2 groups
+    np.testing.assert_allclose(wide[names.GROUPS_TRAINABLE], 10 * ratio)
     assert wide[names.CUM_GROUPS_SUBMITTED].iloc[-1] == 400  # 200 steps x 2 groups
     np.testing.assert_allclose(wide[names.CUM_GROUPS_TRAINABLE].iloc[-1], 2 * 5 * ratio.sum())
 
@@ -288,3 +288,122 @@ def test_trl_in_wandb_uses_the_run_config(runs, scale, ratio):
     else:
         assert wide[names.TRAINABLE_RATIO].tolist() == ratio
         assert wide[names.GROUPS_SUBMITTED].tolist() == [4, 4] and wide[names.CUM_GROUPS_TRAINABLE].tolist() == [2, 6]
+
+
+# ---- older TRL names, bare lists ------------------------------------------------------------------
+def test_old_trl_names_are_per_function_metrics(runs, tmp_path):
+    """TRL < 0.17 logged rewards/<fn> (no /mean), completion_length and one clip_ratio."""
+    hist = [{"loss": 0.1, "rewards/accuracy": 0.25, "rewards/format": 1.0, "reward": 1.25, "reward_std": 0.5,
+             "completion_length": 40.0, "clip_ratio": 0.01, "kl": 0.002, "frac_reward_zero_std": 0.5, "step": s}
+            for s in (1, 2)]
+    rid = import_run("trl", json.dumps(hist).encode(), "old.json")
+    with _open(runs, rid) as s:
+        wide, meta = s.scalars_wide(), s.get_meta()
+    assert wide[names.metric_mean("accuracy")].tolist() == [0.25, 0.25]
+    assert wide[names.COMPLETION_MEAN_LENGTH].tolist() == [40.0, 40.0] and wide[names.CLIP_RATIO].iloc[0] == 0.01
+    assert meta["config"]["reward"]["metrics"] == ["accuracy", "format"]
+    assert wide[names.TRAINABLE_RATIO].tolist() == [0.5, 0.5] and not any(c.startswith("trl/rewards") for c in wide)
+
+
+# ---- the report on imported runs (issue 19, item 5) ---------------------------------------------------
+def test_fractional_counts_stay_floats_and_match_the_cumulative(runs):
+    from grpo_core import health, report
+    rid = import_path("trl", FIXTURE, groups_per_step=2)
+    rep = report.build_report(runs / rid)
+    with _open(runs, rid) as s:
+        wide = s.scalars_wide()
+    cum_s, cum_t = wide[names.CUM_GROUPS_SUBMITTED].iloc[-1], wide[names.CUM_GROUPS_TRAINABLE].iloc[-1]
+    assert rep.summary["submitted"] == cum_s == 400 and rep.summary["trainable"] == pytest.approx(cum_t)
+    ratio, t, s_, k = health.window_ratio(wide, 20)
+    assert k == 4 and s_ == 40 and t == pytest.approx(wide[names.GROUPS_TRAINABLE].iloc[-4:].sum())
+    steps = rep.steps.iloc[:2].copy()
+    steps[["submitted", "trainable"]] = [[4.0, 2.5], [4.0, 0.25]]
+    assert report.trainability(steps)["trainable"] == 2.75  # int(sum) said 2
+    two = wide.iloc[:2].assign(**{names.GROUPS_SUBMITTED: [4.0, 4.0], names.GROUPS_TRAINABLE: [2.5, 0.25]})
+    assert health.window_ratio(two, 20)[1:3] == (2.75, 8.0)
+
+
+def test_windows_are_trainer_steps_with_the_entries_stated(runs):
+    from grpo_core import report
+    rid = import_path("trl", FIXTURE)
+    rep = report.build_report(runs / rid, window=20)
+    hist = _history()
+    last4 = np.mean([1 - e["frac_reward_zero_std"] for e in hist[-4:]])  # 20 steps = 4 entries at every 5
+    assert rep.steps["ratio_rolling"].iloc[-1] == pytest.approx(last4)
+    assert rep.summary["window_entries"] == 4
+    ratio_check = next(c for c in rep.verdict.checks if c.name == "trainable_ratio")
+    assert "over 20 steps (4 logged entries)" in ratio_check.text
+    assert "20 trainer steps (4 logged entries)" in report.to_markdown(rep)
+
+
+def test_zero_trainable_streak_counts_trainer_steps(runs):
+    """3 entries with no trainable group at logging_steps 5 are 15 steps, not 3."""
+    from grpo_core import health
+    from grpo_core.config import HealthConfig
+    hist = [{"frac_reward_zero_std": 0.5 if s < 30 else 1.0, "reward": 0.1, "step": s} for s in range(5, 45, 5)]
+    rid = import_run("trl", json.dumps({"log_history": hist, "logging_steps": 5, "max_steps": 40}).encode(), "z.json")
+    with _open(runs, rid) as s:
+        wide = s.scalars_wide()
+    al = {a.kind: a for a in health.alerts(wide, HealthConfig())}
+    assert al["zero_trainable"].message.startswith("15 steps with zero trainable groups")
+    cfg = HealthConfig(zero_trainable_steps=16)
+    assert "zero_trainable" not in {a.kind for a in health.alerts(wide, cfg)}
+
+
+def _exit_record(code: int) -> bytes:
+    from wandb.proto import wandb_internal_pb2 as pb
+    r = pb.Record()
+    r.exit.exit_code = code
+    return r.SerializeToString()
+
+
+def _trl_wandb(steps, max_steps=350, tail=()):
+    cfg = {"num_generations": 4, "generation_batch_size": 8, "max_steps": max_steps, "logging_steps": 1}
+    recs = [_run_record(cfg)] + [_history_record(s, {"train/global_step": s, "train/reward": 0.5,
+                                                      "train/frac_reward_zero_std": 0.25}) for s in steps]
+    return _wandb_log(recs + list(tail))
+
+
+def test_status_from_the_source(runs):
+    from grpo_core import report
+    crashed = import_run("wandb", _trl_wandb(range(1, 201), tail=[_exit_record(255)]), "run-crash.wandb")
+    cut = import_run("wandb", _trl_wandb(range(1, 201)), "run-cut.wandb")  # no exit record: stopped partway
+    done = import_run("wandb", _trl_wandb(range(1, 11), max_steps=10, tail=[_exit_record(0)]), "run-ok.wandb")
+    with _open(runs, crashed) as s:
+        m = s.get_meta()
+    assert m["status"] == "failed" and "exited with code 255" in m["error"]
+    with _open(runs, cut) as s:
+        m = s.get_meta()
+    assert m["status"] == "incomplete" and m["status_detail"] == "incomplete: step 200 of 350"
+    with _open(runs, done) as s:
+        assert s.get_meta()["status"] == "finished"
+    rep = report.build_report(runs / cut)
+    assert "incomplete: step 200 of 350" in report.to_markdown(rep)
+    assert any(n.level == "warning" and "incomplete: step 200 of 350" in n.text for n in rep.notices)
+    assert any(n.level == "error" for n in report.build_report(runs / crashed).notices)
+    partial = json.loads(FIXTURE.read_text())
+    partial.update(global_step=100, max_steps=350, log_history=partial["log_history"][:20])
+    rid = import_run("trl", json.dumps(partial).encode(), "checkpoint-100/trainer_state.json")
+    with _open(runs, rid) as s:
+        assert s.get_meta()["status_detail"] == "incomplete: step 100 of 350"
+
+
+def test_a_row_with_only_a_step_key_is_not_a_step(runs):
+    tail = [_history_record(201, {"train/global_step": 201, "train/epoch": 1.0}),  # transformers' last row
+            _history_record(202, {"_step": 202}), _exit_record(0)]
+    rid = import_run("wandb", _trl_wandb(range(1, 201), max_steps=200, tail=tail), "run-tail.wandb")
+    with _open(runs, rid) as s:
+        wide, meta = s.scalars_wide(), s.get_meta()
+    assert wide.index.max() == 200 and len(wide) == 200
+    assert meta["import_report"]["skipped"]["row: carries only a step key (or the epoch), no values: not a step"] == 2
+
+
+# ---- docs: the name table is names.py's ---------------------------------------------------------------
+def test_the_docs_name_table_is_names_py():
+    from grpo_core.integrations.importers import NAMES_BEGIN, NAMES_END, name_table_markdown
+    doc = (Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
+    assert NAMES_BEGIN in doc and NAMES_END in doc
+    table = doc.split(NAMES_BEGIN)[1].split(NAMES_END)[0].strip()
+    assert table == name_table_markdown(), (
+        "docs/integrations.md's name table differs from names.py: regenerate it with "
+        "python -c 'from grpo_core.integrations.importers import name_table_markdown as t; print(t())'")

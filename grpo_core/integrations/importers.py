@@ -1,8 +1,11 @@
-"""Import a run another trainer logged: TRL's trainer_state.json, a W&B run file
-(run-*.wandb, read locally) or a CSV exported from the W&B UI -> a run store.
+"""Import a run another trainer logged -> a run store: TRL's trainer_state.json (or its
+log_history saved as a bare JSON list), a TRL/Unsloth terminal transcript (trl_logs.py),
+TRL's log_completions parquet files (trl_completions.py), TensorBoard event files
+(tensorboard_logs.py), a W&B run file (run-*.wandb, read locally) or a CSV exported from
+the W&B UI.
 
-An imported run has scalars only: no per-group rows and no rollouts, so no what-if and
-no group inspector. Its meta says so (`lacks`), and `import_report` says what was read,
+Most imported runs have scalars only: no per-group rows and no rollouts, so no what-if and
+no group inspector (TRL's completions parquet is the exception: it has both). Its meta says so (`lacks`), and `import_report` says what was read,
 how every source name was mapped, and everything that was not imported and why:
 nothing is dropped silently.
 
@@ -37,9 +40,9 @@ from pathlib import Path
 
 from grpo_core import names
 from grpo_core.config import ConfigError
-from grpo_core.store import FINISHED, RunStore, StoreError, check_run_id, runs_dir
+from grpo_core.store import FAILED, FINISHED, RunStore, StoreError, check_run_id, runs_dir
 
-KINDS = ("trl", "wandb", "csv")
+KINDS = ("trl", "wandb", "csv", "art", "trl-log", "trl-completions", "tensorboard")
 LACKS = ["groups", "rollouts"]  # what an imported run never has
 
 
@@ -76,6 +79,14 @@ class Parsed:
     config: dict
     report: ImportReport
     summary: dict = field(default_factory=dict)
+    step_data: dict = field(default_factory=dict)  # step -> (groups, rollouts) where the source has them
+    lacks: list = field(default_factory=lambda: list(LACKS))
+    # How the source ended: error (crashed: the run is failed), finished False (stopped
+    # before its planned last step: incomplete), None (cannot tell: finished).
+    error: str | None = None
+    finished: bool | None = None
+    last_step: int | None = None  # the source's last trainer step (may be past the last logged one)
+    planned: int | None = None  # max_steps, where the source records it (else config grpo.steps)
 
 
 def _number(v) -> float | None:
@@ -99,15 +110,25 @@ def _put(rows: dict, step: int, name: str, value: float, report: ImportReport):
 TRL_SUMMARY_KEYS = ("train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second",
                     "total_flos")
 _TRL_FN = re.compile(r"^rewards/(.+)/(mean|std)$")
+_TRL_FN_OLD = re.compile(r"^rewards/([^/]+)$")  # TRL < 0.17: rewards/<fn> is the function's mean
+
+
+def trl_reward_fn(key: str) -> tuple[str, str] | None:
+    """(function, 'mean'|'std') for TRL's per-function reward keys, old and new spellings."""
+    m = _TRL_FN.match(key)
+    if m:
+        return m.group(1), m.group(2)
+    m = _TRL_FN_OLD.match(key)
+    return (m.group(1), "mean") if m else None
 
 
 def map_trl_key(key: str, live: bool = False) -> str:
     """A TRL log key -> the stored name. `live`: our own numbers for this step exist (the
     TRL callback computes them from every rollout), so TRL's reward numbers are kept
     alongside under trl/ names rather than overwriting ours."""
-    m = _TRL_FN.match(key)
+    m = trl_reward_fn(key)
     if m:
-        fn, stat = m.groups()
+        fn, stat = m
         if stat == "std":
             return names.metric_batch_std(fn)
         return names.foreign("trl", key) if live else names.metric_mean(fn)
@@ -167,9 +188,9 @@ def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, l
         cum_t += n * ratio
         row[names.TRAINABLE_RATIO] = ratio
         row[names.CUM_TRAINABLE_RATIO] = cum_t / cum_w
-        if groups_per_step:
-            row[names.GROUPS_SUBMITTED] = float(groups_per_step)
-            row[names.GROUPS_TRAINABLE] = groups_per_step * ratio
+        if groups_per_step:  # an entry's counts cover its n steps: sums over entries are the run's totals
+            row[names.GROUPS_SUBMITTED] = float(groups_per_step * n)
+            row[names.GROUPS_TRAINABLE] = groups_per_step * n * ratio
             row[names.CUM_GROUPS_SUBMITTED] = groups_per_step * cum_w
             row[names.CUM_GROUPS_TRAINABLE] = groups_per_step * cum_t
     if no_frac:
@@ -178,8 +199,8 @@ def _derive_trl(rows: dict, report: ImportReport, groups_per_step: int | None, l
         report.note(f"logging_steps = {logging_steps}: each value is TRL's mean over the {logging_steps} steps "
                     "ending at its step; the cumulative ratio weights each entry by the steps it covers")
     if groups_per_step:
-        report.note(f"group counts computed with {groups_per_step} groups per step; a logged ratio averaged "
-                    "over several steps can give a fractional trainable count")
+        report.note(f"group counts computed with {groups_per_step} groups per step; an entry's counts cover the "
+                    "steps since the previous entry, and a ratio averaged over them gives a fractional trainable count")
     elif any(names.TRAINABLE_RATIO in r for r in rows.values()):
         report.note("groups per step unknown: TRL logs only the fraction of zero-std groups, and the file records "
                     "neither num_generations nor the generation batch size, so there are ratios but no group "
@@ -192,15 +213,28 @@ def parse_trl_state(data: bytes, filename: str, groups_per_step: int | None = No
         state = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{filename}: expected {want}, but it is not JSON ({type(e).__name__})") from None
+    report = ImportReport("trl", filename)
+    if isinstance(state, list) and state and all(isinstance(e, dict) for e in state[:50]):
+        report.note("a bare log_history list (no trainer_state around it): no max_steps, logging_steps or "
+                    "global_step in the file, so whether the run finished cannot be told")
+        state = {"log_history": state}
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         keys = ", ".join(list(state)[:6]) if isinstance(state, dict) else type(state).__name__
-        raise ConfigError(f"{filename}: expected {want}; found no log_history (top level: {keys})")
-    report = ImportReport("trl", filename)
+        raise ConfigError(f"{filename}: expected {want}, or its log_history as a JSON list of entries; "
+                          f"found no log_history (top level: {keys})")
+    top = {k: v for k, v in state.items() if k != "log_history" and (v is None or isinstance(v, (int, float, str, bool)))}
+    return parse_trl_history(state["log_history"], top, report, groups_per_step)
+
+
+def parse_trl_history(history: list, top: dict, report: ImportReport, groups_per_step: int | None) -> Parsed:
+    """TRL log entries (each with its `step`) -> Parsed: trainer_state.json's log_history,
+    a bare list, or the dicts of a terminal transcript (trl_logs.py). `top`: what is known
+    of the run (max_steps, logging_steps, global_step)."""
     rows: dict = {}
     summary: dict = {}
     fns: set[str] = set()
     eval_entries = no_reward = 0
-    for i, entry in enumerate(state["log_history"]):
+    for entry in history:
         report.entries += 1
         if not isinstance(entry, dict):
             report.skip("log entry", f"not an object ({type(entry).__name__})")
@@ -219,10 +253,7 @@ def parse_trl_state(data: bytes, filename: str, groups_per_step: int | None = No
             eval_entries += 1  # evaluation metrics: kept under trl/eval_* at their step
         elif not any(k in entry for k in ("reward", "frac_reward_zero_std")):
             no_reward += 1
-        for k in entry:
-            m = _TRL_FN.match(k)
-            if m:
-                fns.add(m.group(1))
+        fns |= {m[0] for m in map(trl_reward_fn, entry) if m}
         for name, v in map_trl_entry(entry, report).items():
             _put(rows, step, name, v, report)
     if eval_entries:
@@ -230,11 +261,13 @@ def parse_trl_state(data: bytes, filename: str, groups_per_step: int | None = No
     if no_reward:
         report.note(f"{no_reward} training entries carry no reward keys (reward, frac_reward_zero_std)")
     _trl_notes(report, sorted(fns))
-    top = {k: v for k, v in state.items() if k != "log_history" and (v is None or isinstance(v, (int, float, str, bool)))}
     _derive_trl(rows, report, groups_per_step, top.get("logging_steps"))
     config = {"source": "trl", "grpo": {"steps": top.get("max_steps"), "prompts_per_step": groups_per_step},
               "reward": {"metrics": sorted(fns)}, "trl": top}
-    return Parsed(rows, config, report, summary)
+    last, planned = (top.get(k) if isinstance(top.get(k), int) and not isinstance(top.get(k), bool) else None
+                     for k in ("global_step", "max_steps"))
+    return Parsed(rows, config, report, summary, finished=True if summary else None, last_step=last,
+                  planned=planned)
 
 
 # ---- W&B: recognise ART's, TRL's and our own names in a history row -------------------------
@@ -322,16 +355,25 @@ def trl_args(config: dict, report: ImportReport) -> dict:
     return out
 
 
-def _finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None) -> dict:
-    """raw step -> {source key: number} -> mapped and derived rows."""
+def _finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None,
+                 summary: dict | None = None) -> dict:
+    """raw step -> {source key: number} -> mapped and derived rows. TRL's run totals
+    (train/train_runtime, ...: logged once, at the last step) go to `summary`, and a row
+    left with no values (a W&B row carrying only its step and epoch) is no step."""
     rows: dict = {}
     for step, items in raw.items():
         for key, v in items.items():
+            if style == "trl" and key.startswith("train/") and key[6:] in TRL_SUMMARY_KEYS:
+                if summary is not None:
+                    summary[key[6:]] = v
+                report.skip(key, "run total: kept in meta.summary, not a training step value")
+                continue
             name = map_wandb_key(key, style, report)
             if name is not None:
                 _put(rows, step, name, v, report)
+    _drop_empty_rows(raw, rows, report)
     if style == "trl":
-        fns = sorted({m.group(1) for k in report.mapped for m in [_TRL_FN.match(k[6:])] if m})
+        fns = sorted({m[0] for k in report.mapped if k.startswith("train/") for m in [trl_reward_fn(k[6:])] if m})
         _trl_notes(report, fns)
         args = trl_args(config or {}, report)
         if args.get("group_level", True):
@@ -344,6 +386,19 @@ def _finish_rows(raw: dict, style: str, report: ImportReport, config: dict | Non
     report.note(f"names recognised as {style}'s" if style != "generic" else
                 "no known trainer's names recognised: metrics kept under wandb/<name>")
     return rows
+
+
+EPOCH_ONLY = ("epoch",)  # a row whose only values are these (and its step) carries nothing to chart
+
+
+def _drop_empty_rows(raw: dict, rows: dict, report: ImportReport):
+    """Steps with no value of their own (only a step key, or only the epoch) are not steps."""
+    empty = [s for s in raw if s not in rows]
+    empty += [s for s, r in rows.items() if r and all(n.rsplit("/", 1)[-1] in EPOCH_ONLY for n in r)]
+    for s in empty:
+        rows.pop(s, None)
+    if empty:
+        report.skip("row", "carries only a step key (or the epoch), no values: not a step", len(empty))
 
 
 # ---- W&B run file: LevelDB log format holding protobuf Records --------------------------------
@@ -517,7 +572,8 @@ def parse_wandb_run(data: bytes, filename: str) -> Parsed:
     mirrored = config.pop("grpo_health", None)
     keys = {k for r in raw.values() for k in r}
     style = detect_style(keys, {"grpo_health": mirrored})
-    rows = _finish_rows(raw, style, report, config)
+    summary: dict = {}
+    rows = _finish_rows(raw, style, report, config, summary)
     if exit_code is None:
         report.note("the W&B run has no exit record: it was still running or was killed")
     elif exit_code != 0:
@@ -538,8 +594,11 @@ def parse_wandb_run(data: bytes, filename: str) -> Parsed:
     else:
         cfg = {}
     out_config = {**cfg, "source": "wandb", "wandb": {**run_info, "style": style, "config": config}}
-    out_config.setdefault("grpo", {}).setdefault("steps", max(rows) if rows else None)
-    return Parsed(rows, out_config, report)
+    planned = out_config.setdefault("grpo", {}).get("steps")
+    out_config["grpo"]["steps"] = planned or (max(rows) if rows else None)
+    error = f"the W&B run exited with code {exit_code} (crashed)" if exit_code not in (None, 0) else None
+    return Parsed(rows, out_config, report, summary, error=error, finished=exit_code is not None,
+                  last_step=max(raw) if raw else None, planned=planned)
 
 
 # ---- CSV exported from the W&B UI (chart CSV or run.history()) ---------------------------------
@@ -628,6 +687,23 @@ def _default_run_id(kind: str, filename: str) -> str:
     return f"{kind}-{stem}"[:56]
 
 
+def source_status(parsed: Parsed) -> tuple[str, str | None]:
+    """(status, detail) from how the source ended: failed where it crashed (a W&B exit code
+    != 0), incomplete where it stopped before its planned last step ('incomplete: step 200
+    of 350'; 'incomplete: last step 200' where max_steps is unknown but the source says it
+    did not end), else finished. An imported run must not read 'finished' when it was not."""
+    from grpo_core.report import INCOMPLETE
+    last = parsed.last_step if parsed.last_step is not None else (max(parsed.rows) if parsed.rows else None)
+    planned = parsed.planned or (parsed.config.get("grpo") or {}).get("steps")
+    if parsed.error:
+        return FAILED, f"failed at step {last}: {parsed.error}"
+    if isinstance(planned, (int, float)) and last is not None and last < planned and parsed.planned is not None:
+        return INCOMPLETE, f"incomplete: step {last} of {int(planned)}"
+    if parsed.finished is False:
+        return INCOMPLETE, f"incomplete: last step {last} (the source has no end record)"
+    return FINISHED, None
+
+
 def _write(parsed: Parsed, kind: str, filename: str, run_id: str | None, root) -> str:
     if not parsed.rows:
         raise ConfigError(f"{filename}: no training steps with numbers in it; nothing to import "
@@ -649,15 +725,16 @@ def _write(parsed: Parsed, kind: str, filename: str, run_id: str | None, root) -
         rep = parsed.report
         for step in sorted(parsed.rows):
             row = parsed.rows[step]
-            store.log_step(step, row)
+            store.log_step(step, row, *getattr(parsed, "step_data", {}).get(step, ()))  # ART: groups, rollouts
             rep.steps += 1
             rep.values += len(row)
-        store.set_meta(source=kind, lacks=LACKS, import_report=asdict(rep), summary=parsed.summary,
-                       imported_from=filename, imported_at=time.time())
+        store.set_meta(source=kind, lacks=getattr(parsed, "lacks", LACKS), import_report=asdict(rep),
+                       summary=parsed.summary, imported_from=filename, imported_at=time.time())
         store.add_event("lifecycle", {"event": "imported", "source": kind, "file": filename,
                                       "steps": rep.steps, "skipped": rep.skipped, "notes": rep.notes},
                         step=max(parsed.rows))
-        store.set_status(FINISHED)
+        status, detail = source_status(parsed)
+        store.set_status(status, error=parsed.error, status_detail=detail)
     except BaseException:
         store.close()
         shutil.rmtree(store.run_dir, ignore_errors=True)  # no half-imported run left behind
@@ -666,30 +743,88 @@ def _write(parsed: Parsed, kind: str, filename: str, run_id: str | None, root) -
     return store.run_id
 
 
-PARSERS = {"trl": parse_trl_state, "wandb": parse_wandb_run, "csv": parse_wandb_csv}
+def parse_art(data: bytes, filename: str) -> Parsed:
+    from grpo_core.integrations.art import parse_art as parse  # art.py imports this module
+    return parse(data, filename)
 
 
-def parse(kind: str, data: bytes, filename: str, groups_per_step: int | None = None) -> Parsed:
+def parse_trl_log(data: bytes, filename: str, groups_per_step: int | None = None,
+                  logging_steps: int | None = None) -> Parsed:
+    from grpo_core.integrations.trl_logs import parse_transcript
+    return parse_transcript(data, filename, groups_per_step, logging_steps)
+
+
+def parse_trl_completions(data: bytes, filename: str, group_size: int | None = None,
+                          reward_funcs: list[str] | None = None, reward_weights: dict | None = None) -> Parsed:
+    from grpo_core.integrations.trl_completions import _frame, parse_completions
+    return parse_completions([(filename, _frame(data, filename))], filename, group_size, reward_funcs,
+                             reward_weights)
+
+
+def parse_tensorboard(data: bytes, filename: str) -> Parsed:
+    from grpo_core.integrations.tensorboard_logs import parse_event_bytes
+    return parse_event_bytes(data, filename)
+
+
+PARSERS = {"trl": parse_trl_state, "wandb": parse_wandb_run, "csv": parse_wandb_csv, "art": parse_art,
+           "trl-log": parse_trl_log, "trl-completions": parse_trl_completions, "tensorboard": parse_tensorboard}
+# The options each kind takes (import_run/import_path keyword arguments, the CLI's flags).
+OPTIONS = {"trl": ("groups_per_step",), "trl-log": ("groups_per_step", "logging_steps"),
+           "trl-completions": ("group_size", "reward_funcs", "reward_weights")}  # tensorboard: the file's args say it
+
+
+def _options(kind: str, options: dict) -> dict:
+    """The options given (None: not given) that this kind takes; one it does not take, or a
+    bad value, is refused with one line naming the option and the fix."""
+    given = {k: v for k, v in options.items() if v is not None}
+    for k, v in given.items():
+        if k not in OPTIONS.get(kind, ()):
+            takes = ", ".join(OPTIONS.get(kind, ())) or "no options"
+            raise ConfigError(f"import {kind}: option {k} does not apply (it takes {takes})")
+        if k in ("groups_per_step", "logging_steps", "group_size") and (
+                isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+    return given
+
+
+def parse(kind: str, data: bytes, filename: str, groups_per_step: int | None = None, **options) -> Parsed:
     if kind not in KINDS:
         raise ConfigError(f"import kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if not data:
         raise ConfigError(f"{filename}: the file is empty")
-    if kind == "trl":
-        if groups_per_step is not None and (not isinstance(groups_per_step, int) or groups_per_step < 1):
-            raise ConfigError(f"groups_per_step must be a positive integer, got {groups_per_step!r}")
-        return parse_trl_state(data, filename, groups_per_step)
-    return PARSERS[kind](data, filename)
+    return PARSERS[kind](data, filename, **_options(kind, {"groups_per_step": groups_per_step, **options}))
 
 
 def import_run(kind: str, data: bytes, filename: str, run_id: str | None = None, root=None,
-               groups_per_step: int | None = None) -> str:
-    """Import file bytes (the dashboard's upload form) as a finished run; returns its id.
-    Raises ConfigError (one line naming the file and what was expected) on bad input."""
-    return _write(parse(kind, data, filename, groups_per_step), kind, filename, run_id, root)
+               groups_per_step: int | None = None, **options) -> str:
+    """Import file bytes (the dashboard's upload form) as a run; returns its id. Options:
+    OPTIONS[kind]. Raises ConfigError (one line naming the file and what was expected) on
+    bad input."""
+    return _write(parse(kind, data, filename, groups_per_step, **options), kind, filename, run_id, root)
 
 
-def import_path(kind: str, path, run_id: str | None = None, root=None, groups_per_step: int | None = None) -> str:
+def _parse_dir(kind: str, p: Path, options: dict) -> Parsed | None:
+    """Folders: TRL's completions/ (or its output dir) and a TensorBoard logdir."""
+    if kind == "trl-completions":
+        from grpo_core.integrations.trl_completions import parse_completions, read_frames
+        o = _options(kind, options)
+        return parse_completions(read_frames(p), str(p), o.get("group_size"), o.get("reward_funcs"),
+                                 o.get("reward_weights"))
+    if kind == "tensorboard":
+        from grpo_core.integrations.tensorboard_logs import parse_logdir
+        return parse_logdir(p, **_options(kind, options))
+    return None
+
+
+def import_path(kind: str, path, run_id: str | None = None, root=None, groups_per_step: int | None = None,
+                **options) -> str:
     p = Path(path)
+    if p.is_dir() and kind in ("trl-completions", "tensorboard"):
+        return _write(_parse_dir(kind, p, {"groups_per_step": groups_per_step, **options}), kind, str(p), run_id,
+                      root)
+    if p.is_dir() and kind == "art":  # an ART model output dir: history.jsonl + trajectories/train/
+        from grpo_core.integrations.art import parse_art_dir
+        return _write(parse_art_dir(p), kind, str(p), run_id, root)
     if p.is_dir() and kind == "wandb":  # a W&B run folder: its one run-*.wandb file
         found = sorted(p.glob("*.wandb"))
         if len(found) != 1:
@@ -697,15 +832,47 @@ def import_path(kind: str, path, run_id: str | None = None, root=None, groups_pe
         p = found[0]
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    return import_run(kind, p.read_bytes(), str(p), run_id, root, groups_per_step)
+    return import_run(kind, p.read_bytes(), str(p), run_id, root, groups_per_step, **options)
+
+
+def _cli_options(args) -> dict:
+    """The CLI's flags -> import options (reward weights as fn=w,fn=w)."""
+    out = {k: getattr(args, k, None) for k in ("logging_steps", "group_size")}
+    if getattr(args, "reward_funcs", None):
+        out["reward_funcs"] = [x.strip() for x in args.reward_funcs.split(",") if x.strip()]
+    if getattr(args, "reward_weights", None):
+        try:
+            out["reward_weights"] = {k.strip(): float(v) for k, v in
+                                     (x.split("=", 1) for x in args.reward_weights.split(",") if x.strip())}
+        except ValueError:
+            raise ConfigError(f"--reward-weights {args.reward_weights!r}: expected fn=weight,fn=weight") from None
+    return out
 
 
 def cli_import(args) -> int:
     run_id = import_path(args.kind, args.file, args.run_id, args.runs_dir,
-                         getattr(args, "groups_per_step", None))
+                         getattr(args, "groups_per_step", None), **_cli_options(args))
     with RunStore.open(runs_dir(args.runs_dir) / run_id, readonly=True) as s:
-        rep = ImportReport(**s.get_meta()["import_report"])
-    print(f"imported {args.file} as run {run_id} (scalars only: no per-group data, so no what-if, no inspector)")
+        meta = s.get_meta()
+        rep = ImportReport(**meta["import_report"])
+    what = ("scalars only: no per-group data, so no what-if, no inspector" if meta.get("lacks")
+            else "with per-group data: what-if and the inspector work")
+    print(f"imported {args.file} as run {run_id} ({what}); status {meta.get('status_detail') or meta['status']}")
     for line in rep.lines():
         print("  " + line)
     return 0
+
+
+# ---- the name-mapping table, as docs/integrations.md prints it (a test keeps them equal) ----------
+NAMES_BEGIN, NAMES_END = "<!-- names.py tables: begin -->", "<!-- names.py tables: end -->"
+
+
+def name_table_markdown() -> str:
+    """names.FOREIGN_NAMES (TRL / ART / verl -> ours) as one Markdown table. Regenerate the
+    doc's copy with: python -c "from grpo_core.integrations.importers import name_table_markdown as t; print(t())"."""
+    lines = ["| source | source name | stored as |", "|---|---|---|"]
+    for source, table in names.FOREIGN_NAMES.items():
+        for key, ours in table.items():
+            lines.append(f"| {source} | `{key}` | `{ours}` |")
+    lines.append("| any | a name not listed | `<source>/<name>` (kept under the source's name) |")
+    return "\n".join(lines)
