@@ -143,8 +143,9 @@ def _import_args(p: argparse.ArgumentParser):
 
 
 def _watch_args(p: argparse.ArgumentParser):
-    p.add_argument("kind", help="what SOURCE is: trl (an output dir), wandb (a run dir), verl (its file "
-                   "logger JSONL, console log or rollout dumps, or a folder with them)")
+    p.add_argument("kind", help="what SOURCE is: trl (an output dir: trainer_state.json and completions/*.parquet), "
+                   "wandb (a run dir), tensorboard (a logdir), verl (its file logger JSONL, console log or "
+                   "rollout dumps, or a folder with them)")
     p.add_argument("source", help="the file or folder to follow")
     p.add_argument("--run-id", help="run id (default: KIND-<source name>)")
     p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
@@ -182,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_import)
 
     _watch_args(sub.add_parser("watch", help="follow another trainer's outputs into a run as they grow "
-                                             "(TRL, W&B, verl)"))
+                                             "(TRL, W&B, TensorBoard, verl)"))
 
     p = sub.add_parser("prompts", help="per-prompt trainability as JSON lines (the least trainable first)")
     p.add_argument("run", help="run dir, run.db or run id")

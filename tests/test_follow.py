@@ -47,8 +47,8 @@ def test_a_wandb_run_that_has_ended_finishes_the_watched_run(tmp_path):
 
 def test_watch_errors_are_one_line(tmp_path, capsys):
     assert main(["watch", "nope", str(tmp_path)]) == 2
-    assert "watch kind must be one of trl, wandb, verl" in capsys.readouterr().err
+    assert "watch kind must be one of trl, wandb, tensorboard, verl" in capsys.readouterr().err
     assert main(["watch", "trl", str(tmp_path / "missing")]) == 2
     assert "no such file or folder to watch" in capsys.readouterr().err
-    with pytest.raises(ConfigError, match="no trainer_state.json yet"):
+    with pytest.raises(ConfigError, match="no trainer_state.json yet and no completions"):
         follow.read_trl(Path(tmp_path))

@@ -187,3 +187,18 @@ def test_cli_kinds_and_bad_input(trl_out, runs, capsys, tmp_path):
         import_run("trl-completions", b"PAR1 not really", "x.parquet")
     with pytest.raises(ConfigError, match="option logging_steps does not apply"):
         import_run("trl", b"[]", "x.json", logging_steps=5)
+
+
+def test_watch_follows_a_trl_output_dir_and_its_tensorboard_logdir(trl_out, runs):
+    """`watch trl OUT`: the completions parquet gives groups and rollouts (no checkpoint was
+    saved, so no trainer_state yet); `watch tensorboard OUT/runs`: the scalars. Both give
+    TRL's ratio at every step."""
+    from grpo_core.integrations import follow
+    rid = follow.follow("trl", trl_out["out"], follow.READERS["trl"], run_id="watched", root=runs, max_polls=1,
+                        log=lambda m: None)
+    wide, meta, groups, rollouts = _load(runs, rid)
+    _check_ratio(wide, trl_out["hist"], exact=False)
+    assert len(groups) and len(rollouts) and meta["lacks"] == []
+    tb = follow.follow("tensorboard", trl_out["out"] / "runs", follow.READERS["tensorboard"], run_id="tb",
+                       root=runs, max_polls=1, log=lambda m: None)
+    _check_ratio(_load(runs, tb)[0], trl_out["hist"], exact=False)

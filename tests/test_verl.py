@@ -119,6 +119,14 @@ def test_a_verl_import_works_on_the_live_page_with_what_if(tmp_path):
     assert live.what_if(state, {"score": 0.0, "acc": 1.0}, 0.0)["predicted"] == pytest.approx(recorded)  # acc = score
 
 
+def test_python_m_grpo_core_import_verl_writes_a_finished_run(tmp_path):
+    from grpo_core.__main__ import main
+    root, _ = make_outputs(tmp_path / "job")
+    assert main(["import", "verl", str(root), "--run-id", "iv", "--runs-dir", str(tmp_path / "runs")]) == 0
+    with RunStore.open(tmp_path / "runs" / "iv", readonly=True) as s:
+        assert s.get_meta()["status"] == "finished" and s.last_step() == STEPS and len(s.groups()) == STEPS * PROMPTS
+
+
 def test_bad_verl_input_is_one_line(tmp_path):
     bad = tmp_path / "exp.jsonl"
     bad.write_text('{"step": 1, "data": {"a": 1}}\n{"nope": 2}\n{"step": 3, "data": {}}\n')

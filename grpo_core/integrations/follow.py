@@ -95,22 +95,47 @@ def follow(kind: str, path, read, *, run_id: str | None = None, root=None, every
 
 # ---- readers: KIND -> read(path) -> SourceRun -------------------------------------------------
 def from_parsed(parsed) -> SourceRun:
-    """An importer's Parsed (scalars only) as a SourceRun."""
-    return SourceRun(parsed.rows, parsed.config, parsed.report)
+    """An importer's Parsed as a SourceRun (its per-step groups too, where it has them)."""
+    return SourceRun(parsed.rows, parsed.config, parsed.report, dict(parsed.step_data), list(parsed.lacks),
+                     ended=parsed.error is not None)
+
+
+def _trainer_state(path: Path) -> Path | None:
+    """The newest trainer_state.json of a TRL output dir: TRL writes one at each checkpoint
+    (checkpoint-N/trainer_state.json) and at the end in the dir itself."""
+    states = sorted(path.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
+    return path / "trainer_state.json" if (path / "trainer_state.json").is_file() else (states[-1] if states else None)
 
 
 def read_trl(path: Path) -> SourceRun:
-    """A TRL output dir: the newest trainer_state.json (TRL writes it at each checkpoint,
-    checkpoint-N/trainer_state.json, and at the end in the dir itself), or that file."""
+    """A TRL output dir (or its trainer_state.json): the scalars of the newest trainer_state,
+    and each step's groups and rollouts from completions/*.parquet (log_completions=True),
+    which TRL writes as it logs, between checkpoints too."""
     from grpo_core.integrations.importers import parse
-    if path.is_dir():
-        states = sorted(path.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
-        states = ([path / "trainer_state.json"] if (path / "trainer_state.json").is_file() else []) + states[::-1]
-        if not states:
-            raise ConfigError(f"{path}: no trainer_state.json yet (TRL writes one at each checkpoint: "
-                              "set save_steps, or watch the W&B run dir / TensorBoard logdir instead)")
-        path = states[0]
-    return from_parsed(parse("trl", path.read_bytes(), str(path)))
+    state = _trainer_state(path) if path.is_dir() else path
+    has_completions = path.is_dir() and any((path / "completions").glob("completions_*.parquet"))
+    if state is None and not has_completions:
+        raise ConfigError(f"{path}: no trainer_state.json yet and no completions/*.parquet (TRL writes the first "
+                          "at each checkpoint, the second with log_completions=True)")
+    run = from_parsed(parse("trl", state.read_bytes(), str(state))) if state is not None else None
+    if not has_completions:
+        return run
+    from grpo_core.integrations.trl_completions import parse_completions, read_frames
+    groups = from_parsed(parse_completions(read_frames(path), str(path)))
+    if run is None:
+        return groups
+    for step, row in groups.scalars.items():  # the groups' own counts and means win over TRL's averages
+        run.scalars.setdefault(step, {}).update(row)
+    run.groups, run.lacks = groups.groups, []
+    run.config["reward"] = groups.config["reward"]
+    run.config.setdefault("grpo", {}).update({k: v for k, v in groups.config["grpo"].items() if k == "group_size"})
+    return run
+
+
+def read_tensorboard(path: Path) -> SourceRun:
+    """A TensorBoard logdir of one run (TRL's <output_dir>/runs/<date_host>/) or an event file."""
+    from grpo_core.integrations.tensorboard_logs import parse_logdir
+    return from_parsed(parse_logdir(path))
 
 
 def read_wandb(path: Path) -> SourceRun:
@@ -131,7 +156,7 @@ def read_verl(path: Path) -> SourceRun:
     return read_source(path)
 
 
-READERS = {"trl": read_trl, "wandb": read_wandb, "verl": read_verl}
+READERS = {"trl": read_trl, "wandb": read_wandb, "tensorboard": read_tensorboard, "verl": read_verl}
 
 
 def cli_watch(args) -> int:

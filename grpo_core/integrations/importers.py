@@ -42,7 +42,7 @@ from grpo_core import names
 from grpo_core.config import ConfigError
 from grpo_core.store import FAILED, FINISHED, RunStore, StoreError, check_run_id, runs_dir
 
-KINDS = ("trl", "wandb", "csv", "art", "trl-log", "trl-completions", "tensorboard")
+KINDS = ("trl", "wandb", "csv", "art", "trl-log", "trl-completions", "tensorboard", "verl")
 LACKS = ["groups", "rollouts"]  # what an imported run never has
 
 
@@ -822,6 +822,11 @@ def import_path(kind: str, path, run_id: str | None = None, root=None, groups_pe
     if p.is_dir() and kind in ("trl-completions", "tensorboard"):
         return _write(_parse_dir(kind, p, {"groups_per_step": groups_per_step, **options}), kind, str(p), run_id,
                       root)
+    if kind == "verl":  # a file logger JSONL, a console log, rollout dumps, or a folder with them
+        from grpo_core.integrations.verl import read_source
+        run = read_source(p)
+        return _write(Parsed(run.scalars, run.config, run.report, step_data=run.groups, lacks=run.lacks), kind,
+                      str(p), run_id, root)
     if p.is_dir() and kind == "art":  # an ART model output dir: history.jsonl + trajectories/train/
         from grpo_core.integrations.art import parse_art_dir
         return _write(parse_art_dir(p), kind, str(p), run_id, root)
