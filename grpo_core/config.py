@@ -133,6 +133,7 @@ class HealthConfig:
     near_zero_ratio: float = knob(0.05, "A ratio at or below this counts as near zero")
     near_zero_steps: int = knob(20, "Suggest stopping after this many near-zero steps in a row")
     uniform_std: float = knob(1e-3, "A metric whose within-group std is <= this in a group is uniform there")
+    rules: list = knob([], "Your own alert rules, [[health.rules]] tables: kind, metric, stat (mean|last|min|max|slope), window, comparator, threshold, severity, message, advice (grpo_core/alert_rules.toml holds the built-in ones in this format)")
 
 
 @dataclass
@@ -413,6 +414,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     validate_weights(cfg.reward.weights, None)
     validate_autopilot(cfg)
     validate_eval(cfg)
+    from grpo_core.alert_rules import user_rules
+    user_rules(h)  # each rule parses, or one line naming the rule and the field
     for name, target in cfg.reward.custom.items():
         need(isinstance(target, str) and ":" in target,
              f"reward.custom.{name} must be 'module:function', got {target!r}")

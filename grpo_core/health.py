@@ -398,6 +398,11 @@ class AlertInputs:
     near_streak_mask: np.ndarray  # per step: ratio at or below cfg.near_zero_ratio
     near_steps: np.ndarray | None = None  # the steps of near_streak_mask (None: consecutive)
     window: int | None = None  # the window in trainer steps (None: the run logs every step)
+    solved: float | None = None  # untrainable groups all solved / none solved over the window
+    unsolved: float | None = None
+    outcome: str | None = None  # the outcome metric, and its mean per step over the window
+    outcome_window: pd.Series | np.ndarray | None = None
+    wide: pd.DataFrame | None = None  # the window's scalars (a run's own rules read any metric)
 
 
 def dense(steps) -> bool:
@@ -414,47 +419,52 @@ def _over(entries: int, window: int | None) -> str:
     return f"the last {window} steps ({entries} logged entries)"
 
 
-def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
-    """The alert rules, the one place they and their thresholds are written (cfg: HealthConfig)."""
-    out: list[Alert] = []
-    # Zero trainable groups, step after step: every rollout of those steps was wasted compute.
-    if x.zero_streak >= cfg.zero_trainable_steps:
-        out.append(Alert("zero_trainable", "critical",
-                         f"{x.zero_streak} steps with zero trainable groups: raise the group size "
-                         f"or the weights of continuous metrics", x.last))
-    # Low trainable ratio over the window.
-    if x.ratio is not None and x.ratio < cfg.min_trainable_ratio:
-        counts = f" ({x.trainable:g} of {x.submitted:g} groups)" if x.submitted is not None else ""
-        out.append(Alert("low_ratio", "warning",
-                         f"trainable ratio {x.ratio:.2f}{counts} over {_over(x.ratio_steps, x.window)} is below "
-                         f"{cfg.min_trainable_ratio:g}: most groups carry no learning signal; raise the group "
-                         f"size or the weights of continuous metrics, or change the task difficulty", x.last))
-    # Rewards barely differ inside a group.
-    if x.reward_std is not None and x.reward_std < cfg.min_reward_std:
-        out.append(Alert("low_reward_std", "warning",
-                         f"mean group reward std {x.reward_std:.3f} over {_over(x.reward_std_steps, x.window)} is "
-                         f"below {cfg.min_reward_std:g}: completions of a prompt score almost alike; raise the "
-                         f"sampling temperature, the group size or the weights of continuous metrics", x.last))
-    # Ratio falling: the tasks are getting easy (or uniformly hard).
+def _split(solved: float | None, unsolved: float | None) -> str | None:
+    """Which way most of the window's untrainable groups went: "solved", "unsolved" or None."""
+    if solved is None or unsolved is None or solved == unsolved:
+        return None
+    return "solved" if solved > unsolved else "unsolved"
+
+
+def _noisy_verifier(x: AlertInputs, ratio_trend: Trend, cfg) -> tuple[float | None, dict]:
+    """1 when the ratio rises (significantly) while the outcome metric's mean stays flat over
+    the window: more groups split, but not by getting the outcome right."""
+    if x.outcome_window is None or ratio_trend.sign <= 0:
+        return (None if x.outcome_window is None else 0.0), {}
+    outcome = pd.Series(x.outcome_window).dropna()
+    if len(outcome) < cfg.min_trend_points or reward_trend(outcome, cfg.min_trend_points).sign != 0:
+        return 0.0, {}
+    return 1.0, {"over": _over(ratio_trend.n, x.window), "slope": ratio_trend.slope, "outcome": x.outcome,
+                 "outcome_first": float(outcome.iloc[0]), "outcome_last": float(outcome.iloc[-1])}
+
+
+def rule_inputs(x: AlertInputs, cfg) -> dict[str, tuple[float | None, dict]]:
+    """The values the built-in rules (alert_rules.toml) test, with their messages' fields."""
+    counts = f" ({x.trainable:g} of {x.submitted:g} groups)" if x.submitted is not None else ""
     trend = reward_trend(x.ratio_window, cfg.min_trend_points)
-    if trend.sign < 0:
-        win = np.asarray(x.ratio_window, np.float64)
-        out.append(Alert("declining_ratio", "warning",
-                         f"trainable ratio falling over {_over(trend.n, x.window)} ({win[0]:.2f} -> "
-                         f"{win[-1]:.2f}, slope {trend.slope:+.3f}/step, p={trend.p_value:.3f}): the tasks are "
-                         f"getting easy; switch to harder tasks or turn on the curriculum (curriculum.mode = auto)",
-                         x.last))
-    # Ratio near zero for long: nothing left to learn at this setting.
+    win = np.asarray(x.ratio_window, np.float64)
     mask = np.asarray(x.near_streak_mask, bool)
     near = trailing_steps(mask, np.arange(len(mask)) if x.near_steps is None else x.near_steps)
-    if near >= cfg.near_zero_steps:
-        out.append(Alert("near_zero", "critical",
-                         f"{near} steps with trainable ratio at or below {cfg.near_zero_ratio:g}: the run has "
-                         f"stopped learning; stop it, or change the task difficulty or the reward weights", x.last))
-    return out
+    trend_fields = {"over": _over(trend.n, x.window), "first": win[0], "last": win[-1], "slope": trend.slope,
+                    "p": trend.p_value} if trend.sign else {}
+    return {"zero_streak": (x.zero_streak, {}),
+            "ratio": (x.ratio, {"counts": counts, "over": _over(x.ratio_steps, x.window)}),
+            "reward_std": (x.reward_std, {"over": _over(x.reward_std_steps, x.window)}),
+            "ratio_trend": (float(trend.sign), trend_fields),
+            "near_zero_streak": (near, {"near_zero_ratio": cfg.near_zero_ratio}),
+            "ratio_rising_outcome_flat": _noisy_verifier(x, trend, cfg)}
 
 
-def alert_kinds(history: list[dict], h) -> set[str] | None:
+def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
+    """The alerts at the window's last step: the built-in rules (alert_rules.toml) and the
+    run's own (health.rules), one evaluator (alert_rules.evaluate); cfg: HealthConfig."""
+    from grpo_core import alert_rules as rules
+    fired = rules.evaluate(rules.BUILTIN + rules.user_rules(cfg), rule_inputs(x, cfg), cfg, wide=x.wide,
+                           split=_split(x.solved, x.unsolved))
+    return [Alert(rule.kind, rule.severity, message, x.last) for rule, message in fired]
+
+
+def alert_kinds(history: list[dict], h, outcome_metric: str | None = None) -> set[str] | None:
     """The kinds alerts() raises at the last of these steps (dicts of one step's scalars,
     oldest first), read from plain arrays; None when it cannot say (a value missing or not
     finite): then ask alerts(). The trainer calls this every step and needs alerts()'
@@ -476,14 +486,36 @@ def alert_kinds(history: list[dict], h) -> set[str] | None:
     win, x = ratio[keep], steps[keep]
     if len(x) > 1 and not (np.diff(x) == 1).all():  # steps missing (not the loop's case): slope per step
         win = pd.Series(win, index=x)
+    if getattr(h, "rules", None):  # a run's own rules read any metric: alerts() has the frame
+        return None
+    outcome = np.array([r.get(metric_mean(outcome_metric), np.nan) for r in history], np.float64)[keep] \
+        if outcome_metric else None
+    solved, unsolved = (np.array([r.get(n, np.nan) for r in history], np.float64)[keep].sum()
+                        for n in (GROUPS_SOLVED, GROUPS_UNSOLVED))
     inputs = AlertInputs(int(steps[-1]), trailing_steps(tr == 0, steps), float(b.sum()) / float(a.sum()),
                          float(b.sum()), float(a.sum()), len(a), float(rstd[keep].mean() if len(a) else np.nan),
-                         int(keep.sum()), win, ratio <= h.near_zero_ratio, steps, None if dense(x) else w)
+                         int(keep.sum()), win, ratio <= h.near_zero_ratio, steps, None if dense(x) else w,
+                         None if np.isnan(solved) else float(solved), None if np.isnan(unsolved) else float(unsolved),
+                         outcome_metric, None if outcome is None else pd.Series(outcome, index=x))
     return {alert.kind for alert in alert_rules(inputs, h)}
 
 
-def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:
-    """Alerts at the window's last step; `wide` is RunStore.scalars_wide(), cfg a HealthConfig."""
+def alert_columns(cfg, outcome_metric: str | None = None) -> list[str]:
+    """The scalars alerts() reads: the built-in rules' inputs, the outcome metric's mean and
+    the metrics of the run's own rules."""
+    extra = [GROUPS_SOLVED, GROUPS_UNSOLVED] + ([metric_mean(outcome_metric)] if outcome_metric else [])
+    extra += [r["metric"] for r in getattr(cfg, "rules", None) or [] if r.get("metric")]
+    return list(dict.fromkeys(ALERT_INPUTS + tuple(extra)))
+
+
+def _window_sum(wide: pd.DataFrame, name: str, window: int) -> float | None:
+    s = _col(wide, name)
+    return None if s is None or not s.notna().any() else float(last_steps(s.dropna(), window).sum())
+
+
+def alerts(wide: pd.DataFrame, cfg, outcome_metric: str | None = None) -> list[Alert]:
+    """Alerts at the window's last step; `wide` is RunStore.scalars_wide(), cfg a HealthConfig,
+    outcome_metric the run's reward.outcome_metric (the noisy-verifier rule reads its mean)."""
     if wide is None or wide.empty:
         return []
     wide = wide.sort_index()
@@ -499,6 +531,12 @@ def alerts(wide: pd.DataFrame, cfg) -> list[Alert]:
                          last_steps(ratio_s, cfg.trend_window), (ratio_s <= cfg.near_zero_ratio).to_numpy(),
                          ratio_s.index.to_numpy(), None if dense(last_steps(ratio_s, cfg.trend_window).index)
                          else cfg.trend_window)
+    inputs.solved = _window_sum(wide, GROUPS_SOLVED, cfg.trend_window)
+    inputs.unsolved = _window_sum(wide, GROUPS_UNSOLVED, cfg.trend_window)
+    outcome = _col(wide, metric_mean(outcome_metric)) if outcome_metric else None
+    if outcome is not None:
+        inputs.outcome, inputs.outcome_window = outcome_metric, last_steps(outcome.dropna(), cfg.trend_window)
+    inputs.wide = wide
     return alert_rules(inputs, cfg)
 
 
@@ -515,7 +553,7 @@ def _span(s: pd.Series, window: int) -> str:
     return f"{len(s)} steps" if dense(s.index) else f"{window} steps ({len(s)} logged entries)"
 
 
-def verdict(wide: pd.DataFrame, cfg) -> Verdict:
+def verdict(wide: pd.DataFrame, cfg, outcome_metric: str | None = None) -> Verdict:
     """healthy: mean group reward std > min_reward_std, trainable ratio > min_trainable_ratio
     and the reward rising over the window; warning: a check fails or a warning alert;
     critical: a critical alert (zero trainable / near zero); unknown: no data."""
@@ -558,7 +596,7 @@ def verdict(wide: pd.DataFrame, cfg) -> Verdict:
                             f"reward {word} over {trend.n} steps (slope {trend.slope:+.4f}/step, "
                             f"p={trend.p_value:.3f})"))
 
-    al = alerts(wide, cfg)
+    al = alerts(wide, cfg, outcome_metric)
     if any(a.severity == "critical" for a in al):
         status = "critical"
     elif al or any(c.ok is False for c in checks):

@@ -25,7 +25,8 @@ import pandas as pd
 from grpo_core import health
 from grpo_core import live_settings
 from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO, DIFFICULTY,
-                             EVAL_PASS, EVAL_REWARD,
+                             EVAL_PASS, EVAL_REWARD, GROUPS_SOLVED, GROUPS_UNSOLVED, WASTED_SHARE,
+                             CUM_SAMPLED_TOKENS, CUM_WASTED_TOKENS,
                              FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, MIN_GROUP_STD,
                              NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TIME_STEP, TRAINABLE_RATIO,
                              metric_group_std, metric_mean, metric_weight, parse_metric_name)
@@ -42,7 +43,8 @@ MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
 
 BASE_NAMES = (TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
               CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
-              FRAC_REWARD_ZERO_STD, MIN_GROUP_STD, DIFFICULTY, TIME_STEP, EVAL_REWARD, EVAL_PASS)
+              FRAC_REWARD_ZERO_STD, MIN_GROUP_STD, DIFFICULTY, TIME_STEP, EVAL_REWARD, EVAL_PASS,
+              GROUPS_SOLVED, GROUPS_UNSOLVED, WASTED_SHARE, CUM_SAMPLED_TOKENS, CUM_WASTED_TOKENS)
 
 
 def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:
@@ -391,7 +393,7 @@ def progress(state: LiveState) -> tuple[int | None, float, float | None]:
 def cards(state: LiveState) -> Cards:
     cfg = health_config(state.meta)
     window = state.recent.tail(max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 5)
-    v = health.verdict(window.dropna(axis=1, how="all"), cfg)
+    v = health.verdict(window.dropna(axis=1, how="all"), cfg, current_settings(state)["outcome_metric"] or None)
     done, frac, eta = progress(state)
     rstd = next((c.value for c in v.checks if c.name == "reward_std"), None)
     trend_check = next((c for c in v.checks if c.name == "reward_trend"), None)

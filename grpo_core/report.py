@@ -969,7 +969,7 @@ def _verdict(data: RunData):
         hcfg = from_dict({"health": data.config.get("health") or {}}).health
     except ConfigError:
         hcfg = HealthConfig()  # an imported config of another shape: the defaults
-    return health.verdict(data.wide, hcfg)
+    return health.verdict(data.wide, hcfg, data.cfg("reward", "outcome_metric", "") or None)
 
 
 def _example_groups(data: RunData) -> list[GroupView]:

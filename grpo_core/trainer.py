@@ -364,16 +364,18 @@ class Trainer:
         keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
         self.history.append({"step": step, **scalars})
         del self.history[:-keep]
-        held = health.alert_kinds(self.history, h)
+        outcome = self.cfg.reward.outcome_metric or None
+        held = health.alert_kinds(self.history, h, outcome)
         is_new = lambda kind: step - self.active_alerts.get(kind, -ALERT_REARM - 1) > ALERT_REARM  # noqa: E731
         if held is not None and not any(map(is_new, held)):  # nothing starts: no message to write
             self.active_alerts.update(dict.fromkeys(held, step))
             return []
         # An alert starts (or the window has gaps): health.alerts() writes the messages.
         # Only the columns alerts() reads: building a frame of every logged name cost more than the alerts.
-        wide = pd.DataFrame({n: [r.get(n, np.nan) for r in self.history] for n in health.ALERT_INPUTS},
+        columns = health.alert_columns(h, outcome)
+        wide = pd.DataFrame({n: [r.get(n, np.nan) for r in self.history] for n in columns},
                             index=pd.Index([r["step"] for r in self.history], name="step"))
-        now = health.alerts(wide, h)
+        now = health.alerts(wide, h, outcome)
         events = [(EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
                   for a in now if is_new(a.kind)]
         self.active_alerts.update({a.kind: step for a in now})

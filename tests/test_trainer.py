@@ -352,7 +352,7 @@ def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeyp
     from grpo_core import health
     tr, _ = _trainer(tmp_path)
     on = {1, 2, 5, 6, 9, 30}  # on and off within ALERT_REARM steps, then again much later
-    monkeypatch.setattr(trainer.health, "alerts", lambda wide, cfg: [health.Alert("declining_ratio", "warning", "x",
+    monkeypatch.setattr(trainer.health, "alerts", lambda wide, cfg, outcome=None: [health.Alert("declining_ratio", "warning", "x",
                                                                              int(wide.index[-1]))]
                         if int(wide.index[-1]) in on else [])
     fired = [s for s in range(1, 31) if tr.new_alerts(s, {REWARD: 0.5})]
