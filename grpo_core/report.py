@@ -1024,6 +1024,19 @@ LEDGER_SHOW = ["step", "kind", "source", "change", "before", "after", "ratio_bef
 STEP_COLS = ["submitted", "trainable", "ratio", "cum_ratio", "ratio_rolling", "phantom", "reward", "reward_std"]
 
 
+def wasted_sampling(data: RunData) -> str | None:
+    """'62% of the sampled tokens (31,000 of 50,000)': the run's sampling spent on groups that
+    taught nothing (health.wasted_compute), dynamic sampling's extra batches included; None when
+    the run did not log it (an import, an older run)."""
+    total, wasted = _col(data.wide, names.CUM_SAMPLED_TOKENS), _col(data.wide, names.CUM_WASTED_TOKENS)
+    if total is None or wasted is None or not total.notna().any():
+        return None
+    t, w = float(total.dropna().iloc[-1]), float(wasted.dropna().iloc[-1])
+    seconds = _col(data.wide, names.WASTED_SAMPLING_S)
+    secs = f", {float(seconds.sum()):.0f} s of sampling" if seconds is not None else ""
+    return f"{w / t:.0%} of the sampled tokens ({w:,.0f} of {t:,.0f}{secs})" if t else None
+
+
 def summary_rows(rep: Report) -> list[tuple[str, str, str]]:
     """(key, label, formatted value) for the summary table."""
     s = rep.summary
@@ -1033,6 +1046,9 @@ def summary_rows(rep: Report) -> list[tuple[str, str, str]]:
              ("reward_best", "reward, best step", fmt(t.get("best"))),
              ("trend_run", "reward trend, whole run", t["run_text"]),
              ("trend_last", f"reward trend, last {rep.window} steps", t["last_text"])]
+    wasted = wasted_sampling(rep.data)
+    if wasted is not None:
+        rows.append(("wasted_sampling", "sampling that taught nothing", wasted))
     if not s.get("every_step", True):  # logged every few steps: say what a window holds
         rows.append(("window", "window", f"{rep.window} trainer steps ({s['window_entries']} logged entries)"))
     if rep.verdict is not None:

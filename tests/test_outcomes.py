@@ -95,3 +95,16 @@ def test_the_prompt_table_counts_each_prompts_groups_and_exports_the_never_train
     lines = prompt_history.to_jsonl(prompt_history.never_trainable(table)).splitlines()
     assert [json.loads(x)["prompt_id"] for x in lines] == ["a"] and json.loads(lines[0])["sampled"] == 3
     assert prompt_history.prompt_table(groups.iloc[:0]).empty
+
+
+def test_the_report_says_how_much_sampling_taught_nothing(tmp_path):
+    from grpo_core import report
+    store = RunStore.create("w", {}, root=tmp_path)
+    for step, (sampled, wasted) in enumerate([(100, 60), (220, 140)], 1):
+        store.log_step(step, {names.CUM_SAMPLED_TOKENS: sampled, names.CUM_WASTED_TOKENS: wasted,
+                              names.WASTED_SAMPLING_S: 1.5, names.TRAINABLE_RATIO: 0.5})
+    store.close()
+    rep = report.build_report(tmp_path / "w")
+    rows = {k: v for k, _, v in report.summary_rows(rep)}
+    assert rows["wasted_sampling"] == "64% of the sampled tokens (140 of 220, 3 s of sampling)"
+    assert "sampling that taught nothing" in report.to_markdown(rep)
