@@ -181,10 +181,11 @@ with st.expander("Start a run", expanded=runs.empty or bool(pre)):
 
 # ---- import a run -------------------------------------------------------------------------------------
 with st.expander("Import a run from another trainer"):
-    st.caption("TRL `trainer_state.json`, a W&B run file (`run-*.wandb`) or a W&B CSV export. An imported "
-               "run has scalars only: charts and verdicts, no what-if and no rollout inspector.")
-    kinds = {"trl": "TRL trainer_state.json", "wandb": "W&B run file", "csv": "W&B CSV export"}
-    kind = st.selectbox("Format", list(kinds), format_func=kinds.get, key="import_kind")
+    st.caption("One file from TRL, W&B, TensorBoard or ART. Most formats carry scalars only: charts and "
+               "verdicts, no what-if and no rollout inspector (TRL's completions parquet and ART's trajectory "
+               "files carry every rollout). A folder (a verl job, an ART model dir): `python -m grpo_core import`.")
+    from grpo_core.integrations.importers import FILE_KINDS
+    kind = st.selectbox("Format", list(FILE_KINDS), format_func=FILE_KINDS.get, key="import_kind")
     up = st.file_uploader("File", key="import_file")
     new_id = st.text_input("Run id (optional)", key="import_run_id")
     if st.button("Import", key="import_go", disabled=up is None):

@@ -407,3 +407,14 @@ def test_the_docs_name_table_is_names_py():
     assert table == name_table_markdown(), (
         "docs/integrations.md's name table differs from names.py: regenerate it with "
         "python -c 'from grpo_core.integrations.importers import name_table_markdown as t; print(t())'")
+
+
+def test_the_runs_pages_upload_form_offers_every_file_kind():
+    from streamlit.testing.v1 import AppTest
+
+    from grpo_core.integrations.importers import FILE_KINDS, PARSERS
+    from tests.helpers_dashboard import REPO
+    assert set(FILE_KINDS) <= set(PARSERS)  # each is readable from bytes
+    at = AppTest.from_file(str(REPO / "pages" / "runs.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="import_kind").options == [FILE_KINDS[k] for k in FILE_KINDS]

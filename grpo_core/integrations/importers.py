@@ -768,6 +768,12 @@ def parse_tensorboard(data: bytes, filename: str) -> Parsed:
 
 PARSERS = {"trl": parse_trl_state, "wandb": parse_wandb_run, "csv": parse_wandb_csv, "art": parse_art,
            "trl-log": parse_trl_log, "trl-completions": parse_trl_completions, "tensorboard": parse_tensorboard}
+# What one uploaded file of each kind is (the Runs page's import form offers these; a folder,
+# such as a verl job or an ART model dir, is imported from the command line).
+FILE_KINDS = {"trl": "TRL trainer_state.json (or a bare log_history list)", "wandb": "W&B run file (run-*.wandb)",
+              "csv": "W&B CSV export", "trl-log": "TRL / Unsloth terminal transcript",
+              "trl-completions": "TRL completions parquet (log_completions)", "tensorboard": "TensorBoard event file",
+              "art": "ART history.jsonl or trajectory file"}
 # The options each kind takes (import_run/import_path keyword arguments, the CLI's flags).
 OPTIONS = {"trl": ("groups_per_step",), "trl-log": ("groups_per_step", "logging_steps"),
            "trl-completions": ("group_size", "reward_funcs", "reward_weights")}  # tensorboard: the file's args say it
