@@ -409,6 +409,27 @@ def autocast(device: torch.device, compute_dtype: torch.dtype):
     return torch.autocast(device.type, dtype=compute_dtype, enabled=compute_dtype in (torch.bfloat16, torch.float16))
 
 
+def micro_batch_groups(model, roll: Rollouts, groups: int, gcfg, compute_dtype: torch.dtype) -> int:
+    """Groups per forward/backward micro-batch: grpo.micro_batch_groups when set, else the most
+    whole groups whose activations (and log-prob chunk) the memory model puts under
+    grpo.micro_batch_mb, else all `groups` (micro_batch_mb 0)."""
+    if gcfg.micro_batch_groups or not gcfg.micro_batch_mb or groups <= 1:
+        return gcfg.micro_batch_groups or groups
+    from grpo_core import memory_model
+    try:
+        arch = memory_model.Architecture.from_config(model.config)
+    except AttributeError:  # a config the memory model cannot read: no budget
+        return groups
+    lengths = roll.attention_mask[:, roll.prompt_len:].sum(-1)
+    step = memory_model.Step(rows=roll.group_size, prompt_tokens=roll.prompt_len, group_size=roll.group_size,
+                             completion_tokens=int(lengths.max()), logit_chunk_mb=gcfg.logit_chunk_mb,
+                             compute_dtype=str(compute_dtype).removeprefix("torch."), device="cpu",
+                             gradient_checkpointing=bool(getattr(model, "is_activation_checkpointing", False)))
+    est = memory_model.estimate(arch, step)
+    per_group = est.activations + est.logprob_chunk
+    return int(min(groups, max(1, gcfg.micro_batch_mb * 2 ** 20 // max(per_group, 1))))
+
+
 def forwarded_groups(trainable: np.ndarray, gcfg, with_kl: bool) -> np.ndarray:
     """The groups [P] bool whose rows go through forward/backward: the trainable ones, or every
     group with a KL term (each row's KL has a gradient and TRL averages it over all tokens:
@@ -441,8 +462,8 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     loss stats (policy, kl, clip_ratio, grad_norm, entropy: the mean over the passes); a batch
     with no trainable group returns zeros without a forward or backward.
 
-    Each pass runs its forward/backward in micro-batches of `gcfg.micro_batch_groups` whole
-    groups (0: one), each loss divided by the whole step's counts, so the gradients add up to
+    Each pass runs its forward/backward in micro-batches of whole groups (micro_batch_groups:
+    the knob, or the most under grpo.micro_batch_mb), each loss divided by the whole step's counts, so the gradients add up to
     the one-batch gradient while the activations held are one micro-batch's. The forward passes
     run in `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
     `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive.
@@ -455,7 +476,8 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0}
     idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
-    batch = _Batch(roll, idx, (gcfg.micro_batch_groups or len(idx) // G) * G,  # rows per micro-batch, whole groups
+    per = micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype) * G  # rows per micro-batch: whole groups
+    batch = _Batch(roll, idx, per,
                    torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
                    (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
                     _reduce_count(roll.completion_mask[idx], gcfg.loss_type)))  # KL: the rows forwarded

@@ -193,7 +193,8 @@ class Trainer:
                                     dataclasses.replace(g, micro_batch_groups=n), ref_model=self.ref_model,
                                     suppress_ids=self.suppress_ids, compute_dtype=self.compute_dtype,
                                     scaler=self.scaler),
-            min(g.micro_batch_groups or forwarded, max(forwarded, 1)), stage="training",
+            min(grpo.micro_batch_groups(self.model, roll, max(forwarded, 1), g, self.compute_dtype), max(forwarded, 1)),
+            stage="training",
             knob="grpo.micro_batch_groups", on_retry=self.memory_retry("micro_batch_groups"))
 
     def memory_retry(self, knob: str):

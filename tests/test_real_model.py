@@ -195,3 +195,28 @@ def test_sampling_in_batches_of_groups_holds_one_batch_and_keeps_the_rows_in_ord
                                           skip_special_tokens=True)
     prompts = tok.batch_decode(roll.input_ids[:, :roll.prompt_len], skip_special_tokens=True)
     assert prompts == [e["prompt"] for e in roll.examples]  # left padding to the longest prompt of all batches
+
+
+def test_a_micro_batch_budget_in_mb_sets_the_groups_per_forward(qwen2):
+    """grpo.micro_batch_mb: the memory model's activation estimate of one group picks the
+    micro-batch (whole groups); the knob micro_batch_groups wins when set; 0 = the whole step."""
+    from grpo_core import memory_model
+    from grpo_core.config import GRPOConfig
+    model, tok = AutoModelForCausalLM.from_pretrained(qwen2), AutoTokenizer.from_pretrained(qwen2)
+    roll = _rollout(model, tok)  # 3 groups of 3
+    step = memory_model.Step(rows=3, prompt_tokens=roll.prompt_len, group_size=3, device="cpu",
+                             completion_tokens=int(roll.completion_mask.sum(-1).max()), compute_dtype="float32")
+    est = memory_model.estimate(memory_model.Architecture.from_config(model.config), step)
+    per_group_mb = (est.activations + est.logprob_chunk) / 2 ** 20
+    pick = lambda **kw: grpo.micro_batch_groups(model, roll, 3, GRPOConfig(**kw), torch.float32)  # noqa: E731
+    assert pick(micro_batch_mb=2.5 * per_group_mb) == 2 and pick(micro_batch_mb=0.5 * per_group_mb) == 1
+    assert pick(micro_batch_mb=0) == 3 and pick(micro_batch_mb=100 * per_group_mb) == 3
+    assert pick(micro_batch_mb=0.5 * per_group_mb, micro_batch_groups=3) == 3
+    rows = []
+    hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]),
+                                                         with_kwargs=True)
+    adv = grpo.advantages(np.random.default_rng(0).random((3, 3)), np.ones(3, bool), "group")
+    grpo.train_on(model, torch.optim.SGD(model.parameters(), lr=0.0), roll, adv, np.ones(3, bool),
+                  GRPOConfig(micro_batch_mb=2.5 * per_group_mb))
+    hook.remove()
+    assert max(rows) == 6  # two groups of three rows, then one
