@@ -30,6 +30,9 @@ from grpo_core.safety import require_token
 from grpo_core.store import list_runs
 
 
+FAVICON = "📈"
+
+
 def pages() -> list:
     """New Page objects each run (st.navigation marks the one it returns as runnable once).
     url paths are the file names, as legacy routing infers them, except the live monitor's:
@@ -71,7 +74,9 @@ _IN_APP = contextvars.ContextVar("grpo_health_in_app", default=False)
 
 
 def main():
-    st.set_page_config(page_title="GRPO Health", page_icon=":material/monitoring:", layout="wide")
+    # An emoji favicon is drawn in the browser (a data: URL); a ":material/...:" one is fetched from
+    # fonts.gstatic.com, the one request that left this machine (the dashboard runs air-gapped).
+    st.set_page_config(page_title="GRPO Health", page_icon=FAVICON, layout="wide")
     require_token()  # with serve --token / $GRPO_HEALTH_TOKEN: nothing below shows until it matches
     pick_run()
     page = st.navigation(pages())

@@ -6,12 +6,16 @@ or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and ret
 imported run has no group counts: the page says so instead of drawing an empty chart).
 Every applied weight/threshold/difficulty change is a dotted vertical line on every
 chart, labelled at the top, so a change in a curve can be read against its cause.
+A measured series is drawn as faint raw points under a smoothed line (`smoothing`, W&B's
+debiased EMA, `ema`): a per-step ratio over 8 groups jumps by 1/8 from step to step, and the
+trend is what a reader acts on; the raw points stay so that no smoothing hides a step.
 The pilot page's figures (at the end) take a pilot.PilotSummary's tables and plans instead.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -46,6 +50,47 @@ def _line(df: pd.DataFrame, name: str, label: str, colour: str | None = None, da
     s = df[name]
     return {"type": "scatter", "mode": "lines", "x": s.index.to_numpy(), "y": s.to_numpy(), "name": label,
             "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
+
+
+def ema(values, smoothing: float) -> np.ndarray:
+    """W&B's (and TensorBoard's) debiased exponential moving average: last = s * last + (1 - s) * y,
+    shown as last / (1 - s^n) after n finite points, so the first points are not pulled toward 0.
+    NaN points stay NaN and are skipped (the average carries over them); smoothing 0 is the raw
+    series, 0.99 a very long memory."""
+    y = np.asarray(values, np.float64)
+    s = float(smoothing)
+    if not 0.0 <= s < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    out = np.full(y.shape, np.nan)
+    last, n = 0.0, 0
+    for i, v in enumerate(y):
+        if not math.isfinite(v):
+            continue
+        last, n = s * last + (1.0 - s) * v, n + 1
+        out[i] = last / (1.0 - s ** n)
+    return out
+
+
+def _series(df: pd.DataFrame, name: str, label: str, colour: str | None, smoothing: float,
+            dash: str | None = None, width: float = 1.6) -> list[dict]:
+    """A measured series: its raw values as faint points (named '<label> (raw)', hidden from the
+    legend, toggled with the line) under the smoothed line (named `label`). Points for the last
+    RAW_POINTS entries only: that is what live.LiveState keeps raw (older history arrives as bin
+    means, drawn by the line), and a point is an SVG element the browser redraws every refresh."""
+    s = df[name]
+    x, y = s.index.to_numpy(), s.to_numpy(np.float64)
+    raw = {"type": "scatter", "mode": "markers", "x": x[-RAW_POINTS:], "y": y[-RAW_POINTS:],
+           "name": f"{label} (raw)", "legendgroup": label,
+           "showlegend": False, "marker": {"color": colour, "size": 3, "opacity": RAW_OPACITY},
+           "hoverinfo": "skip"}
+    line = {"type": "scatter", "mode": "lines", "x": x, "y": ema(y, smoothing), "name": label, "legendgroup": label,
+            "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
+    return [raw, line]
+
+
+RAW_OPACITY = 0.3
+RAW_POINTS = 500  # = live.RECENT_STEPS, the steps the live page keeps raw
+DEFAULT_SMOOTHING = 0.6  # the live page's slider starts here (TensorBoard's default)
 
 
 def _hline(y: float, colour: str, text: str = "", dash: str = "dash") -> tuple[dict, dict | None]:
@@ -117,14 +162,15 @@ def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> g
 
 
 # ---- the charts ----------------------------------------------------------------------------------
-def ratio_chart(df, changes=None, min_ratio: float = 0.3) -> go.Figure | None:
-    """Trainable ratio per step and cumulative, with the healthy line."""
+def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0) -> go.Figure | None:
+    """Trainable ratio per step (smoothed over its raw points) and cumulative (a running total:
+    drawn as is), with the healthy line."""
     traces = []
     if _has(df, TRAINABLE_RATIO):
-        traces.append(_line(df, TRAINABLE_RATIO, "per step", PALETTE[0]))
+        traces += _series(df, TRAINABLE_RATIO, "per step", PALETTE[0], smoothing)
     elif _has(df, FRAC_REWARD_ZERO_STD):  # TRL logs only the complement
         d = pd.DataFrame({"r": 1.0 - df[FRAC_REWARD_ZERO_STD]})
-        traces.append(_line(d, "r", "per step (1 − frac_reward_zero_std)", PALETTE[0]))
+        traces += _series(d, "r", "per step (1 − frac_reward_zero_std)", PALETTE[0], smoothing)
     if _has(df, CUM_TRAINABLE_RATIO):
         traces.append(_line(df, CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
     if not traces:
@@ -133,47 +179,49 @@ def ratio_chart(df, changes=None, min_ratio: float = 0.3) -> go.Figure | None:
                    [_hline(min_ratio, "#C0392B", f"healthy > {min_ratio:g}")], changes)
 
 
-def groups_chart(df, changes=None) -> go.Figure | None:
-    """Groups submitted vs trainable per step: the compute spent vs the compute that taught."""
+def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
+    """Groups submitted vs trainable per step: the compute spent (a setting: drawn as is) vs the
+    compute that taught (smoothed, filled)."""
     if not _has(df, GROUPS_SUBMITTED, GROUPS_TRAINABLE):
         return None
-    traces = [{**_line(df, GROUPS_TRAINABLE, "trainable", PALETTE[2]), "fill": "tozeroy"},
-              _line(df, GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
+    raw, line = _series(df, GROUPS_TRAINABLE, "trainable", PALETTE[2], smoothing)
+    traces = [raw, {**line, "fill": "tozeroy"}, _line(df, GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
     top = max(1.0, float(df[GROUPS_SUBMITTED].max()) * 1.1)
     return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
                    changes=changes)
 
 
-def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3) -> go.Figure | None:
+def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3,
+                     smoothing: float = 0.0) -> go.Figure | None:
     """Per-metric within-group std: a line near 0 is a uniform metric (a variance bottleneck)."""
     have = [m for m in metrics if _has(df, metric_group_std(m))]
     if not have:
         return None
-    traces = [_line(df, metric_group_std(m), m, metric_colour(metrics, m)) for m in have]
+    traces = [t for m in have for t in _series(df, metric_group_std(m), m, metric_colour(metrics, m), smoothing)]
     return _figure(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
                    hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
 
 
-def reward_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
+def reward_chart(df, metrics: list[str], changes=None, smoothing: float = 0.0) -> go.Figure | None:
     """Total reward (weighted) and each metric's raw mean."""
-    traces = [_line(df, REWARD, "total (weighted)", TOTAL_COLOUR, width=2.4)] if _has(df, REWARD) else []
-    traces += [_line(df, metric_mean(m), m, metric_colour(metrics, m), dash="dot")
-               for m in metrics if _has(df, metric_mean(m))]
+    traces = _series(df, REWARD, "total (weighted)", TOTAL_COLOUR, smoothing, width=2.4) if _has(df, REWARD) else []
+    traces += [t for m in metrics if _has(df, metric_mean(m))
+               for t in _series(df, metric_mean(m), m, metric_colour(metrics, m), smoothing, dash="dot")]
     if not traces:
         return None
     return _figure(traces, "Reward: total and per-metric means", "reward", key="reward", changes=changes)
 
 
-def reward_std_chart(df, changes=None, min_reward_std: float = 0.1) -> go.Figure | None:
+def reward_std_chart(df, changes=None, min_reward_std: float = 0.1, smoothing: float = 0.0) -> go.Figure | None:
     """Mean within-group std of the total reward: the signal GRPO's advantages are made of."""
     if not _has(df, REWARD_STD):
         return None
-    return _figure([_line(df, REWARD_STD, "mean group reward std", PALETTE[3])], "Group reward std",
+    return _figure(_series(df, REWARD_STD, "mean group reward std", PALETTE[3], smoothing), "Group reward std",
                    "std of total reward", key="reward_std",
                    hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
 
 
-def phantom_chart(df, changes=None, outcome_metric: str | None = None) -> go.Figure | None:
+def phantom_chart(df, changes=None, outcome_metric: str | None = None, smoothing: float = 0.0) -> go.Figure | None:
     """Groups that pass the std gate only through shaping terms (outcome metric uniform), and
     those that pass it on float rounding alone (a TRL run's near-ties: TRL trains them).
     Without an outcome gate (reward.outcome_metric) there are no phantoms, and the title says so."""
@@ -183,9 +231,9 @@ def phantom_chart(df, changes=None, outcome_metric: str | None = None) -> go.Fig
     top = max(1.0, float(df[have].max().max()) * 1.1)
     title = (f"Phantom groups (pass the std gate, {outcome_metric} uniform)" if outcome_metric else
              "Phantom groups (no outcome gate set: reward.outcome_metric)")
-    traces = [_line(df, PHANTOM_GROUPS, "phantom groups", PALETTE[4])]
+    traces = _series(df, PHANTOM_GROUPS, "phantom groups", PALETTE[4], smoothing)
     if _has(df, NOISE_GROUPS):
-        traces.append(_line(df, NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5]))
+        traces += _series(df, NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5], smoothing)
     return _figure(traces, title, "groups per step", [0, top], key="phantom", changes=changes)
 
 
@@ -215,17 +263,19 @@ def eval_chart(df, changes=None) -> go.Figure | None:
 
 
 def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
-                outcome_metric: str | None = None) -> list[tuple[str, go.Figure | None]]:
-    """The live page's charts in display order: (key, figure or None when there is no data)."""
+                outcome_metric: str | None = None, smoothing: float = 0.0) -> list[tuple[str, go.Figure | None]]:
+    """The live page's charts in display order: (key, figure or None when there is no data);
+    smoothing: the EMA of every measured series (the page's slider)."""
     min_ratio = getattr(health_cfg, "min_trainable_ratio", 0.3)
     min_std = getattr(health_cfg, "min_reward_std", 0.1)
     uni = getattr(health_cfg, "uniform_std", 1e-3)
-    return [("ratio", ratio_chart(df, changes, min_ratio)),
-            ("groups", groups_chart(df, changes)),
-            ("metric_std", metric_std_chart(df, metrics, changes, uni)),
-            ("reward", reward_chart(df, metrics, changes)),
-            ("reward_std", reward_std_chart(df, changes, min_std)),
-            ("phantom", phantom_chart(df, changes, outcome_metric)),
+    sm = smoothing
+    return [("ratio", ratio_chart(df, changes, min_ratio, sm)),
+            ("groups", groups_chart(df, changes, sm)),
+            ("metric_std", metric_std_chart(df, metrics, changes, uni, sm)),
+            ("reward", reward_chart(df, metrics, changes, sm)),
+            ("reward_std", reward_std_chart(df, changes, min_std, sm)),
+            ("phantom", phantom_chart(df, changes, outcome_metric, sm)),
             ("eval", eval_chart(df, changes))]
 
 

@@ -185,10 +185,33 @@ def log_tail(run_id: str, n: int = 50, root=None) -> str:
 
 
 # ---- the built-in demo -------------------------------------------------------------------------
+UNTIL_STOPPED = 1_000_000  # the demo's step budget: it trains until stopped (months at CPU pace)
+# The demo's story, told live (docs/demo.md has its timeline): level 1 is learned, groups turn
+# uniform and the trainable ratio falls below the healthy line (0.3); the low-ratio alert fires;
+# the autopilot, acting at that same line rather than its default 0.6 so that the alert shows
+# first, doubles G (8 -> 16 -> 32 -> 64 as each plateau decays, within 8x the rollouts the run
+# started with) and then widens sampling, and the ratio recovers after each move, a marker on
+# every chart. No difficulty move: level 2 needs a key lookup the built-in 2-layer model does
+# not learn, so a raised level only falls back ("too big a step"). No stop move: the demo runs
+# until stopped, so a page opened at any time finds it running and steerable. A larger G also
+# paces the demo: each step costs more as the story goes on.
+DEMO_SETTINGS = {
+    "grpo": {"steps": UNTIL_STOPPED},
+    "log": {"progress": False, "keep_text": "sample", "checkpoint_every": 500},
+    "autopilot": {"enabled": True, "target_ratio": 0.3, "window": 20, "moves": ["weights", "group_size", "temperature"],
+                  "rollout_budget": 8.0},
+}
+
+
 def demo_config(overrides: list[str] | None = None) -> RunConfig:
+    """The demo run's config (the one place it is written): DEMO_SETTINGS, then `--set` overrides."""
     from grpo_core.config import apply_overrides
-    cfg = {"grpo": {"steps": 1000}, "log": {"progress": False}}
+    cfg = {sec: dict(v) for sec, v in DEMO_SETTINGS.items()}
     return validate(from_dict(apply_overrides(cfg, overrides or [])))
+
+
+def is_demo(run_id: str | None) -> bool:
+    return bool(run_id) and str(run_id).startswith(DEMO_PREFIX + "-")
 
 
 def live_demo(root=None) -> str | None:
@@ -209,4 +232,4 @@ def start_demo_if_idle(root=None, overrides: list[str] | None = None) -> tuple[s
 
 
 __all__ = ["start_run", "stop_run", "pause_run", "resume_run", "terminate_run", "log_tail",
-           "start_demo_if_idle", "live_demo", "demo_config", "run_path", "CREATED"]
+           "start_demo_if_idle", "live_demo", "demo_config", "is_demo", "run_path", "CREATED", "UNTIL_STOPPED"]

@@ -2,8 +2,10 @@
 
 Layout and widgets only: grpo_core.live reads the store incrementally and computes,
 grpo_core.steering keeps the sliders' and inputs' session state in step with the run
-(and gives their bounds), grpo_core.charts draws. The charts refresh every 2 s while the run is live (a fragment,
-so the sliders below are not disturbed); a finished run is drawn once.
+(and gives their bounds), grpo_core.charts draws (smoothed by the page's EMA slider), and
+live.what_to_do gives the top alert's fix, offered here as one button. The charts refresh
+every 2 s while the run is live (a fragment, so the sliders below are not disturbed); a
+finished run is drawn once.
 """
 import streamlit as st
 
@@ -78,7 +80,8 @@ def monitor():
     top = st.columns([3, 2])
     top[0].markdown(f"**{run_id}** · {live.status_badge(c.status)} · {live.config_summary(s.meta)}")
     if c.steps:
-        top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · ETA {live.fmt_eta(c.eta_s)}")
+        eta = "runs until you stop it" if c.steps >= runner.UNTIL_STOPPED else f"ETA {live.fmt_eta(c.eta_s)}"
+        top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · {eta}")
     if c.status == "failed":
         st.error(f"The run failed: {(s.meta.get('error') or 'no error recorded').strip().splitlines()[-1]}")
     elif c.status == "stale":
@@ -103,6 +106,8 @@ def monitor():
             if c.checks else "Not enough steps yet to judge.")
     for a in c.alerts:
         (st.error if a.severity == "critical" else st.warning)(f"{a.message} (step {a.step})")
+    if caps["steer"]:
+        what_to_do_now(s, c, caps["accepts"])
 
     reqs = live.request_lines(s, my_requests())
     if steering.request_resolved(ss, reqs):  # one of ours was just resolved: redraw the sliders too
@@ -114,8 +119,11 @@ def monitor():
                 st.markdown(f"`#{r['id']}` {live.request_summary(r['kind'], r['payload'])} — **{r['text']}**")
 
     df = live.chart_frame(s)
+    smooth = st.slider("Chart smoothing", 0.0, 0.99, charts.DEFAULT_SMOOTHING, 0.01, key="smoothing",
+                       help="Exponential moving average of every measured series, debiased as W&B's and "
+                            "TensorBoard's (0 = raw); the raw values stay as faint points")
     figs = charts.live_charts(df, s.metrics, s.changes, live.health_config(s.meta),
-                              live.current_settings(s)["outcome_metric"])
+                              live.current_settings(s)["outcome_metric"], smoothing=smooth)
     missing = [key for key, f in figs if f is None]
     shown = [(key, f) for key, f in figs if f is not None]
     if not shown:
@@ -125,6 +133,29 @@ def monitor():
         cols[i % 2].plotly_chart(fig, key=f"chart_{key}", width="stretch")
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
+
+
+def what_to_do_now(s: live.LiveState, c: live.Cards, accepts):
+    """The top alert's fix as one click (what the autopilot would do), with its predicted effect;
+    only fixes the process behind the run applies (a TRL callback takes no group-size request)."""
+    advice = live.what_to_do(s, c)
+    if advice is None:
+        return
+    offered = [f for f in advice["fixes"] if f.kind in accepts]
+    with st.container(border=True):
+        st.markdown(f"**What to do now** · for: _{advice['alert'].message.split(':')[0]}_")
+        if not offered:
+            st.caption("No single move answers it now: " + "; ".join(advice["why_not"]) + ".")
+        for i, f in enumerate(offered[:3]):
+            row = st.columns([2, 5])
+            if row[0].button(f.label, key=f"fix_{f.move}", type="primary" if i == 0 else "secondary",
+                             help=f.reason, width="stretch"):
+                if send(f.kind, f.payload):
+                    st.toast(f"Sent {f.label}: applied at the next step boundary")
+                    st.rerun()
+            row[1].caption(f.note)
+        if live.current_settings(s)["autopilot"]:
+            st.caption("The autopilot is on: it makes such a move itself once the ratio stays below its target.")
 
 
 @st.fragment(run_every=5.0 if first.is_live else None)  # slower: picks up new rollouts and settings
@@ -152,7 +183,7 @@ def steer():
     waiting = steering.open_requests(live.request_lines(s, my_requests()))
     what_if_line(wi, caps, lvl != cur["level"], todo, waiting)
     buttons(s, caps, cur, keys, weights, thr, todo, waiting)
-    suggestions_box(keys)
+    suggestions_box(s, keys)
     if "set_autopilot" in caps["accepts"]:
         autopilot_moves(s, steer=True)
     save_preset_box(s, cur)
@@ -232,12 +263,13 @@ def buttons(s: live.LiveState, caps: dict, cur: dict, keys: steering.Keys, weigh
         st.rerun()
 
 
-def suggestions_box(keys: steering.Keys):
+def suggestions_box(s: live.LiveState, keys: steering.Keys):
     sugg = ss.get(keys.suggestions)
     if sugg is None:
         return
     if not sugg:
-        st.caption("No weights near these would make more groups trainable in the recent window.")
+        st.caption("No weights near these would make more groups trainable in the recent window. "
+                   + live.what_would_help(s))
     for i, sg in enumerate(sugg):
         c = st.columns([5, 1])
         c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "

@@ -39,7 +39,7 @@ def act(fn, run_id: str, done: str):
 runs = live.runs_overview()
 if runs.empty:
     st.info("No runs yet. Start the built-in demo (a tiny model learning a cite-your-source task, "
-            "five reward metrics) or configure a run below.")
+            "five reward metrics, the autopilot on; it trains until you stop it) or configure a run below.")
     if st.button("Start the demo run", type="primary", key="start_demo"):
         try:
             rid, _ = runner.start_demo_if_idle()

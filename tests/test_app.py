@@ -66,9 +66,11 @@ def test_live_page_shows_a_finished_real_run_once(trained):
     specs = chart_specs(at)
     assert len(specs) == 6
     ratio = next(s for s in specs if s["layout"]["title"]["text"] == "Trainable ratio")
-    assert [t["name"] for t in ratio["data"]] == ["per step", "cumulative"]
+    # the per-step ratio as faint raw points under its smoothed line, the cumulative ratio as is
+    assert [t["name"] for t in ratio["data"]] == ["per step (raw)", "per step", "cumulative"]
+    assert ratio["data"][0]["mode"] == "markers" and ratio["data"][1]["mode"] == "lines"
     assert any(f"{rid}" in md and "finished" in md for md in texts(at.markdown))
-    assert not at.slider  # nothing to steer on a finished run ...
+    assert [sl.label for sl in at.slider] == ["Chart smoothing"]  # nothing to steer on a finished run ...
     assert any("nothing to steer" in c for c in texts(at.caption))
     assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
 
@@ -90,7 +92,7 @@ def test_imported_run_says_what_it_lacks_instead_of_empty_charts(runs_dir):
     at = app()
     assert at.session_state["run_id"] == rid
     assert any("no what-if" in i and "no rollout inspector" in i for i in texts(at.info))
-    assert not at.slider and "apply" not in [b.key for b in at.button]
+    assert [sl.key for sl in at.slider] == ["smoothing"] and "apply" not in [b.key for b in at.button]
     titles = [s["layout"]["title"]["text"] for s in chart_specs(at)]
     assert "Trainable ratio" in titles and "Groups submitted vs trainable" not in titles
     assert any(c.startswith("Not logged by this run:") for c in texts(at.caption))
@@ -141,7 +143,7 @@ def test_sliders_what_if_apply_pending_applied_marker_with_a_real_trainer(runs_d
         wait_for(lambda: list_runs(runs_dir).set_index("run_id").loc[rid, "status"] == "stopped", 120,
                  what="stopped")
         at.run()
-        assert not at.slider and any("nothing to steer" in c for c in texts(at.caption))
+        assert [sl.key for sl in at.slider] == ["smoothing"] and any("nothing to steer" in c for c in texts(at.caption))
     finally:
         runner.terminate_run(rid, root=runs_dir, wait_s=30)
 

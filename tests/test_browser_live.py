@@ -32,7 +32,9 @@ SCREENSHOTS = os.environ.get("GRPO_SCREENSHOTS") == "1"
 # (warm-started model, 8 prompts x G=8) and wait for enough steps to show the curves' shape.
 # A budget the run cannot reach while the module runs: the fast demo trains ~35 steps/s on 2 cores.
 BUDGET = 1_000_000
-DEMO = [f"grpo.steps={BUDGET}", "log.checkpoint_every=0"] + ([] if SCREENSHOTS else [
+# The autopilot off: these tests check the requests the page sends, and the demo's autopilot would
+# add its own (bench/demo_story.py drives the shipped demo, autopilot on, in a browser).
+DEMO = [f"grpo.steps={BUDGET}", "log.checkpoint_every=0", "autopilot.enabled=false"] + ([] if SCREENSHOTS else [
     "model.warm_start_steps=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=8"])
 MIN_STEPS = 60 if SCREENSHOTS else 3
 METRICS = ("answer_f1", "exact", "citation", "format", "length")
@@ -261,4 +263,38 @@ def test_closing_the_browser_and_restarting_streamlit_leave_the_trainer_alone(se
     assert len(list_runs(server.root)) == 1 and pid_alive(pid), out
     ctx, page = open_live(browser, server.url, rid)
     assert rid in page.inner_text("body")
+    ctx.close()
+
+
+PAGES = {"/": "Live monitor", "/runs": "Runs", "/analysis": "Analysis", "/pilot": "Pilot"}
+# Resources a page loads through its DOM (an icon link is fetched by the browser itself, which
+# Playwright's request events may not report): every one must be local or inline.
+LOADED = """Array.from(document.querySelectorAll('link[href], script[src], img[src], iframe[src], source[src]'))
+    .filter(e => e.tagName !== 'LINK' || /icon|stylesheet|preload|font/.test(e.rel))
+    .map(e => e.href || e.src)"""
+
+
+def _external(url: str) -> bool:
+    from urllib.parse import urlparse
+    u = urlparse(url)
+    return u.scheme not in ("data", "blob", "about", "") and u.hostname != "127.0.0.1"
+
+
+def test_no_request_leaves_the_machine_on_any_page(served, browser):
+    # Air-gapped clusters: a font, icon or script from a CDN fails there. Every request of every
+    # page, and every resource its DOM names (the favicon), goes to 127.0.0.1 or is inline.
+    server, rid = served
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1900})
+    page = ctx.new_page()
+    seen = []
+    page.on("request", lambda r: seen.append(r.url))
+    outside = []
+    for path, title in PAGES.items():
+        page.goto(f"{server.url}{path}?run={rid}", wait_until="domcontentloaded")
+        page.get_by_role("heading", name=re.compile(title)).first.wait_for(timeout=60_000)
+        page.wait_for_timeout(3000)  # charts, icons and fonts load after the heading
+        outside += [u for u in page.evaluate(LOADED) if _external(u)]
+    assert len(seen) > 10  # the pages did load (scripts, fonts, the websocket)
+    outside += [u for u in seen if _external(u)]
+    assert outside == []
     ctx.close()

@@ -26,19 +26,47 @@ def _trace(fig, name):
 def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monkeypatch):
     monkeypatch.setattr(charts, "VALIDATE", True)  # plotly's validators check every property
     wide = run.scalars_wide()
-    figs = dict(charts.live_charts(wide, live.run_metrics(run.get_meta()), run.changes()))
+    figs = dict(charts.live_charts(wide, live.run_metrics(run.get_meta()), run.changes(), smoothing=0.6))
     assert figs.pop("eval") is None  # the run evaluated nothing (eval.every = 0)
     assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
     assert all(isinstance(f, go.Figure) for f in figs.values())
-    per_step = _trace(figs["ratio"], "per step")
-    np.testing.assert_array_equal(per_step.x, wide.index.to_numpy())
-    np.testing.assert_allclose(per_step.y, wide[names.TRAINABLE_RATIO].to_numpy())
+    # A measured series: its raw values as faint points ("<label> (raw)"), its EMA as the line ("<label>").
+    for key, label, name in (("ratio", "per step", names.TRAINABLE_RATIO),
+                             ("groups", "trainable", names.GROUPS_TRAINABLE),
+                             ("metric_std", "length", names.metric_group_std("length")),
+                             ("reward", "total (weighted)", names.REWARD),
+                             ("reward_std", "mean group reward std", names.REWARD_STD)):
+        raw, line = _trace(figs[key], f"{label} (raw)"), _trace(figs[key], label)
+        np.testing.assert_array_equal(raw.x, wide.index.to_numpy())
+        np.testing.assert_allclose(raw.y, wide[name].to_numpy())
+        assert raw.mode == "markers" and raw.showlegend is False and line.mode == "lines"
+        np.testing.assert_allclose(line.y, charts.ema(wide[name].to_numpy(), 0.6))
+    # Running totals and settings are drawn as they are, no raw points under them.
     np.testing.assert_allclose(_trace(figs["ratio"], "cumulative").y, wide[names.CUM_TRAINABLE_RATIO].to_numpy())
-    np.testing.assert_allclose(_trace(figs["groups"], "trainable").y, wide[names.GROUPS_TRAINABLE].to_numpy())
-    np.testing.assert_allclose(_trace(figs["metric_std"], "length").y,
-                               wide[names.metric_group_std("length")].to_numpy())
-    assert [t.name for t in figs["metric_std"].data] == ["answer_f1", "exact", "citation", "format", "length"]
-    np.testing.assert_allclose(_trace(figs["reward"], "total (weighted)").y, wide[names.REWARD].to_numpy())
+    np.testing.assert_allclose(_trace(figs["groups"], "submitted").y, wide[names.GROUPS_SUBMITTED].to_numpy())
+    assert [t.name for t in figs["metric_std"].data if t.showlegend is not False] == \
+        ["answer_f1", "exact", "citation", "format", "length"]
+
+
+def test_smoothing_zero_draws_the_raw_values_as_the_line(run):
+    wide = run.scalars_wide()
+    fig = charts.ratio_chart(wide, None, smoothing=0.0)
+    np.testing.assert_allclose(_trace(fig, "per step").y, wide[names.TRAINABLE_RATIO].to_numpy())
+
+
+def test_ema_is_wandbs_debiased_ema():
+    y = np.array([1.0, 0.0, np.nan, 1.0, 1.0])
+    s = 0.5
+    out = charts.ema(y, s)
+    # by hand: last_n = s * last_{n-1} + (1 - s) * y_n, shown as last_n / (1 - s^n), NaN skipped
+    want = [0.5 / 0.5, 0.25 / 0.75, np.nan, 0.625 / 0.875, 0.8125 / 0.9375]
+    np.testing.assert_allclose(out, want)
+    np.testing.assert_allclose(charts.ema(y, 0.0), y)  # 0: the raw series
+    const = charts.ema(np.full(50, 0.3), 0.99)  # debiased: a constant stays itself from the first point
+    np.testing.assert_allclose(const, 0.3)
+    assert np.isnan(charts.ema([np.nan, np.nan], 0.9)).all() and len(charts.ema([], 0.9)) == 0
+    with pytest.raises(ValueError):
+        charts.ema(y, 1.0)
 
 
 def test_the_eval_chart_is_valid_plotly_through_the_evaluated_steps_only(monkeypatch):
@@ -108,7 +136,8 @@ def test_imported_run_shape_charts_what_it_has_and_nothing_else():
                          names.FRAC_REWARD_ZERO_STD: [0.25, 0.5, 0.75]}, index=pd.Index([10, 20, 30], name="step"))
     figs = dict(charts.live_charts(wide, [], None))
     assert figs["groups"] is None and figs["metric_std"] is None and figs["phantom"] is None
-    np.testing.assert_allclose(figs["ratio"].data[0].y, [0.75, 0.5, 0.25])  # 1 - frac_reward_zero_std
+    np.testing.assert_allclose(_trace(figs["ratio"], "per step (1 − frac_reward_zero_std) (raw)").y,
+                               [0.75, 0.5, 0.25])  # 1 - frac_reward_zero_std
     assert figs["reward_std"] is not None and figs["reward"] is not None
 
 
@@ -195,3 +224,12 @@ def test_pilot_planner_curve_target_measured_point_and_the_g_needed(coin_pilot):
     assert ("line", None, 0.3) in lines and ("line", plan.g_needed, None) in lines
     assert {a.text for a in fig.layout.annotations} == {"target 0.30", f"G = {plan.g_needed}"}
     assert tuple(fig.layout.yaxis.range) == (0, 1.02)
+
+
+def test_raw_points_only_for_the_recent_raw_steps_the_line_over_all():
+    from grpo_core import live as live_mod
+    wide = pd.DataFrame({names.TRAINABLE_RATIO: np.linspace(0, 1, 1200)}, index=pd.Index(range(1, 1201), name="step"))
+    fig = charts.ratio_chart(wide, None, smoothing=0.5)
+    raw, line = _trace(fig, "per step (raw)"), _trace(fig, "per step")
+    assert charts.RAW_POINTS == live_mod.RECENT_STEPS and len(line.x) == 1200
+    np.testing.assert_array_equal(raw.x, np.arange(701, 1201))

@@ -1,0 +1,212 @@
+"""The shipped demo, served as `make run` serves it, watched in a browser for ten minutes.
+
+Starts `python -m grpo_core serve` (the demo as shipped: runner.demo_config, no overrides) in a
+fresh runs dir, opens the live page in headless Chromium (Debian's /usr/bin/chromium) at 1, 5
+and 10 minutes after the start, and checks each time: the run is running, the steering sliders
+are enabled, and the ratio chart shows the story (the smoothed ratio below the healthy line
+before the first autopilot move, a marker at the move, higher after it). Saves the screenshots
+under docs/screenshots/ and writes its figures into docs/demo.md (between the demo_story
+markers). Not part of `make test` (it takes ~11 minutes):
+
+    .venv/bin/python bench/demo_story.py [--minutes 1 5 10]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grpo_core import names, runner  # noqa: E402
+from grpo_core.store import EV_ALERT, RunStore  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SHOTS = ROOT / "docs" / "screenshots"
+DOC = ROOT / "docs" / "demo.md"
+START, END = "<!-- demo_story -->", "<!-- /demo_story -->"
+HEALTHY = 0.3  # health.min_trainable_ratio, the line the story crosses
+WINDOW = 20  # steps of the rolling ratio (the health window)
+
+
+def serve(root: Path, port: int) -> subprocess.Popen:
+    log = open(root / "serve.log", "w")
+    cmd = [sys.executable, "-m", "grpo_core", "serve", "--port", str(port), "--runs-dir", str(root)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    for _ in range(180):
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
+                return proc
+        except OSError:
+            time.sleep(1)
+    raise SystemExit("Streamlit did not answer in 180 s")
+
+
+PAGE_STATE = """(() => {
+  const plots = Array.from(document.querySelectorAll('.js-plotly-plot'));
+  const ratio = plots[0] && plots[0]._fullData.find(t => t.name === 'per step');
+  return {plots: plots.length,
+          sliders: Array.from(document.querySelectorAll('[data-testid="stSlider"]'))
+                     .filter(s => !s.innerText.includes('smoothing'))  // the steering sliders, not the chart's
+                     .map(s => { const e = s.querySelector('input[type="range"]');
+                                 return !!e && !e.disabled && e.getAttribute('aria-disabled') !== 'true'; }),
+          markers: plots[0] ? (plots[0].layout.shapes || []).filter(s => (s.name || '').startsWith('change:'))
+                                .map(s => s.x0) : [],
+          x: ratio ? Array.from(ratio.x).map(Number) : [], y: ratio ? Array.from(ratio.y).map(Number) : [],
+          running: document.body.innerText.includes('running'),
+          steps_text: (document.body.innerText.match(/step \\d+ of \\d+[^\\n]*/) || [''])[0]};
+})()"""
+
+
+def look(browser, url: str, rid: str, minute: float) -> dict:
+    """Open the live page, wait for the charts and the sliders, read what it draws, screenshot it."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1500})
+    page = ctx.new_page()
+    page.goto(f"{url}/?run={rid}", wait_until="domcontentloaded")
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 6", timeout=90_000)
+    page.get_by_text("What-if trainable ratio").first.wait_for(timeout=90_000)
+    page.wait_for_timeout(2500)  # plotly's transitions
+    state = page.evaluate(PAGE_STATE)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"demo_story_{int(minute):02d}min.png"
+    page.screenshot(path=str(path))
+    ctx.close()
+    return {**state, "shot": path.relative_to(ROOT).as_posix(), "minute": minute}
+
+
+def story_on_page(state: dict) -> dict:
+    """The story as the page draws it: the smoothed ratio's low before the first marker and its
+    high after it (the ratio chart's 'per step' line at the page's default smoothing)."""
+    x, y, marks = np.array(state["x"]), np.array(state["y"]), sorted(state["markers"])
+    if not marks or not len(x):
+        return {"first_marker": None, "low_before": None, "high_after": None, "ok": False}
+    before, after = y[x < marks[0]], y[x >= marks[0]]
+    low = float(np.nanmin(before[-60:])) if len(before) else None
+    high = float(np.nanmax(after)) if len(after) else None
+    ok = low is not None and high is not None and low < HEALTHY < high
+    return {"first_marker": marks[0], "low_before": low, "high_after": high, "ok": ok}
+
+
+def store_figures(root: Path, rid: str) -> dict:
+    """From the run store: when the alert fired, each autopilot move, the rolling ratio around it."""
+    with RunStore.open(root / rid, readonly=True) as s:
+        wide, changes, alerts = s.scalars_wide(), s.changes(), s.events(kinds=[EV_ALERT])
+        meta = s.get_meta()
+    roll = wide[names.TRAINABLE_RATIO].rolling(WINDOW, min_periods=WINDOW).mean()
+    low = alerts[[p.get("kind") == "low_ratio" for p in alerts["payload"]]] if len(alerts) else alerts
+    moves = []
+    for r in changes.itertuples(index=False):
+        st = int(r.step)
+        moves.append({"step": st, "what": r.message, "source": r.source,
+                      "before": float(roll.loc[:st - 1].iloc[-1]) if len(roll.loc[:st - 1].dropna()) else None,
+                      "after_best": float(roll.loc[st + WINDOW:st + 150].max()) if len(roll.loc[st + WINDOW:]) else None})
+    dt = wide[names.TIME_STEP].dropna()
+    return {"last": int(wide.index[-1]), "status": meta.get("status"), "moves": moves,
+            "low_ratio_alert": int(low["step"].iloc[0]) if len(low) else None,
+            "min_roll_before_fix": float(roll.loc[:moves[0]["step"]].min()) if moves else float(roll.min()),
+            "step_s": {k: float(dt.iloc[lo:hi].median()) for k, (lo, hi) in
+                       {"first 100 steps": (0, 100), "last 100 steps": (-100, None)}.items() if len(dt)}}
+
+
+def _f(v, digits: int = 2) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def section(checks: list[dict], fig: dict, loads: tuple, started: float) -> str:
+    rows = []
+    for c in checks:
+        st, name = c["story"], Path(c["shot"]).name
+        rows.append(f"| {c['minute']:g} min | {c['steps_text'] or '?'} | {'running' if c['running'] else 'NOT running'}"
+                    f" | {sum(c['sliders'])} of {len(c['sliders'])} | {len(c['markers'])} | {_f(st['low_before'])} -> "
+                    f"{_f(st['high_after'])} | {'yes' if st['ok'] else 'no'} | [{name}](screenshots/{name}) |")
+    moves = [f"| {m['step']} | {m['what']} | {m['source']} | {_f(m['before'])} | {_f(m['after_best'])} |"
+             for m in fig["moves"]]
+    return "\n".join([
+        START, "## The demo's story, live (bench/demo_story.py)", "",
+        "Written by `bench/demo_story.py` (do not edit by hand): `python -m grpo_core serve` with the demo as "
+        "shipped (`runner.demo_config`), a fresh runs dir (so the warm-start is built inside the timing), the "
+        "live page opened in headless Chromium at each time after the start.", "",
+        f"Machine: {os.cpu_count()} CPU cores **shared with other engineers' jobs** (a loaded box: the pace below "
+        f"is pessimistic), load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end; run on "
+        f"{time.strftime('%Y-%m-%d', time.localtime(started))}.", "",
+        "| opened at | progress | status | sliders enabled | markers | smoothed ratio: low before the first "
+        "marker -> high after | story visible | screenshot |", "|---|---|---|---|---|---|---|---|", *rows, "",
+        f"The low-ratio alert fired at step {fig['low_ratio_alert']}; the rolling {WINDOW}-step ratio's low before "
+        f"the first fix was {fig['min_roll_before_fix']:.2f} (healthy > {HEALTHY:g}). Moves (rolling ratio just "
+        f"before the move, and its best over the 150 steps after its first window):", "",
+        "| step | change | source | ratio before | best after |", "|---|---|---|---|---|", *moves, "",
+        f"Step time (median): " + ", ".join(f"{k} {v:.3f} s" for k, v in fig["step_s"].items())
+        + f"; at the end: step {fig['last']}, status {fig['status']}.", "", END])
+
+
+def write_doc(text: str):
+    doc = DOC.read_text()
+    if START in doc and END in doc:
+        doc = doc[:doc.index(START)] + text + doc[doc.index(END) + len(END):]
+    else:  # after the title line
+        head, _, rest = doc.partition("\n")
+        doc = f"{head}\n\n{text}\n{rest}"
+    DOC.write_text(doc)
+
+
+def watch(url: str, root: Path, minutes: list[float], t0: float) -> tuple[str, list[dict]]:
+    from playwright.sync_api import sync_playwright
+    rid = None
+    while rid is None and time.time() - t0 < 60:
+        rid = runner.live_demo(root)
+        time.sleep(0.5)
+    checks = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for m in minutes:
+            time.sleep(max(0.0, t0 + 60 * m - time.time()))
+            c = look(browser, url, rid, m)
+            c["story"] = story_on_page(c)
+            print(f"{m:g} min: {c['steps_text']} running={c['running']} sliders={sum(c['sliders'])}/"
+                  f"{len(c['sliders'])} markers={c['markers']} story={c['story']}", flush=True)
+            checks.append(c)
+        browser.close()
+    return rid, checks
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, nargs="+", default=[1, 5, 10])
+    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/demo.md as it is")
+    args = ap.parse_args()
+    def on_term(signum, frame):  # `kill <pid>` still stops the server and the demo run (finally below)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    root = Path(tempfile.mkdtemp(prefix="demo-story-"))
+    load0, t0 = os.getloadavg()[0], time.time()
+    proc = serve(root, args.port)
+    rid = None
+    try:
+        rid, checks = watch(f"http://127.0.0.1:{args.port}", root, args.minutes, t0)
+        fig = store_figures(root, rid)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # serve takes its Streamlit down; the trainer is ours to stop too
+        proc.wait(timeout=30)
+        if rid:
+            runner.terminate_run(rid, root=root, wait_s=30)
+    text = section(checks, fig, (load0, os.getloadavg()[0]), t0)
+    print(text)
+    if not args.no_write:
+        write_doc(text)
+    ok = all(c["running"] and c["sliders"] and all(c["sliders"]) and c["story"]["ok"] for c in checks)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
