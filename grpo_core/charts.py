@@ -20,7 +20,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from grpo_core import live_settings
-from grpo_core.names import (CUM_TRAINABLE_RATIO, EVAL_PASS, EVAL_REWARD, FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED,
+from grpo_core.names import (CUM_TRAINABLE_RATIO, EVAL_PASS, EVAL_REWARD, FRAC_REWARD_ZERO_STD, GROUPS_SOLVED,
+                             GROUPS_SUBMITTED, GROUPS_UNSOLVED,
                              GROUPS_TRAINABLE, NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO,
                              metric_group_std, metric_mean, metric_weight)
 
@@ -186,6 +187,9 @@ def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
         return None
     raw, line = _series(df, GROUPS_TRAINABLE, "trainable", PALETTE[2], smoothing)
     traces = [raw, {**line, "fill": "tozeroy"}, _line(df, GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
+    for name, label, colour in ((GROUPS_SOLVED, "all solved", PALETTE[0]), (GROUPS_UNSOLVED, "none solved", PALETTE[1])):
+        if _has(df, name):  # why the others taught nothing (health.group_outcomes)
+            traces += _series(df, name, label, colour, smoothing, dash="dot")
     top = max(1.0, float(df[GROUPS_SUBMITTED].max()) * 1.1)
     return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
                    changes=changes)
@@ -281,7 +285,8 @@ def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=N
 
 CHART_HELP = {
     "ratio": "Share of groups whose rewards differ enough to give a gradient (per step and cumulative).",
-    "groups": "Groups sampled per step (compute spent) vs groups that carried a learning signal.",
+    "groups": "Groups sampled per step (compute spent) vs groups that carried a learning signal, and why the "
+              "others did not: every completion right (all solved) or none (none solved).",
     "metric_std": "Per metric, the mean std of its raw score inside a group; ~0 = uniform = bottleneck.",
     "reward": "Weighted total reward and each metric's raw mean.",
     "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",

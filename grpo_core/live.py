@@ -362,6 +362,16 @@ class Cards:
 
 
 VERDICT_COLOURS = {"healthy": "green", "warning": "orange", "critical": "red", "unknown": "gray"}
+
+
+def wasted_text(state: LiveState) -> str | None:
+    """"62% of this run's sampling taught nothing (...)": the sampled tokens spent on groups
+    with no learning signal (health.wasted_compute); None when the run does not log it."""
+    total, wasted = _last_value(state, CUM_SAMPLED_TOKENS), _last_value(state, CUM_WASTED_TOKENS)
+    if not total or wasted is None:
+        return None
+    return (f"{wasted / total:.0%} of this run's sampling taught nothing ({wasted:,.0f} of {total:,.0f} completion "
+            "tokens went to groups whose rewards did not differ)")
 # A run status's colour (display_status, plus list_runs' "unreadable"), on the Live and Runs pages.
 STATUS_COLOURS = {"running": "green", "paused": "orange", "created": "blue", "finished": "gray", "stopped": "gray",
                   "failed": "red", "stale": "red", "unreadable": "red"}

@@ -91,6 +91,9 @@ def monitor():
     if caps["message"]:
         st.info(caps["message"])
 
+    wasted = live.wasted_text(s)
+    if wasted:
+        st.caption(wasted)
     pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
     k = st.columns(5)
     k[0].metric("Trainable ratio (step)", pct(c.ratio), help="trainable / submitted groups at the last step")

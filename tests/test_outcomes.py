@@ -108,3 +108,35 @@ def test_the_report_says_how_much_sampling_taught_nothing(tmp_path):
     rows = {k: v for k, _, v in report.summary_rows(rep)}
     assert rows["wasted_sampling"] == "64% of the sampled tokens (140 of 220, 3 s of sampling)"
     assert "sampling that taught nothing" in report.to_markdown(rep)
+
+
+def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_split(tmp_path, monkeypatch):
+    """A real trainer run: the groups chart carries all-solved / none-solved, the live page
+    the wasted share in words."""
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    from grpo_core import live
+    from tests.helpers_dashboard import REPO
+    cfg = load_config(None, ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+                             "model.intermediate_size=64", "model.warm_start_steps=0", "grpo.prompts_per_step=3",
+                             "grpo.group_size=4", "grpo.max_new_tokens=6", "grpo.steps=3", "log.progress=false",
+                             "log.checkpoint_every=0"])
+    store = RunStore.create("lw", cfg.to_dict(), root=tmp_path)
+    assert Trainer(cfg, store, log=lambda m: None).run() == "finished"
+    wide = store.scalars_wide()
+    store.close()
+    text = live.wasted_text(live.load(tmp_path / "lw"))
+    share = wide[names.CUM_WASTED_TOKENS].iloc[-1] / wide[names.CUM_SAMPLED_TOKENS].iloc[-1]
+    assert text.startswith(f"{share:.0%} of this run's sampling taught nothing")
+    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
+    monkeypatch.chdir(REPO)
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at.session_state["run_id"] = "lw"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(c.value == text for c in at.caption)
+    groups = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
+              if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Groups submitted vs trainable"]
+    assert {"all solved", "none solved"} <= {t["name"] for t in groups[0]["data"]}
