@@ -112,6 +112,10 @@ class GRPOConfig:
     dynamic_sampling: bool = knob(False, "Sample more prompt batches until enough trainable groups (DAPO-style)")
     dynamic_max_batches: int = knob(4, "Dynamic sampling: cap on prompt batches per step")
     dynamic_min_trainable: int = knob(4, "Dynamic sampling: stop once this many trainable groups")
+    skip_zero_variance: bool = knob(False, "Skip before sampling (GRESO): a prompt whose last z groups in a row taught nothing is kept with probability skip_explore ** z, else another is drawn in its place")
+    skip_explore: float = knob(0.5, "Skipping: keep probability of a prompt after one non-trainable group (squared after two, ...), in (0, 1]")
+    skip_min_explore: float = knob(0.05, "Skipping: floor on that keep probability, so a long-solved prompt is still drawn now and then")
+    skip_max_extra: int = knob(32, "Skipping: cap on prompts drawn per batch beyond prompts_per_step; past it skipped prompts fill the batch")
     seed: int = knob(0, "Seed for torch sampling and init")
 
 
@@ -385,6 +389,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(g.logit_chunk_mb >= 0, f"grpo.logit_chunk_mb must be >= 0 (0 = no chunks), got {g.logit_chunk_mb}")
     need(g.sample_batch_groups >= 0, f"grpo.sample_batch_groups must be >= 0 (0 = the whole step), got {g.sample_batch_groups}")
     need(g.dynamic_max_batches >= 1, f"grpo.dynamic_max_batches must be >= 1, got {g.dynamic_max_batches}")
+    need(0 < g.skip_explore <= 1, f"grpo.skip_explore must be in (0, 1], got {g.skip_explore}")
+    need(0 <= g.skip_min_explore <= 1, f"grpo.skip_min_explore must be in [0, 1], got {g.skip_min_explore}")
+    need(g.skip_max_extra >= 0, f"grpo.skip_max_extra must be >= 0, got {g.skip_max_extra}")
     need(g.max_grad_norm >= 0, f"grpo.max_grad_norm must be >= 0, got {g.max_grad_norm}")
     need(m.device == "auto" or m.device == "cpu" or m.device.startswith("cuda"),
          f"model.device must be auto, cpu or cuda[:N], got {m.device!r}")

@@ -29,7 +29,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
                           PreTrainedTokenizerFast)
 from transformers.utils import logging as hf_logging
 
-from grpo_core.config import ConfigError, ModelConfig
+from grpo_core.config import ConfigError, ModelConfig, RunConfig
 
 hf_logging.disable_progress_bar()  # the trainer has its own progress bar; shard bars are noise
 hf_logging.set_verbosity_error()
@@ -319,3 +319,14 @@ def _save_atomic(model, tokenizer, dest: Path):
         os.rename(tmp, dest)
     except OSError:  # someone else finished first: theirs is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def set_threads(cfg: RunConfig | None = None):
+    """CPU threads for torch: $GRPO_TORCH_THREADS, else 1 for the built-in model (and when no
+    config is given), else min(4, cores). The built-in model's ops are far too small to split:
+    a second thread only waits at barriers, and on a shared box it waits for a core
+    (docs/benchmarks.md, "Behind the code")."""
+    n = int(os.environ.get("GRPO_TORCH_THREADS", "0"))
+    if not n:
+        n = max(1, min(4, os.cpu_count() or 1)) if cfg is not None and cfg.model.path else 1
+    torch.set_num_threads(n)

@@ -12,6 +12,8 @@ CUM_GROUPS_SUBMITTED = "data/cum/num_groups_submitted"
 CUM_GROUPS_TRAINABLE = "data/cum/num_groups_trainable"
 SCORING_ERRORS = "data/scoring_errors"  # rollouts whose metric raised or gave NaN/inf
 SAMPLING_BATCHES = "data/sampling_batches"  # prompt batches drawn (dynamic sampling)
+SKIPPED_PROMPTS = "data/skipped_prompts"  # drawn, skipped before sampling (grpo.skip_zero_variance)
+CUM_SKIPPED_PROMPTS = "data/cum/skipped_prompts"
 
 # --- health -------------------------------------------------------------------
 # Non-trainable groups split by why (health.group_outcomes): every completion right / every one wrong.

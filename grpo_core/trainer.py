@@ -8,7 +8,6 @@ requests the dashboard writes, with checkpoints (checkpoints.py) and a heartbeat
 """
 from __future__ import annotations
 
-import os
 import dataclasses
 import random
 import sys
@@ -30,6 +29,8 @@ from grpo_core import live_settings
 from grpo_core import models
 from grpo_core import names
 from grpo_core import out_of_memory
+from grpo_core.models import set_threads  # noqa: F401 (launch, pilot and benches import it from here)
+from grpo_core.skipping import PromptSkipper
 from grpo_core.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
 from grpo_core.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY,
                              EV_REJECTED, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, RunMeta, RunStore, STOP,
@@ -53,17 +54,6 @@ class Sample:
     batches: int  # prompt batches drawn
     generate_s: float
     score_s: float
-
-
-def set_threads(cfg: RunConfig | None = None):
-    """CPU threads for torch: $GRPO_TORCH_THREADS, else 1 for the built-in model (and when no
-    config is given), else min(4, cores). The built-in model's ops are far too small to split:
-    a second thread only waits at barriers, and on a shared box it waits for a core
-    (docs/benchmarks.md, "Behind the code")."""
-    n = int(os.environ.get("GRPO_TORCH_THREADS", "0"))
-    if not n:
-        n = max(1, min(4, os.cpu_count() or 1)) if cfg is not None and cfg.model.path else 1
-    torch.set_num_threads(n)
 
 
 class Trainer:
@@ -93,6 +83,7 @@ class Trainer:
         self.autopilot = autopilot.AutopilotState()
         self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
         self.writer: BatchedWrites | None = None  # during run(): how steps reach the store
+        self.skipper = PromptSkipper.from_config(g)  # grpo.skip_zero_variance (skipping.py)
 
         torch.manual_seed(g.seed)
         np.random.seed(g.seed)
@@ -140,7 +131,7 @@ class Trainer:
         trainable_so_far = 0
         while True:
             batches += 1
-            examples = self.task.batch(g.prompts_per_step)
+            examples = self.skipper.draw(self.task.batch, g.prompts_per_step)
             t0 = time.perf_counter()
             roll = self.rollout(examples)
             t1 = time.perf_counter()
@@ -236,6 +227,7 @@ class Trainer:
         outcomes = health.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
                                          self.reward.weights, self.cfg.reward.outcome_metric or None)
         scalars.update(health.outcome_counts(outcomes))
+        scalars.update(self.skipper.after_step(roll.examples[::G], stats.trainable))
         scalars.update(health.wasted_compute(roll.completion_mask.sum(-1).reshape(P, G).numpy(), stats.trainable,
                                              t_gen, self.cum_tokens))
         self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
@@ -408,7 +400,7 @@ class Trainer:
             return final
         state = {"optimizer": self.optimizer.state_dict(), "task": self.task.state_dict(),
                  "weights": dict(self.reward.weights), "cum": [self.cum_submitted, self.cum_trainable],
-                 "cum_tokens": list(self.cum_tokens),
+                 "cum_tokens": list(self.cum_tokens), "skipper": self.skipper.state_dict(),
                  "curriculum_streak": self.curriculum_streak, "active_alerts": self.active_alerts,
                  "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
                  "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
@@ -436,6 +428,7 @@ class Trainer:
             self.cfg.grpo.min_group_std = st["min_group_std"]
         self.cum_submitted, self.cum_trainable = st["cum"]
         self.cum_tokens = tuple(st.get("cum_tokens", (0, 0)))
+        self.skipper.load_state_dict(st.get("skipper"))
         self.curriculum_streak = st.get("curriculum_streak", 0)
         seen = st.get("active_alerts", {})
         self.active_alerts = seen if isinstance(seen, dict) else dict.fromkeys(seen, int(st["step"]))
