@@ -38,13 +38,19 @@ def test_wasted_compute_counts_the_tokens_of_groups_that_taught_nothing():
     assert out[names.WASTED_SHARE] == pytest.approx(62 / 132)
 
 
-def test_the_trainer_logs_outcomes_per_group_and_wasted_compute_per_step(tmp_path):
+def trained(root, run_id: str) -> RunStore:
+    """A real 3-step run of the tiny built-in model (no warm-start): its open store."""
     cfg = load_config(None, ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
                              "model.intermediate_size=64", "model.warm_start_steps=0", "grpo.prompts_per_step=3",
                              "grpo.group_size=4", "grpo.max_new_tokens=6", "grpo.steps=3", "log.progress=false",
                              "log.checkpoint_every=0"])
-    store = RunStore.create("o", cfg.to_dict(), root=tmp_path)
+    store = RunStore.create(run_id, cfg.to_dict(), root=root)
     assert Trainer(cfg, store, log=lambda m: None).run() == "finished"
+    return store
+
+
+def test_the_trainer_logs_outcomes_per_group_and_wasted_compute_per_step(tmp_path):
+    store = trained(tmp_path, "o")
     groups, wide = store.groups(), store.scalars_wide()
     assert groups["outcome"].notna().all()
     assert (groups["outcome"] == health.MIXED).tolist() == groups["trainable"].tolist()
@@ -119,12 +125,7 @@ def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_spli
 
     from grpo_core import live
     from tests.helpers_dashboard import REPO
-    cfg = load_config(None, ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-                             "model.intermediate_size=64", "model.warm_start_steps=0", "grpo.prompts_per_step=3",
-                             "grpo.group_size=4", "grpo.max_new_tokens=6", "grpo.steps=3", "log.progress=false",
-                             "log.checkpoint_every=0"])
-    store = RunStore.create("lw", cfg.to_dict(), root=tmp_path)
-    assert Trainer(cfg, store, log=lambda m: None).run() == "finished"
+    store = trained(tmp_path, "lw")
     wide = store.scalars_wide()
     store.close()
     text = live.wasted_text(live.load(tmp_path / "lw"))
