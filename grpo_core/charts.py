@@ -62,14 +62,15 @@ def ema(values, smoothing: float) -> np.ndarray:
     s = float(smoothing)
     if not 0.0 <= s < 1.0:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
-    out = np.full(y.shape, np.nan)
-    last, n = 0.0, 0
-    for i, v in enumerate(y):
-        if not math.isfinite(v):
-            continue
-        last, n = s * last + (1.0 - s) * v, n + 1
-        out[i] = last / (1.0 - s ** n)
-    return out
+    finite = np.isfinite(y)
+    if s == 0.0 or not finite.any():
+        return np.where(finite, y, np.nan)
+    # pandas' adjusted EWM is the same average: sum of s^i x_(t-i) over sum of s^i, which is
+    # last / (1 - s^n); ignore_na: the weights count finite points only. In C: the page redraws
+    # every series of a long run every 2 s, and a Python loop over the points kept the server
+    # busy enough to lag the sliders (tests/test_browser_live.py).
+    smoothed = pd.Series(np.where(finite, y, np.nan)).ewm(alpha=1.0 - s, adjust=True, ignore_na=True).mean()
+    return np.where(finite, smoothed.to_numpy(), np.nan)
 
 
 def _series(df: pd.DataFrame, name: str, label: str, colour: str | None, smoothing: float,
@@ -90,7 +91,11 @@ def _series(df: pd.DataFrame, name: str, label: str, colour: str | None, smoothi
 
 
 RAW_OPACITY = 0.3
-RAW_POINTS = 500  # = live.RECENT_STEPS, the steps the live page keeps raw
+# The last steps drawn as raw points (at most live.RECENT_STEPS, the steps the page keeps raw).
+# Each point is an SVG element every chart redraws at every refresh: with 500 per series, two
+# pages of a fast run on 2 cores lagged enough to drop a slider's key presses
+# (tests/test_browser_live.py, the two-sessions test); 100 keep the recent scatter readable.
+RAW_POINTS = 100
 DEFAULT_SMOOTHING = 0.6  # the live page's slider starts here (TensorBoard's default)
 
 

@@ -94,7 +94,7 @@ class LiveState:
     loaded_at: float = 0.0
     _frame: tuple | None = None  # (version, chart frame)
     _arrays: tuple | None = None  # (rollout_step, RolloutArrays)
-    _advice: tuple | None = None  # ((version, rollout_step), what_to_do's answer)
+    _advice: tuple | None = None  # ((rollout_step, alert kinds, weights), what_to_do's answer)
 
     @property
     def status(self) -> str:
@@ -700,10 +700,13 @@ def fixes(state: LiveState, moves=("difficulty", "group_size", "weights", "tempe
 def what_to_do(state: LiveState, c: Cards | None = None) -> dict | None:
     """The top alert (critical first) and the fixes it asks for, first the one to click; None
     when no alert is up. A healthy run, or one whose alerts no move answers, says so instead."""
-    key = (state.version, state.rollout_step)
-    if state._advice is not None and state._advice[0] == key:  # the page asks every 2 s: once per new step
-        return state._advice[1]
     c = c or cards(state)
+    # The fixes are judged on the rollout window (read every 5 s) under the alerts in force: the
+    # page asks every 2 s, and recomputing at every new step of a fast run kept the server busy
+    # enough to lag the sliders' own messages.
+    key = (state.rollout_step, tuple(sorted(a.kind for a in c.alerts)), tuple(sorted(current_settings(state)["weights"].items())))
+    if state._advice is not None and state._advice[0] == key:
+        return state._advice[1]
     out = None
     if c.alerts:
         top = sorted(c.alerts, key=lambda x: x.severity != "critical")[0]
