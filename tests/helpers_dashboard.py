@@ -149,3 +149,20 @@ def trained_run(base: Path) -> tuple[Path, str]:
         raise RuntimeError(f"trainer failed ({out.returncode}): {out.stderr[-2000:]}")
     done.write_text("ok")
     return root, run_id
+
+
+def run_page(path: str, run_id: str):
+    """A Streamlit page (app.py or pages/*.py) run in AppTest on `run_id`; fails on any exception.
+    The runs dir is $GRPO_RUNS_DIR (the caller sets it)."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(REPO / path), default_timeout=60)
+    at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def chart_specs(at) -> list[dict]:
+    """The page's plotly figures as plain dicts."""
+    import json
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

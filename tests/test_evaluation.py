@@ -74,29 +74,18 @@ def test_a_jsonl_task_without_a_held_out_file_is_told_how(tmp_path):
 
 
 def test_the_eval_curve_is_on_the_live_page_the_analysis_page_and_the_report(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     from grpo_core import report
-    from tests.helpers_dashboard import REPO
+    from tests.helpers_dashboard import REPO, chart_specs, run_page
     run(tmp_path, "ev", ["eval.every=2", "eval.prompts=4"])
     run(tmp_path, "plain")
     monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
     monkeypatch.chdir(REPO)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
-    at.session_state["run_id"] = "ev"
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    held = [s for s in specs if s["layout"]["title"]["text"] == "Held-out evaluation"]
+    held = [s for s in chart_specs(run_page("app.py", "ev")) if s["layout"]["title"]["text"] == "Held-out evaluation"]
     x = held[0]["data"][0]["x"] if len(held) == 1 else None
     steps = np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"]) if isinstance(x, dict) else x
     assert list(steps) == [1, 2, 4, 5]  # a point per evaluation
 
-    page = AppTest.from_file(str(REPO / "pages" / "analysis.py"), default_timeout=60)
-    page.session_state["run_id"] = "ev"
-    page.run()
-    assert not page.exception, [e.value for e in page.exception]
-    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in page.get("plotly_chart")]
+    titles = [s["layout"]["title"]["text"] for s in chart_specs(run_page("pages/analysis.py", "ev"))]
     assert "Held-out evaluation" in titles
 
     rep = report.build_report(tmp_path / "ev")

@@ -119,12 +119,8 @@ def test_the_report_says_how_much_sampling_taught_nothing(tmp_path):
 def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_split(tmp_path, monkeypatch):
     """A real trainer run: the groups chart carries all-solved / none-solved, the live page
     the wasted share in words."""
-    import json
-
-    from streamlit.testing.v1 import AppTest
-
     from grpo_core import live
-    from tests.helpers_dashboard import REPO
+    from tests.helpers_dashboard import REPO, chart_specs, run_page
     store = trained(tmp_path, "lw")
     wide = store.scalars_wide()
     store.close()
@@ -133,11 +129,7 @@ def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_spli
     assert text.startswith(f"{share:.0%} of this run's sampling taught nothing")
     monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
     monkeypatch.chdir(REPO)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
-    at.session_state["run_id"] = "lw"
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = run_page("app.py", "lw")
     assert any(c.value == text for c in at.caption)
-    groups = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
-              if json.loads(c.proto.spec)["layout"]["title"]["text"] == "Groups submitted vs trainable"]
+    groups = [s for s in chart_specs(at) if s["layout"]["title"]["text"] == "Groups submitted vs trainable"]
     assert {"all solved", "none solved"} <= {t["name"] for t in groups[0]["data"]}
