@@ -25,9 +25,9 @@ import contextvars
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from grpo_core import live
-from grpo_core.safety import require_token
-from grpo_core.store import list_runs
+from grpo_core.dashboard import live_view
+from grpo_core.dashboard.access import require_token
+from grpo_core.runs.store import list_runs
 
 
 FAVICON = "📈"
@@ -38,7 +38,7 @@ def pages() -> list:
     url paths are the file names, as legacy routing infers them, except the live monitor's:
     it is the start page (URL /), and a page is also asked for by a hash of its url path (a
     rerun, a reconnecting tab, AppTest); "monitor" names no file, so legacy routing answers
-    that hash with app.py rather than with live.py on its own."""
+    that hash with app.py rather than with pages/live.py on its own."""
     return [
         st.Page("pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
         st.Page("pages/live.py", title="Live monitor", icon=":material/monitoring:", url_path="monitor", default=True),
@@ -58,7 +58,7 @@ def pick_run():
         ss["run_id"] = ss.pop("goto_run")
     if ss.get("run_id") not in ids:
         wanted = st.query_params.get("run")
-        ss["run_id"] = wanted if wanted in ids else live.default_run(runs=runs)
+        ss["run_id"] = wanted if wanted in ids else live_view.default_run(runs=runs)
     with st.sidebar:
         if ids:
             st.selectbox("Run", ids, key="run_id", format_func=lambda r: f"{r} · {status.get(r, '?')}",

@@ -30,9 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core import names  # noqa: E402
-from grpo_core import report  # noqa: E402
-from grpo_core.store import RunStore  # noqa: E402
+from grpo_core.runs import names  # noqa: E402
+from grpo_core.analysis import report  # noqa: E402
+from grpo_core.runs.store import RunStore  # noqa: E402
 
 LAST = 20  # steps in the "final" window
 TARGET_GAIN = 0.15
@@ -60,7 +60,7 @@ def last_step(runs: Path, run_id: str) -> int:
 def evaluate(runs: Path, run_id: str, seed: int, batches: int, extra: list[str]) -> dict:
     """The run's final checkpoint, sampled and scored by a pilot (no update) on the run's
     starting level and initial weights, on a prompt stream neither run trained on."""
-    from grpo_core.checkpoints import latest_checkpoint
+    from grpo_core.train.checkpoints import latest_checkpoint
     ckpt = latest_checkpoint(runs / run_id)
     eval_id = f"eval-{run_id}"
     if not (runs / eval_id / "run.db").exists():  # else evaluated before (--reuse)

@@ -2,7 +2,7 @@
 
 Builds (once, cached in a temp dir) a synthetic run store with 20,000 steps through
 RunStore.log_step: every per-step scalar, groups, and rollouts for the last 500 steps.
-Times what the live page calls, from the data layer (grpo_core.live + grpo_core.charts)
+Times what the live page calls, from the data layer (grpo_core.dashboard.live_view + grpo_core.analysis.charts)
 to a whole page run under Streamlit's AppTest:
 
 - first render: a new session opening the run (incremental loader's first load, cards,
@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from grpo_core import charts, live  # noqa: E402
-from grpo_core.store import RunStore  # noqa: E402
+from grpo_core.analysis import charts
+
+from grpo_core.dashboard import live_view  # noqa: E402
+from grpo_core.runs.store import RunStore  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 from tests.helpers_dashboard import process_tree, synth_run  # noqa: E402
 
@@ -49,18 +51,18 @@ def build(root: Path) -> Path:
 
 
 def first_render(run_dir: Path):
-    st = live.load(run_dir)
-    live.cards(st)
-    figs = charts.live_charts(live.chart_frame(st), st.metrics, st.changes, live.health_config(st.meta))
-    cur = live.current_settings(st)
-    live.what_if(st, cur["weights"], cur["min_group_std"])
+    st = live_view.load(run_dir)
+    live_view.cards(st)
+    figs = charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
+    cur = live_view.current_settings(st)
+    live_view.what_if(st, cur["weights"], cur["min_group_std"])
     return st, figs
 
 
 def refresh(run_dir: Path, st):
-    live.load(run_dir, st)
-    live.cards(st)
-    return charts.live_charts(live.chart_frame(st), st.metrics, st.changes, live.health_config(st.meta))
+    live_view.load(run_dir, st)
+    live_view.cards(st)
+    return charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
 
 
 def state_bytes(st) -> int:
@@ -105,7 +107,7 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
     import subprocess
     import urllib.request
     from playwright.sync_api import sync_playwright
-    from grpo_core import runner
+    from grpo_core.dashboard import processes
     if port is None:
         with socket.socket() as sk:
             sk.bind(("127.0.0.1", 0))
@@ -149,9 +151,9 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        rid = runner.live_demo(root)
+        rid = processes.live_demo(root)
         if rid:
-            runner.terminate_run(rid, root=root, wait_s=30)
+            processes.terminate_run(rid, root=root, wait_s=30)
     return out
 
 
@@ -200,10 +202,10 @@ def main():
         synth_run(None, "bench20k", 1, store=store, start=step, steps_total=STEPS + 5_000)
         step += 1
         t = time.perf_counter()
-        live.load(run_dir, st)
+        live_view.load(run_dir, st)
         read_only.append(time.perf_counter() - t)
     synth_run(None, "bench20k", 1000 - 2 * args.refreshes, store=store, start=step, steps_total=STEPS + 5_000)
-    live.load(run_dir, st)
+    live_view.load(run_dir, st)
     mem_after = state_bytes(st)
     store.close()
 
@@ -215,9 +217,9 @@ def main():
         f"The live page's server-side cost on a synthetic run of {STEPS:,} steps (every per-step scalar, "
         f"groups, rollouts for the last {ROLLOUT_STEPS} steps: 8 prompts x G=8, 5 metrics), built through "
         "`RunStore.log_step` like the trainer writes. *First render*: a new browser session opens the run "
-        "(first load of `grpo_core.live`, health cards, chart frame, six plotly figures, the what-if of the "
+        "(first load of `grpo_core.dashboard.live_view`, health cards, chart frame, six plotly figures, the what-if of the "
         "sliders). *Refresh*: one new step since the last tick (the 2 s fragment refresh). Old steps are read "
-        f"binned by SQLite (at most {live.MAX_BINS} bins + the last {live.RECENT_STEPS} steps raw), so a chart "
+        f"binned by SQLite (at most {live_view.MAX_BINS} bins + the last {live_view.RECENT_STEPS} steps raw), so a chart "
         f"carries {points:,} points, not {STEPS:,}.",
         "",
         "- Command: `.venv/bin/python bench/dashboard_bench.py`",

@@ -28,8 +28,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core import names  # noqa: E402
-from grpo_core.store import RunStore, StoreError  # noqa: E402
+from grpo_core.runs import names  # noqa: E402
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import RunStore  # noqa: E402
 
 WINDOW = 10
 RISE, RISE_WITHIN_S = 0.3, 180.0

@@ -1,6 +1,6 @@
 """The shipped demo, served as `make run` serves it, watched in a browser for ten minutes.
 
-Starts `python -m grpo_core serve` (the demo as shipped: runner.demo_config, no overrides) in a
+Starts `python -m grpo_core serve` (the demo as shipped: processes.demo_config, no overrides) in a
 fresh runs dir, opens the live page in headless Chromium (Debian's /usr/bin/chromium) at 1, 5
 and 10 minutes after the start, and checks each time: the run is running, the steering sliders
 are enabled, and the ratio chart shows the story (the smoothed ratio below the healthy line
@@ -27,8 +27,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core import names, runner  # noqa: E402
-from grpo_core.store import EV_ALERT, RunStore  # noqa: E402
+from grpo_core.runs import names
+
+from grpo_core.dashboard import processes  # noqa: E402
+from grpo_core.runs.store import EV_ALERT, RunStore  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -134,7 +136,7 @@ def section(checks: list[dict], fig: dict, loads: tuple, started: float) -> str:
     return "\n".join([
         START, "## The demo's story, live (bench/demo_story.py)", "",
         "Written by `bench/demo_story.py` (do not edit by hand): `python -m grpo_core serve` with the demo as "
-        "shipped (`runner.demo_config`), a fresh runs dir (so the warm-start is built inside the timing), the "
+        "shipped (`processes.demo_config`), a fresh runs dir (so the warm-start is built inside the timing), the "
         "live page opened in headless Chromium at each time after the start.", "",
         f"Machine: {os.cpu_count()} CPU cores **shared with other engineers' jobs** (a loaded box: the pace below "
         f"is pessimistic), load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end; run on "
@@ -163,7 +165,7 @@ def watch(url: str, root: Path, minutes: list[float], t0: float) -> tuple[str, l
     from playwright.sync_api import sync_playwright
     rid = None
     while rid is None and time.time() - t0 < 60:
-        rid = runner.live_demo(root)
+        rid = processes.live_demo(root)
         time.sleep(0.5)
     checks = []
     with sync_playwright() as p:
@@ -199,7 +201,7 @@ def main() -> int:
         proc.send_signal(signal.SIGTERM)  # serve takes its Streamlit down; the trainer is ours to stop too
         proc.wait(timeout=30)
         if rid:
-            runner.terminate_run(rid, root=root, wait_s=30)
+            processes.terminate_run(rid, root=root, wait_s=30)
     text = section(checks, fig, (load0, os.getloadavg()[0]), t0)
     print(text)
     if not args.no_write:

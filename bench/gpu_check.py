@@ -18,7 +18,7 @@ Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_ch
 - generation tokens/s (completion tokens sampled / time/generate_s) and training tokens/s
   (prompt + completion tokens through forward/backward / time/train_s), medians over the
   timed steps, and seconds per step;
-- torch.cuda.max_memory_allocated over the variant's steps, next to grpo_core.memory_model's
+- torch.cuda.max_memory_allocated over the variant's steps, next to grpo_core.train.memory_model's
   estimate of the same step (its parts too), so a GPU run checks the memory model;
 - the share of trained parameter elements that moved over the run (fp32 master weights at
   lr 1e-6: with bf16 weights most small updates would be lost), and parameters trained.
@@ -83,7 +83,7 @@ def build_model(root: Path, smoke: bool) -> Path:
 
 
 def make_config(path: Path, smoke: bool, lora: bool, steps: int):
-    from grpo_core.config import RunConfig, validate
+    from grpo_core.runs.config import RunConfig, validate
     b = SMOKE_BATCH if smoke else BATCH
     cfg = RunConfig()
     cfg.model.path, cfg.model.device = str(path), "cpu" if smoke else "cuda"
@@ -102,7 +102,7 @@ def make_config(path: Path, smoke: bool, lora: bool, steps: int):
 
 def counting(counts: list):
     """Wrappers of grpo.rollout / grpo.train_on that count each step's tokens where they are made."""
-    from grpo_core import grpo
+    from grpo_core.train import grpo
     rollout, train_on = grpo.rollout, grpo.train_on
 
     def counted_rollout(*a, **kw):
@@ -128,8 +128,8 @@ def moved(model, before: dict) -> dict:
 
 
 def memory_estimate(tr, cfg, prompt_len: int) -> dict:
-    """grpo_core.memory_model's estimate (GiB) of this variant's step."""
-    from grpo_core import memory_model
+    """grpo_core.train.memory_model's estimate (GiB) of this variant's step."""
+    from grpo_core.train import memory_model
     g, m = cfg.grpo, cfg.model
     step = memory_model.Step(rows=g.micro_batch_groups * g.group_size, prompt_tokens=prompt_len,
                              completion_tokens=g.max_new_tokens, group_size=g.group_size,
@@ -142,9 +142,10 @@ def memory_estimate(tr, cfg, prompt_len: int) -> dict:
 
 def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> dict:
     """One variant: the trainer's run of warm + steps steps, timed and measured."""
-    from grpo_core import grpo, names
-    from grpo_core.store import RunStore
-    from grpo_core.trainer import Trainer, set_threads
+    from grpo_core.train import grpo
+    from grpo_core.runs import names
+    from grpo_core.runs.store import RunStore
+    from grpo_core.train.trainer import Trainer, set_threads
     cfg = make_config(path, smoke, lora, warm + steps)
     set_threads(cfg)
     store = RunStore.create("gpu-check-lora" if lora else "gpu-check-full", cfg.to_dict(),

@@ -19,7 +19,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from grpo_core import health  # noqa: E402
+from grpo_core.analysis import health  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, summary, table_row, timeit  # noqa: E402
 
 HEADING = "## Health: what-if"
@@ -58,7 +58,7 @@ def make_window(n_rollouts=50_000, group_size=8, groups_per_step=125, seed=0) ->
 
 def store_read_s(frame: pd.DataFrame, repeats: int) -> list[float]:
     """Context for the dashboard: reading the same window back from a run store."""
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     with tempfile.TemporaryDirectory() as d:
         s = RunStore.create("bench", {}, root=d)
         for step, part in frame.groupby("step"):

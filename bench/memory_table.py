@@ -1,4 +1,4 @@
-"""Print the README's "what fits where" table (Markdown) from grpo_core/memory_model.py, so it
+"""Print the README's "what fits where" table (Markdown) from grpo_core/train/memory_model.py, so it
 can be regenerated when the model or the trainer changes: Qwen2.5 0.5B / 1.5B / 3B / 7B, full
 fine-tuning or LoRA, gradient checkpointing off or on, and for a 24 / 48 / 80 GB GPU the most
 rows per forward/backward micro-batch (whole groups of 8, up to 64 = 8 prompts x 8) whose step
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_core.memory_model import GIB, QWEN2_5, Step, estimate, largest_rows  # noqa: E402
+from grpo_core.train.memory_model import GIB, QWEN2_5, Step, estimate, largest_rows  # noqa: E402
 
 GPUS_GB = (24, 48, 80)
 NEW_TOKENS = (512, 2048)

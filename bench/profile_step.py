@@ -94,9 +94,9 @@ def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_n
 
 def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
     """The demo run's trainer (overrides: `section.key=value` strings, as `--set` takes them)."""
-    from grpo_core.store import RunStore, new_run_id
-    from grpo_core.config import load_config, validate
-    from grpo_core.trainer import Trainer, set_threads
+    from grpo_core.runs.store import RunStore, new_run_id
+    from grpo_core.runs.config import load_config, validate
+    from grpo_core.train.trainer import Trainer, set_threads
     cfg = load_config(None, list(overrides))
     cfg.grpo.steps = steps
     cfg.log.progress, cfg.log.checkpoint_every = False, 0
@@ -109,9 +109,9 @@ def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
 def instrument(tr, timers: Timers):
     """Stage timers on the functions the loop calls (looked up at call time, so patching the
     module attribute is enough)."""
-    from grpo_core import health
-    from grpo_core import grpo
-    from grpo_core.rewards import CompositeReward
+    from grpo_core.analysis import health
+    from grpo_core.train import grpo
+    from grpo_core.tasks.rewards import CompositeReward
     timers.wrap(grpo, "sample_tokens", "sampling pass")
     timers.wrap(grpo, "rollout", "_rollout")  # minus the sampling pass = tokenise + decode
     timers.wrap(grpo, "train_on", "forward/backward/update")
@@ -170,7 +170,7 @@ def run_segment(tr, n: int, timers: Timers) -> list[dict]:
 def variants(ablate: list[str], timers: Timers, tr):
     """(name, setup, teardown) per variant; 'current' always first. Applied after `instrument`,
     so the stage timers still time the swapped-in function."""
-    from grpo_core import grpo
+    from grpo_core.train import grpo
     out = [("current", lambda: None, lambda: None)]
     if "sampler" in ablate:
         cur = timers.inner[(id(grpo), "sample_tokens")]

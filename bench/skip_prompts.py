@@ -76,7 +76,7 @@ def write_data(folder: Path, n_train: int, level: int) -> tuple[Path, Path]:
 
 def run_config(train: Path, held: Path, seed: int, steps: int, skip: bool, dynamic: bool, eval_every: int,
                extra: list[str]):
-    from grpo_core.config import DEMO_WEIGHTS, load_config
+    from grpo_core.runs.config import DEMO_WEIGHTS, load_config
     sets = ["task.name=jsonl", f"task.dataset={train}", f"eval.dataset={held}", f"eval.every={eval_every}",
             f"eval.prompts={HELD_OUT}", f"grpo.steps={steps}", f"grpo.seed={seed}", f"task.seed={seed}",
             "log.progress=false", "log.checkpoint_every=0", f"grpo.skip_zero_variance={str(skip).lower()}",
@@ -88,9 +88,9 @@ def run_config(train: Path, held: Path, seed: int, steps: int, skip: bool, dynam
 def one_run(runs: Path, train: Path, held: Path, seed: int, steps: int, skip: bool, dynamic: bool,
             eval_every: int, extra: list[str]) -> dict:
     """One training run; returns its per-step series (rollouts, step seconds, eval reward)."""
-    from grpo_core import names
-    from grpo_core.store import RunStore
-    from grpo_core.trainer import Trainer
+    from grpo_core.runs import names
+    from grpo_core.runs.store import RunStore
+    from grpo_core.train.trainer import Trainer
     cfg = run_config(train, held, seed, steps, skip, dynamic, eval_every, extra)
     rid = f"{'dyn' if dynamic else 'plain'}-{'on' if skip else 'off'}-s{seed}"
     store = RunStore.create(rid, cfg.to_dict(), root=runs)
@@ -227,7 +227,7 @@ def main() -> int:
            + "".join(f" --set {x}" for x in args.set))
     lines = [HEADING, "",
              f"Skipping prompts whose recent groups were zero-variance before sampling them (grpo.skip_zero_variance, "
-             f"grpo_core/skipping.py; GRESO's rule, keep probability skip_explore ** streak, floored at "
+             f"grpo_core/train/skipping.py; GRESO's rule, keep probability skip_explore ** streak, floored at "
              f"skip_min_explore). A JSONL of {args.prompts} fixed level-{args.level} demo prompts, 8 prompts x 8 "
              f"completions per step, {args.steps} steps, the warm-started built-in model; held-out reward: greedy, "
              f"on {HELD_OUT} other demo prompts, every {args.eval_every} steps. Per seed the target is 90% of the way "

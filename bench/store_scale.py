@@ -10,7 +10,7 @@ open would migrate a version-1 file in place, slowly, and the timings would be o
 file, not of one written as the trainer writes now).
 
 Measured on it (targets in brackets):
-- live page first render: grpo_core.live first load + cards + chart frame + figures + the
+- live page first render: grpo_core.dashboard.live_view first load + cards + chart frame + figures + the
   what-if of the sliders (bench/dashboard_bench.first_render) [< 1 s]
 - live page refresh after one new step (dashboard_bench.refresh) [< 100 ms]
 - analysis report: report.build_report(run) [< 5 s]
@@ -47,10 +47,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from grpo_core import health  # noqa: E402
-from grpo_core import names  # noqa: E402
-from grpo_core.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
-from grpo_core.store import FINISHED, SCHEMA_VERSION, RunStore, StoreError  # noqa: E402
+from grpo_core.analysis import health  # noqa: E402
+from grpo_core.runs import names  # noqa: E402
+from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import FINISHED, SCHEMA_VERSION, RunStore  # noqa: E402
 from perf_common import fmt_ms, machine, summary, timeit, publish  # noqa: E402
 
 HEADING = "## Store at scale"
@@ -194,7 +195,7 @@ def window_read(run_dir: Path, n_steps: int, repeats: int) -> dict:
 
 def measure(run_dir: Path, repeats: int, P: int, G: int) -> dict:
     from dashboard_bench import first_render, refresh
-    from grpo_core import report
+    from grpo_core.analysis import report
     res = {}
     res["first"] = timeit(lambda: first_render(run_dir), repeats)
     st, _ = first_render(run_dir)
@@ -311,7 +312,7 @@ def main(argv=None) -> int:
         "(included in the sizes above). Store version 2 keeps the scores in this form only, so the comparison "
         "with the same window read from the rollouts' JSON scores (store version 1 kept both) is no longer "
         "measured here. A version-1 file is migrated in place by the first open that may write it, and read as it "
-        "is by a read-only one (`grpo_core/store.py`); this bench rebuilds a cached store of another version "
+        "is by a read-only one (`grpo_core/runs/store.py`); this bench rebuilds a cached store of another version "
         "instead of migrating it.",
         "",
     ]

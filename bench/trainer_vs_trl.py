@@ -2,7 +2,7 @@
 
 Same warm-started built-in model (ours loads it, TRL gets a save_pretrained copy made
 before either trains), same demo task prompts in the same order, same five metrics and
-weights (TRL reward functions wrap grpo_core.rewards), same config: 8 prompts x 8
+weights (TRL reward functions wrap grpo_core.tasks.rewards), same config: 8 prompts x 8
 completions, max 16 new tokens, lr 1e-3 constant, AdamW, grad clip 1.0, beta = 0, token-level
 loss, temperature 1, no vLLM, fp32 on CPU, one torch thread each.
 
@@ -55,7 +55,7 @@ WINDOW = 10  # reward "at step s": mean of steps s-9..s (one step's 64 samples a
 
 
 def demo_config(steps: int, seed: int):
-    from grpo_core.config import RunConfig, validate
+    from grpo_core.runs.config import RunConfig, validate
     cfg = RunConfig()
     cfg.grpo.steps, cfg.grpo.seed, cfg.task.seed = steps, seed, seed
     cfg.log.progress, cfg.log.checkpoint_every = False, 0
@@ -64,7 +64,7 @@ def demo_config(steps: int, seed: int):
 
 def trl_reward_funcs(weights: dict):
     """One TRL reward function per metric: TRL passes the dataset's columns as keyword lists."""
-    from grpo_core.rewards import BUILTIN
+    from grpo_core.tasks.rewards import BUILTIN
 
     def make(name):
         fn = BUILTIN[name]
@@ -108,10 +108,10 @@ def run(args) -> dict:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_core import names
-    from grpo_core import models
-    from grpo_core.store import RunStore, new_run_id
-    from grpo_core.trainer import Trainer, set_threads
+    from grpo_core.runs import names
+    from grpo_core.train import models
+    from grpo_core.runs.store import RunStore, new_run_id
+    from grpo_core.train.trainer import Trainer, set_threads
 
     cfg = demo_config(args.steps, args.seed)
     set_threads(cfg)

@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from grpo_core.config import ConfigError
-from grpo_core.store import StoreError
+from grpo_core.errors import ConfigError
+from grpo_core.errors import StoreError
 
 
 def _add_run_options(p: argparse.ArgumentParser):
@@ -22,29 +22,29 @@ def _add_run_options(p: argparse.ArgumentParser):
 
 
 def cmd_train(args):
-    from grpo_core.launch import cli_train
+    from grpo_core.train.launch import cli_train
     return cli_train(args)
 
 
 def cmd_export(args):
-    from grpo_core.launch import cli_export
+    from grpo_core.train.launch import cli_export
     return cli_export(args)
 
 
 def cmd_pilot(args):
-    from grpo_core.pilot import cli_pilot
+    from grpo_core.analysis.pilot import cli_pilot
     return cli_pilot(args)
 
 
 def cmd_report(args):
-    from grpo_core.report import cli_report
+    from grpo_core.analysis.report import cli_report
     return cli_report(args)
 
 
 def cmd_prompts(args):
     from pathlib import Path
 
-    from grpo_core import prompt_history
+    from grpo_core.analysis import prompt_history
     table = prompt_history.load(args.run)
     text = prompt_history.to_jsonl(prompt_history.never_trainable(table) if args.never_trainable else table)
     if args.out:
@@ -66,13 +66,13 @@ def cmd_import(args):
 
 
 def cmd_serve(args):
-    from grpo_core.serve import cli_serve
+    from grpo_core.dashboard.serve import cli_serve
     return cli_serve(args)
 
 
 def cmd_status(args):
-    from grpo_core.store import RunMeta, RunStore, display_status, status_label
-    from grpo_core import names
+    from grpo_core.runs.store import RunMeta, RunStore, display_status, status_label
+    from grpo_core.runs import names
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
         last = s.last_step()
@@ -94,15 +94,15 @@ def cmd_status(args):
 
 
 def cmd_control(args):
-    from grpo_core import control
-    payload = control.parse_cli_request(args.action, args.values)
-    rid = control.send(args.run, args.action.replace("-", "_"), payload, source="cli")
+    from grpo_core.runs import requests
+    payload = requests.parse_cli_request(args.action, args.values)
+    rid = requests.send(args.run, args.action.replace("-", "_"), payload, source="cli")
     print(f"request {rid} sent: {args.action} {json.dumps(payload)} (pending until the trainer's next step)")
     return 0
 
 
 def cmd_runs(args):
-    from grpo_core.store import list_runs, status_label
+    from grpo_core.runs.store import list_runs, status_label
     df = list_runs(args.runs_dir)
     if df.empty:
         print("no runs yet: start one with `python -m grpo_core train`")
@@ -116,7 +116,7 @@ def cmd_runs(args):
 
 
 def cmd_config(args):
-    from grpo_core.config import describe
+    from grpo_core.runs.config import describe
     for key, default, help in describe():
         print(f"{key:34} = {default!r:24} {help}")
     return 0
@@ -196,11 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
-    from grpo_core import control  # its kinds come from the settings registry (no torch there)
+    from grpo_core.runs import requests  # its kinds come from the settings registry (no torch there)
     p = sub.add_parser("control", help="send a request to a running trainer (applied between steps)")
     p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("action", choices=control.cli_actions())
-    p.add_argument("values", nargs="*", help=control.cli_help())
+    p.add_argument("action", choices=requests.cli_actions())
+    p.add_argument("values", nargs="*", help=requests.cli_help())
     p.set_defaults(func=cmd_control)
 
     p = sub.add_parser("runs", help="list runs")

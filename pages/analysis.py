@@ -1,21 +1,22 @@
 """Analysis page: what a run (finished, running, failed or imported) teaches.
 
-Thin: layout and widgets. Every number comes from grpo_core.report (pandas/numpy over
+Thin: layout and widgets. Every number comes from grpo_core.analysis.report (pandas/numpy over
 the run store, no torch); the time-series charts shared with the live page come from
-grpo_core.charts. The run is the sidebar's pick (st.session_state["run_id"]), else the
+grpo_core.analysis.charts. The run is the sidebar's pick (st.session_state["run_id"]), else the
 newest run.
 """
 from __future__ import annotations
 
 import streamlit as st
 
-from grpo_core import charts
-from grpo_core import presets
-from grpo_core import prompt_history
-from grpo_core import report
-from grpo_core.config import ConfigError
-from grpo_core.store import StoreError, list_runs
-from grpo_core.safety import require_token
+from grpo_core.analysis import charts
+from grpo_core.runs import presets
+from grpo_core.analysis import prompt_history
+from grpo_core.analysis import report
+from grpo_core.errors import ConfigError
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import list_runs
+from grpo_core.dashboard.access import require_token
 from app import through_app
 
 if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it

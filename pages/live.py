@@ -1,18 +1,23 @@
 """Live monitor: health cards, charts, alerts and the weight sliders of one run.
 
-Layout and widgets only: grpo_core.live reads the store incrementally and computes,
-grpo_core.steering keeps the sliders' and inputs' session state in step with the run
-(and gives their bounds), grpo_core.charts draws (smoothed by the page's EMA slider), and
-live.what_to_do gives the top alert's fix, offered here as one button. The charts refresh
+Layout and widgets only: grpo_core.dashboard.live_view reads the store incrementally and computes,
+grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in step with the run
+(and gives their bounds), grpo_core.analysis.charts draws (smoothed by the page's EMA slider), and
+live_view.what_to_do gives the top alert's fix, offered here as one button. The charts refresh
 every 2 s while the run is live (a fragment, so the sliders below are not disturbed); a
 finished run is drawn once.
 """
 import streamlit as st
 
-from grpo_core import charts, control, live, presets, runner, steering
-from grpo_core.config import ConfigError
-from grpo_core.store import StoreError, runs_dir
-from grpo_core.safety import require_token
+from grpo_core.analysis import charts
+
+from grpo_core.runs import requests, presets
+
+from grpo_core.dashboard import live_view, processes, widget_state
+from grpo_core.errors import ConfigError
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import runs_dir
+from grpo_core.dashboard.access import require_token
 from app import through_app
 
 if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
@@ -20,7 +25,7 @@ if through_app():  # Streamlit's legacy pages/ routing ran this file on its own:
 require_token()  # here too: what opens this file directly (AppTest) meets the gate
 
 ss = st.session_state
-run_id = live.resolve_run(ss.get("run_id"), st.query_params.get("run"))
+run_id = live_view.resolve_run(ss.get("run_id"), st.query_params.get("run"))
 st.header("Live monitor")
 
 if not run_id:
@@ -28,7 +33,7 @@ if not run_id:
             "five reward metrics, on this machine's CPU (a GPU when there is one).")
     if st.button("Start the demo run", type="primary", key="start_demo"):
         try:
-            ss["goto_run"], _ = runner.start_demo_if_idle()
+            ss["goto_run"], _ = processes.start_demo_if_idle()
             st.rerun()
         except (ConfigError, StoreError) as e:
             st.error(str(e))
@@ -37,19 +42,19 @@ if not run_id:
 RUN_DIR = runs_dir() / run_id
 
 
-def state() -> live.LiveState:
+def state() -> live_view.LiveState:
     """This session's view of the run, brought up to date (reads only what changed)."""
-    ss["live_state"] = live.load(RUN_DIR, ss.get("live_state"))
+    ss["live_state"] = live_view.load(RUN_DIR, ss.get("live_state"))
     return ss["live_state"]
 
 
 def my_requests() -> list[int]:
-    return steering.my_requests(ss, run_id)
+    return widget_state.my_requests(ss, run_id)
 
 
 def send(kind: str, payload: dict) -> bool:
     try:
-        my_requests().append(control.send(RUN_DIR, kind, payload, source="ui"))
+        my_requests().append(requests.send(RUN_DIR, kind, payload, source="ui"))
         return True
     except (ConfigError, StoreError) as e:
         st.error(str(e))
@@ -62,7 +67,7 @@ except StoreError as e:
     st.error(str(e))
     st.stop()
 
-REFRESH = live.REFRESH_S if first.is_live else (5.0 if first.status == "stale" else None)
+REFRESH = live_view.REFRESH_S if first.is_live else (5.0 if first.status == "stale" else None)
 
 
 @st.fragment(run_every=REFRESH)
@@ -74,13 +79,13 @@ def monitor():
         return
     if s.is_live != first.is_live:  # the run ended (or came back): redraw all, refresh on/off
         st.rerun()
-    c = live.cards(s)
-    caps = live.capabilities(s)
+    c = live_view.cards(s)
+    caps = live_view.capabilities(s)
 
     top = st.columns([3, 2])
-    top[0].markdown(f"**{run_id}** · {live.status_badge(c.status)} · {live.config_summary(s.meta)}")
+    top[0].markdown(f"**{run_id}** · {live_view.status_badge(c.status)} · {live_view.config_summary(s.meta)}")
     if c.steps:
-        eta = "runs until you stop it" if c.steps >= runner.UNTIL_STOPPED else f"ETA {live.fmt_eta(c.eta_s)}"
+        eta = "runs until you stop it" if c.steps >= processes.UNTIL_STOPPED else f"ETA {live_view.fmt_eta(c.eta_s)}"
         top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · {eta}")
     if c.status == "failed":
         st.error(f"The run failed: {(s.meta.get('error') or 'no error recorded').strip().splitlines()[-1]}")
@@ -91,7 +96,7 @@ def monitor():
     if caps["message"]:
         st.info(caps["message"])
 
-    wasted = live.wasted_text(s)
+    wasted = live_view.wasted_text(s)
     if wasted:
         st.caption(wasted)
     pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
@@ -100,7 +105,7 @@ def monitor():
     k[1].metric("Trainable ratio (cumulative)", pct(c.cum_ratio), help="over the whole run so far")
     k[2].metric("Mean group reward std", "–" if c.reward_std is None else f"{c.reward_std:.3f}",
                 help="mean within-group std of the total reward over the health window")
-    k[3].metric("Reward trend", live.TREND_ARROWS[c.trend] + ("" if c.reward is None else f" {c.reward:.3f}"),
+    k[3].metric("Reward trend", live_view.TREND_ARROWS[c.trend] + ("" if c.reward is None else f" {c.reward:.3f}"),
                 help=c.trend_text or "needs a few steps")
     k[4].metric("Groups trainable / submitted", "–" if c.submitted is None else f"{c.trainable} / {c.submitted}")
 
@@ -112,21 +117,21 @@ def monitor():
     if caps["steer"]:
         what_to_do_now(s, c, caps["accepts"])
 
-    reqs = live.request_lines(s, my_requests())
-    if steering.request_resolved(ss, reqs):  # one of ours was just resolved: redraw the sliders too
+    reqs = live_view.request_lines(s, my_requests())
+    if widget_state.request_resolved(ss, reqs):  # one of ours was just resolved: redraw the sliders too
         st.rerun()
     if reqs:
         with st.container(border=True):
             st.markdown("**Your requests**")
             for r in reqs[:6]:
-                st.markdown(f"`#{r['id']}` {live.request_summary(r['kind'], r['payload'])} — **{r['text']}**")
+                st.markdown(f"`#{r['id']}` {live_view.request_summary(r['kind'], r['payload'])} — **{r['text']}**")
 
-    df = live.chart_frame(s)
+    df = live_view.chart_frame(s)
     smooth = st.slider("Chart smoothing", 0.0, 0.99, charts.DEFAULT_SMOOTHING, 0.01, key="smoothing",
                        help="Exponential moving average of every measured series, debiased as W&B's and "
                             "TensorBoard's (0 = raw); the raw values stay as faint points")
-    figs = charts.live_charts(df, s.metrics, s.changes, live.health_config(s.meta),
-                              live.current_settings(s)["outcome_metric"], smoothing=smooth)
+    figs = charts.live_charts(df, s.metrics, s.changes, live_view.health_config(s.meta),
+                              live_view.current_settings(s)["outcome_metric"], smoothing=smooth)
     missing = [key for key, f in figs if f is None]
     shown = [(key, f) for key, f in figs if f is not None]
     if not shown:
@@ -138,10 +143,10 @@ def monitor():
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
 
 
-def what_to_do_now(s: live.LiveState, c: live.Cards, accepts):
+def what_to_do_now(s: live_view.LiveState, c: live_view.Cards, accepts):
     """The top alert's fix as one click (what the autopilot would do), with its predicted effect;
     only fixes the process behind the run applies (a TRL callback takes no group-size request)."""
-    advice = live.what_to_do(s, c)
+    advice = live_view.what_to_do(s, c)
     if advice is None:
         return
     offered = [f for f in advice["fixes"] if f.kind in accepts]
@@ -157,7 +162,7 @@ def what_to_do_now(s: live.LiveState, c: live.Cards, accepts):
                     st.toast(f"Sent {f.label}: applied at the next step boundary")
                     st.rerun()
             row[1].caption(f.note)
-        if live.current_settings(s)["autopilot"]:
+        if live_view.current_settings(s)["autopilot"]:
             st.caption("The autopilot is on: it makes such a move itself once the ratio stays below its target.")
 
 
@@ -167,23 +172,23 @@ def steer():
         s = state()
     except StoreError:
         return  # monitor() above says why
-    caps = live.capabilities(s)
-    cur = live.current_settings(s)
+    caps = live_view.capabilities(s)
+    cur = live_view.current_settings(s)
     st.subheader("Reward weights, threshold" + (", difficulty" if "set_difficulty" in caps["accepts"] else ""))
     if not caps["steer"]:
         settled(s, cur, caps)
         return
-    keys = steering.sync(ss, run_id, cur)  # seed the widgets, follow changes made elsewhere
+    keys = widget_state.sync(ss, run_id, cur)  # seed the widgets, follow changes made elsewhere
     weights, thr, lvl, run = sliders(s, cur, caps["accepts"], keys)
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
     try:
-        wi = live.what_if(s, weights, thr)
+        wi = live_view.what_if(s, weights, thr)
     except ConfigError as e:
         st.error(str(e))
         wi = None
-    todo = live.pending_changes(cur, weights, thr, lvl, run)
-    waiting = steering.open_requests(live.request_lines(s, my_requests()))
+    todo = live_view.pending_changes(cur, weights, thr, lvl, run)
+    waiting = widget_state.open_requests(live_view.request_lines(s, my_requests()))
     what_if_line(wi, caps, lvl != cur["level"], todo, waiting)
     buttons(s, caps, cur, keys, weights, thr, todo, waiting)
     suggestions_box(s, keys)
@@ -192,7 +197,7 @@ def steer():
     save_preset_box(s, cur)
 
 
-def settled(s: live.LiveState, cur: dict, caps: dict):
+def settled(s: live_view.LiveState, cur: dict, caps: dict):
     """A run that cannot be steered (finished, stale, imported): its last settings."""
     final = ", ".join(f"{m}={w:g}" for m, w in cur["weights"].items())
     st.caption(f"The run is {s.status}: nothing to steer. Settings at its last step: weights {final}; "
@@ -203,19 +208,19 @@ def settled(s: live.LiveState, cur: dict, caps: dict):
         save_preset_box(s, cur)
 
 
-def sliders(s: live.LiveState, cur: dict, accepts, keys: steering.Keys):
+def sliders(s: live_view.LiveState, cur: dict, accepts, keys: widget_state.Keys):
     """The weight, threshold and level sliders and the run-setting inputs the run accepts
     (only the controls its trainer, or TRL callback, applies): their values."""
     top = ss[keys.top]
     has_level = "set_difficulty" in accepts
     cols = st.columns(len(keys.weights) + 1 + has_level)
-    weights = {m: cols[i].slider(**steering.weight_spec(m, top), key=key) for i, (m, key) in
+    weights = {m: cols[i].slider(**widget_state.weight_spec(m, top), key=key) for i, (m, key) in
                enumerate(keys.weights.items())}
-    thr = cols[len(keys.weights)].slider(**steering.threshold_spec(), key=keys.thr)
-    lvl = cols[-1].slider(**steering.level_spec(), key=keys.lvl) if has_level else cur["level"]
-    shown = steering.run_inputs(accepts)
+    thr = cols[len(keys.weights)].slider(**widget_state.threshold_spec(), key=keys.thr)
+    lvl = cols[-1].slider(**widget_state.level_spec(), key=keys.lvl) if has_level else cur["level"]
+    shown = widget_state.run_inputs(accepts)
     rc = st.columns(max(4, len(shown)))
-    run = {k: rc[i].number_input(**steering.run_input_spec(live.RUN_SETTINGS[k], s.last_step), key=keys.run[k])
+    run = {k: rc[i].number_input(**widget_state.run_input_spec(live_view.RUN_SETTINGS[k], s.last_step), key=keys.run[k])
            for i, k in enumerate(shown)}
     return weights, thr, lvl, run
 
@@ -235,11 +240,11 @@ def what_if_line(wi: dict | None, caps: dict, level_changed: bool, todo: list, w
     if waiting:
         m[2].caption(f"Waiting for request #{waiting[-1]['id']} to be applied at the next step boundary.")
     else:
-        m[2].caption("Pending change: " + ("; ".join(live.request_summary(k, p) for k, p in todo) if todo
+        m[2].caption("Pending change: " + ("; ".join(live_view.request_summary(k, p) for k, p in todo) if todo
                                            else "none (sliders equal the settings in force)"))
 
 
-def buttons(s: live.LiveState, caps: dict, cur: dict, keys: steering.Keys, weights: dict, thr: float,
+def buttons(s: live_view.LiveState, caps: dict, cur: dict, keys: widget_state.Keys, weights: dict, thr: float,
             todo: list, waiting: list):
     """Apply (one request per changed setting), Reset, Suggest, Pause/Resume, Stop."""
     accepts = caps["accepts"]
@@ -249,11 +254,11 @@ def buttons(s: live.LiveState, caps: dict, cur: dict, keys: steering.Keys, weigh
         if all(send(kind, payload) for kind, payload in todo):
             st.toast("Sent: applied at the next step boundary")
             st.rerun()  # full rerun: the monitor shows the request as pending at once
-    b[1].button("Reset sliders", key="reset", on_click=steering.load_values,
+    b[1].button("Reset sliders", key="reset", on_click=widget_state.load_values,
                 args=(ss, keys, cur["weights"], cur["min_group_std"], cur["level"]))
     if b[2].button("Suggest weights", key="suggest", disabled=not caps["what_if"]):
         try:
-            ss[keys.suggestions] = live.suggestions(s, weights, thr)
+            ss[keys.suggestions] = live_view.suggestions(s, weights, thr)
         except (ConfigError, ValueError) as e:
             st.error(str(e))
     if "pause" in accepts:
@@ -266,31 +271,31 @@ def buttons(s: live.LiveState, caps: dict, cur: dict, keys: steering.Keys, weigh
         st.rerun()
 
 
-def suggestions_box(s: live.LiveState, keys: steering.Keys):
+def suggestions_box(s: live_view.LiveState, keys: widget_state.Keys):
     sugg = ss.get(keys.suggestions)
     if sugg is None:
         return
     if not sugg:
         st.caption("No weights near these would make more groups trainable in the recent window. "
-                   + live.what_would_help(s))
+                   + live_view.what_would_help(s))
     for i, sg in enumerate(sugg):
         c = st.columns([5, 1])
         c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "
                       + ", ".join(f"{k}={v:.2f}" for k, v in sg["weights"].items()) + f"  \n{sg['why']}")
-        c[1].button("Load", key=f"load_sugg_{i}", on_click=steering.load_values, args=(ss, keys, sg["weights"]))
+        c[1].button("Load", key=f"load_sugg_{i}", on_click=widget_state.load_values, args=(ss, keys, sg["weights"]))
 
 
-def autopilot_moves(s: live.LiveState, steer: bool):
+def autopilot_moves(s: live_view.LiveState, steer: bool):
     """The autopilot switch and its moves, each with its reason and an Undo (the inverse request)."""
-    cur = live.current_settings(s)
+    cur = live_view.current_settings(s)
     st.subheader("Autopilot")
     if steer:
-        ap_key = steering.sync_autopilot(ss, steering.keys(run_id), cur["autopilot"])
+        ap_key = widget_state.sync_autopilot(ss, widget_state.keys(run_id), cur["autopilot"])
         st.toggle("Autopilot on", key=ap_key, on_change=lambda: send("set_autopilot", {"enabled": bool(ss[ap_key])}),
                   help="acts on the health verdict with requests (reweight, raise G within a budget, widen "
                        "sampling, raise difficulty, stop early); every move is listed here with its reason and can "
                        "be undone")
-    moves = live.autopilot_moves(s)
+    moves = live_view.autopilot_moves(s)
     if not moves:
         st.caption("No autopilot moves" + ("." if cur["autopilot"] else ": it is off."))
     for m in moves[:10]:
@@ -304,11 +309,11 @@ def autopilot_moves(s: live.LiveState, steer: bool):
                 st.rerun()
 
 
-def save_preset_box(s: live.LiveState, cur: dict):
+def save_preset_box(s: live_view.LiveState, cur: dict):
     with st.expander("Save these settings as a preset"):
         st.caption("Weights, group size and threshold in force, as a TOML file under the runs dir's presets/ "
                    "(start a run from it on the Runs page).")
-        name = st.text_input("Preset name", key=steering.keys(run_id).preset_name, placeholder="e.g. cite-less")
+        name = st.text_input("Preset name", key=widget_state.keys(run_id).preset_name, placeholder="e.g. cite-less")
         if st.button("Save preset", key="save_preset", disabled=not name.strip()):
             try:
                 path = presets.save_preset(name.strip(), cur["weights"], cur.get("group_size"), cur["min_group_std"],

@@ -1,21 +1,23 @@
 """Pilot page: sample and score before training, see whether the rewards vary inside
 groups, plan the group size, and carry the chosen settings into a training run.
 
-Thin: layout and widgets. Everything computed here comes from grpo_core.pilot (no torch),
-the figures from grpo_core.charts (pilot_histograms, pilot_metric_std, pilot_planner)."""
+Thin: layout and widgets. Everything computed here comes from grpo_core.analysis.pilot (no torch),
+the figures from grpo_core.analysis.charts (pilot_histograms, pilot_metric_std, pilot_planner)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from grpo_core import charts
-from grpo_core import pilot
-from grpo_core import runner
-from grpo_core.config import DEMO_WEIGHTS, ConfigError
-from grpo_core.store import LIVE_STATUSES, StoreError, list_runs
-from grpo_core.live_settings import BY_KEY
-from grpo_core.safety import require_token
+from grpo_core.analysis import charts
+from grpo_core.analysis import pilot
+from grpo_core.dashboard import processes
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import DEMO_WEIGHTS
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import LIVE_STATUSES, list_runs
+from grpo_core.runs.live_settings import BY_KEY
+from grpo_core.dashboard.access import require_token
 from app import through_app
 
 GROUP_SIZE = BY_KEY["group_size"]
@@ -84,7 +86,7 @@ def show(run_id: str, target: float, polling: bool = False):
     st.progress(min(done / total, 1.0), text=f"{s.status}: {done} of {total} batches, {s.submitted} groups")
     if s.status in LIVE_STATUSES and st.button("Stop pilot", key="pilot_stop", help="stops after the current batch"):
         try:
-            runner.stop_run(run_id)
+            processes.stop_run(run_id)
             st.toast(f"stop sent to {run_id}")
         except (ConfigError, StoreError) as e:
             st.error(str(e))

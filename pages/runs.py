@@ -1,15 +1,19 @@
 """Runs: every run with its status and progress; start, steer, stop or import one.
 
-Layout and widgets only: grpo_core.live.runs_overview reads the runs, grpo_core.runner
+Layout and widgets only: grpo_core.dashboard.live_view.runs_overview reads the runs, grpo_core.dashboard.processes
 starts and stops trainer processes (detached: they outlive this page and Streamlit).
 """
 import streamlit as st
 
-from grpo_core import live, presets, runner
-from grpo_core.config import DEMO_WEIGHTS, ConfigError, apply_overrides
-from grpo_core.store import LIVE_STATUSES, StoreError, status_label
-from grpo_core.live_settings import BY_KEY
-from grpo_core.safety import require_token
+from grpo_core.dashboard import live_view, processes
+
+from grpo_core.runs import presets
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import DEMO_WEIGHTS, apply_overrides
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import LIVE_STATUSES, status_label
+from grpo_core.runs.live_settings import BY_KEY
+from grpo_core.dashboard.access import require_token
 from app import through_app
 
 GROUP_SIZE = BY_KEY["group_size"]
@@ -36,27 +40,27 @@ def act(fn, run_id: str, done: str):
         st.error(str(e))
 
 
-runs = live.runs_overview()
+runs = live_view.runs_overview()
 if runs.empty:
     st.info("No runs yet. Start the built-in demo (a tiny model learning a cite-your-source task, "
             "five reward metrics, the autopilot on; it trains until you stop it) or configure a run below.")
     if st.button("Start the demo run", type="primary", key="start_demo"):
         try:
-            rid, _ = runner.start_demo_if_idle()
+            rid, _ = processes.start_demo_if_idle()
             open_run(rid)
         except (ConfigError, StoreError) as e:
             st.error(str(e))
 
 @st.fragment(run_every=3.0 if runs["status"].isin(LIVE_STATUSES).any() else None)
 def run_list():
-    rows = live.runs_overview()
+    rows = live_view.runs_overview()
     for _, r in rows.iterrows():
         rid, status = r["run_id"], r["status"]
         with st.container(border=True):
             c = st.columns([3, 3, 2, 3], vertical_alignment="center")
             kind = "" if r.get("kind") in (None, "train") else f" · {r['kind']}"
             label = status_label(status, r.get("stop_reason"))  # "stopped (autopilot)"
-            c[0].markdown(f"**{rid}**{kind}  \n{live.status_badge(status, label)}"
+            c[0].markdown(f"**{rid}**{kind}  \n{live_view.status_badge(status, label)}"
                           + ("  \n*stale: no heartbeat, the trainer is gone or hung*" if status == "stale" else ""))
             if status == "unreadable":
                 c[1].error(f"unreadable: {r['error']}")
@@ -73,14 +77,14 @@ def run_list():
             if status in LIVE_STATUSES and r.get("source", "grpo_core") == "grpo_core":
                 if status == "paused":
                     if b.button("Resume", key=f"resume_{rid}"):
-                        act(runner.resume_run, rid, f"resume sent to {rid}")
+                        act(processes.resume_run, rid, f"resume sent to {rid}")
                 elif b.button("Pause", key=f"pause_{rid}"):
-                    act(runner.pause_run, rid, f"pause sent to {rid}")
+                    act(processes.pause_run, rid, f"pause sent to {rid}")
                 if b.button("Stop", key=f"stop_{rid}"):
-                    act(runner.stop_run, rid, f"stop sent to {rid}: it stops after the current step")
+                    act(processes.stop_run, rid, f"stop sent to {rid}: it stops after the current step")
             if status == "stale":
                 if b.button("Kill", key=f"kill_{rid}", help="SIGTERM the recorded trainer pid"):
-                    act(runner.terminate_run, rid, f"{rid} terminated")
+                    act(processes.terminate_run, rid, f"{rid} terminated")
             err = str(r["error"]).strip().splitlines() if isinstance(r["error"], str) else []
             if status == "failed":
                 st.error(f"{rid} failed: {err[-1] if err else 'no error recorded'}")
@@ -89,7 +93,7 @@ def run_list():
                            "SIGTERM to the recorded trainer pid; the trainer log is below.")
             if status in ("failed", "stale"):
                 with st.expander("Error and trainer log"):
-                    st.code("\n".join(err[-30:] + ["---- trainer.log ----", runner.log_tail(rid, 40)]))
+                    st.code("\n".join(err[-30:] + ["---- trainer.log ----", processes.log_tail(rid, 40)]))
 
 
 if not runs.empty:
@@ -172,7 +176,7 @@ with st.expander("Start a run", expanded=runs.empty or bool(pre)):
                "reward": {"weights": weights}, "log": {"progress": False}}
         try:
             cfg = apply_overrides(cfg, [ln.strip() for ln in extra.splitlines() if ln.strip()])
-            rid = runner.start_run(cfg, run_id=run_id.strip() or None, untrusted=True)
+            rid = processes.start_run(cfg, run_id=run_id.strip() or None, untrusted=True)
             ss.pop("start_form_defaults", None)
             st.success(f"started {rid}")
             open_run(rid)

@@ -1,7 +1,7 @@
 """Shared helpers for the dashboard tests and bench/dashboard_bench.py.
 
 `synth_run` fills a real store through RunStore.log_step with synthetic but
-self-consistent steps (scalars computed by grpo_core.health from the same scores
+self-consistent steps (scalars computed by grpo_core.analysis.health from the same scores
 that are stored as rollouts), for tests that need long or special runs the real
 trainer would take too long to produce. `trained_run` runs the real trainer once per
 test session (cached under pytest's base temp dir) for the tests that must see what
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_core import health
-from grpo_core import names
-from grpo_core.config import DEMO_WEIGHTS, RunConfig
-from grpo_core.store import RUNNING, RunStore
+from grpo_core.analysis import health
+from grpo_core.runs import names
+from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig
+from grpo_core.runs.store import RUNNING, RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

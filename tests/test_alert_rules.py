@@ -7,8 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import alert_rules, health, names
-from grpo_core.config import ConfigError, HealthConfig, load_config
+from grpo_core.analysis import alert_rules, health
+
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import HealthConfig, load_config
 
 
 def frame(ratio, solved=None, unsolved=None, outcome=None, extra=None) -> pd.DataFrame:

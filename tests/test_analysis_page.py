@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.config import RunConfig
-from grpo_core.store import RunStore
+from grpo_core.runs.config import RunConfig
+from grpo_core.runs.store import RunStore
 from tests.test_report import CHANGE_AT_50, bottleneck_scores, change_scores, make_imported, make_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import names
-from grpo_core import runner
-from grpo_core.store import RunStore, list_runs
+from grpo_core.runs import names
+from grpo_core.dashboard import processes
+from grpo_core.runs.store import RunStore, list_runs
 from tests.helpers_dashboard import REPO, TRAINED_STEPS, synth_run, trained_run, wait_for
 
 APP = str(REPO / "app.py")
@@ -79,7 +79,7 @@ def test_live_page_without_runs_offers_the_demo(monkeypatch, runs_dir):
     at = app()
     assert any("No run yet" in i for i in texts(at.info))
     started = synth_run(runs_dir, "demo-x", 3)
-    monkeypatch.setattr(runner, "start_demo_if_idle", lambda root=None, overrides=None: ("demo-x", True))
+    monkeypatch.setattr(processes, "start_demo_if_idle", lambda root=None, overrides=None: ("demo-x", True))
     at.button(key="start_demo").click().run()
     assert at.session_state["run_id"] == "demo-x" and not at.exception
     assert len(at.get("plotly_chart")) == 6
@@ -100,7 +100,7 @@ def test_imported_run_says_what_it_lacks_instead_of_empty_charts(runs_dir):
 
 @pytest.mark.slow
 def test_sliders_what_if_apply_pending_applied_marker_with_a_real_trainer(runs_dir):
-    rid = runner.start_run(LIVE_CFG, run_id="live", root=runs_dir)
+    rid = processes.start_run(LIVE_CFG, run_id="live", root=runs_dir)
     try:
         wait_for(lambda: (RunStore.open(runs_dir / rid, readonly=True).last_step() or 0) >= 2, 240,
                  what="two real steps")
@@ -145,7 +145,7 @@ def test_sliders_what_if_apply_pending_applied_marker_with_a_real_trainer(runs_d
         at.run()
         assert [sl.key for sl in at.slider] == ["smoothing"] and any("nothing to steer" in c for c in texts(at.caption))
     finally:
-        runner.terminate_run(rid, root=runs_dir, wait_s=30)
+        processes.terminate_run(rid, root=runs_dir, wait_s=30)
 
 
 def test_weights_that_cannot_apply_show_one_line_not_a_traceback(runs_dir):
@@ -322,7 +322,7 @@ def test_no_page_imports_torch(trained):
         for page in ("pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"):
             at.switch_page(page).run()
             assert not at.exception, (page, [e.value for e in at.exception])
-        import grpo_core.runner, grpo_core.serve, grpo_core.live, grpo_core.charts, grpo_core.control
+        import grpo_core.dashboard.processes, grpo_core.dashboard.serve, grpo_core.dashboard.live_view, grpo_core.analysis.charts, grpo_core.runs.requests
         heavy = sorted(m for m in ("torch", "transformers", "trl", "accelerate") if m in sys.modules)
         print("HEAVY", heavy)
         sys.exit(1 if heavy else 0)

@@ -23,11 +23,15 @@ art = pytest.importorskip("art")
 # pytest process would fail. Nothing here runs a model, so the original goes back.
 masking_utils._preprocess_mask_arguments = _MASK_ARGUMENTS
 
-from grpo_core import control, live, names  # noqa: E402
-from grpo_core.config import ConfigError  # noqa: E402
+from grpo_core.runs import requests
+
+from grpo_core.dashboard import live_view
+
+from grpo_core.runs import names  # noqa: E402
+from grpo_core.errors import ConfigError
 from grpo_core.integrations.art import REWARD_METRIC, ArtMonitor  # noqa: E402
 from grpo_core.integrations.importers import import_path  # noqa: E402
-from grpo_core.store import RunStore  # noqa: E402
+from grpo_core.runs.store import RunStore  # noqa: E402
 
 G = 4  # trajectories per group
 
@@ -100,23 +104,23 @@ def test_groups_rollouts_and_scalars_match_arts_own_counts(art_run):
 
 def test_live_page_shows_the_run_with_what_if_at_the_recorded_ratio(art_run):
     run, _ = art_run
-    state = live.load(str(run))
-    caps = live.capabilities(state)
+    state = live_view.load(str(run))
+    caps = live_view.capabilities(state)
     assert caps["what_if"] and not caps["imported"] and state.metrics[:1] == [REWARD_METRIC]
-    cur = live.current_settings(state)
-    wi = live.what_if(state, cur["weights"], cur["min_group_std"])
+    cur = live_view.current_settings(state)
+    wi = live_view.what_if(state, cur["weights"], cur["min_group_std"])
     with RunStore.open(run, readonly=True) as s:
         wide = s.scalars_wide(since_step=state.last_step - wi["steps"])
     recorded = wide[names.GROUPS_TRAINABLE].sum() / wide[names.GROUPS_SUBMITTED].sum()
     assert wi["available"] and wi["now"] == pytest.approx(recorded)
     # what the format metric alone would have given: it varies in every group
-    assert live.what_if(state, {"format": 1.0}, 0.0)["predicted"] == 1.0
+    assert live_view.what_if(state, {"format": 1.0}, 0.0)["predicted"] == 1.0
 
 
 def test_a_weight_request_recomputes_trajectory_reward_from_the_named_metrics(runs_dir):
     monitor = ArtMonitor(run_id="w", runs_dir=runs_dir, apply_weights=True)
     run_loop(monitor, 1)
-    rid = control.send(runs_dir / "w", "set_weights", {"weights": {"reward": 0.0, "correct": 1.0, "format": 0.5}})
+    rid = requests.send(runs_dir / "w", "set_weights", {"weights": {"reward": 0.0, "correct": 1.0, "format": 0.5}})
     groups = asyncio.run(gather(1, monitor))
     monitor.step(groups)
     for t in (t for g in groups for t in g.trajectories):  # the trajectories the loop trains on
@@ -135,7 +139,7 @@ def test_a_weight_request_recomputes_trajectory_reward_from_the_named_metrics(ru
 
 def test_weights_are_refused_without_apply_weights(runs_dir):
     monitor = ArtMonitor(run_id="nw", runs_dir=runs_dir)
-    rid = control.send(runs_dir / "nw", "set_weights", {"weights": {"reward": 1.0}})
+    rid = requests.send(runs_dir / "nw", "set_weights", {"weights": {"reward": 1.0}})
     groups = asyncio.run(gather(0))
     monitor.step(groups)
     monitor.finish()
@@ -161,7 +165,7 @@ def test_pause_blocks_between_steps_and_stop_ends_the_loop(runs_dir):
     monitor = ArtMonitor(run_id="p", runs_dir=runs_dir)
     run_loop(monitor, 1)
     db = runs_dir / "p"
-    control.send(db, "pause", {})
+    requests.send(db, "pause", {})
     done = []
     worker = threading.Thread(target=lambda: done.append(run_loop(monitor, 3)))
     worker.start()
@@ -170,7 +174,7 @@ def test_pause_blocks_between_steps_and_stop_ends_the_loop(runs_dir):
         time.sleep(0.05)
     with RunStore.open(db, readonly=True) as s:
         assert s.get_meta()["status"] == "paused" and s.last_step() == 1  # blocked before step 2 trains
-    control.send(db, "stop", {})
+    requests.send(db, "stop", {})
     worker.join(timeout=20)
     assert done and monitor.should_stop
     monitor.finish()
@@ -252,8 +256,8 @@ def test_trajectory_files_and_the_output_dir_import_with_groups(tmp_path, runs_d
     _check_ratio(runs_dir / rid, counts)
     with RunStore.open(runs_dir / rid, readonly=True) as s:
         assert len(s.groups()) == 15 and len(s.rollouts()) == 15 * G and s.get_meta()["lacks"] == []
-    state = live.load(str(runs_dir / rid))
-    assert live.what_if(state, {"reward": 1.0}, 0.0)["available"]
+    state = live_view.load(str(runs_dir / rid))
+    assert live_view.what_if(state, {"reward": 1.0}, 0.0)["available"]
 
 
 def test_a_wrong_art_file_is_refused_with_one_line(tmp_path):

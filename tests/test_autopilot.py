@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import autopilot
-from grpo_core import health
-from grpo_core.names import CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, TRAINABLE_RATIO
-from grpo_core import report
-from grpo_core.config import AutopilotConfig, HealthConfig
-from grpo_core.store import APPLIED, EV_AUTOPILOT, RunStore, list_runs, status_label
+from grpo_core.analysis import autopilot
+from grpo_core.analysis import health
+from grpo_core.runs.names import CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, TRAINABLE_RATIO
+from grpo_core.analysis import report
+from grpo_core.runs.config import AutopilotConfig, HealthConfig
+from grpo_core.runs.store import APPLIED, EV_AUTOPILOT, RunStore, list_runs, status_label
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import names
-from grpo_core import runner
-from grpo_core.store import RunStore, StoreError, list_runs
+from grpo_core.runs import names
+from grpo_core.dashboard import processes
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import RunStore, list_runs
 from grpo_core.__main__ import main
 from tests.helpers_dashboard import REPO, synth_run
 
@@ -177,7 +178,7 @@ UI_CASES = {
 @pytest.mark.parametrize("case", list(UI_CASES))
 def test_start_form_bad_input_is_one_st_error_and_starts_nothing(case, runs_dir, monkeypatch):
     spawned = []
-    monkeypatch.setattr(runner, "_spawn", lambda *a: spawned.append(a) or a[1])
+    monkeypatch.setattr(processes, "_spawn", lambda *a: spawned.append(a) or a[1])
     model, extra, want = (x.replace("{runs}", str(runs_dir)) for x in UI_CASES[case])
     errs = start_form(runs_page(), model, extra)
     assert len(errs) == 1 and want in errs[0] and "\n" not in errs[0], errs
@@ -187,7 +188,7 @@ def test_start_form_bad_input_is_one_st_error_and_starts_nothing(case, runs_dir,
 def test_start_form_takes_a_model_folder_inside_the_runs_dir(runs_dir, monkeypatch):
     """The policy's other side: an existing folder inside an allowed place is taken, resolved."""
     spawned = []
-    monkeypatch.setattr(runner, "_spawn", lambda *a: spawned.append(a) or a[1])
+    monkeypatch.setattr(processes, "_spawn", lambda *a: spawned.append(a) or a[1])
     (runs_dir / "models" / "mine").mkdir(parents=True)
     errs = start_form(runs_page(), str(runs_dir / "models" / ".." / "models" / "mine"), "model.warm_start_steps=0")
     assert errs == [] and len(spawned) == 1
@@ -236,7 +237,7 @@ def test_a_finished_run_offers_no_control_and_refuses_a_request(runs_dir):
     at.run()
     assert not at.exception and not [b for b in at.button if b.key in ("stop_r", "pause_r")]
     with pytest.raises(StoreError, match="run r is finished: control requests apply only to a live run"):
-        runner.stop_run("r", root=runs_dir)  # what the button calls, had it been clicked a moment earlier
+        processes.stop_run("r", root=runs_dir)  # what the button calls, had it been clicked a moment earlier
     assert store.control().empty
 
 
@@ -270,8 +271,8 @@ def always_eos_model(path: Path):
     far out along it. Saved like any local Hugging Face model folder."""
     import torch
 
-    from grpo_core import models
-    from grpo_core.config import ModelConfig
+    from grpo_core.train import models
+    from grpo_core.runs.config import ModelConfig
     tok = models.build_tokenizer()
     model = models.build_tiny_model(ModelConfig(), tok, seed=0)
     with torch.no_grad():

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core import runner
-from grpo_core.store import RunStore, list_runs, pid_alive
+from grpo_core.dashboard import processes
+from grpo_core.runs.store import RunStore, list_runs, pid_alive
 from tests.helpers_dashboard import REPO, free_port, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
@@ -74,12 +74,12 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser-runs")
     server = Server(root)
     server.start()
-    rid = wait_for(lambda: runner.live_demo(root), 30, what="the demo run")
+    rid = wait_for(lambda: processes.live_demo(root), 30, what="the demo run")
     wait_for(lambda: (_store(root, rid).last_step() or 0) >= MIN_STEPS, 240 + 10 * MIN_STEPS,
              what=f"the demo to train {MIN_STEPS} steps")
     yield server, rid
     server.stop()
-    runner.terminate_run(rid, root=root, wait_s=30)
+    processes.terminate_run(rid, root=root, wait_s=30)
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core import control
-from grpo_core import names
-from grpo_core import report
-from grpo_core.store import RunStore
+from grpo_core.runs import requests
+from grpo_core.runs import names
+from grpo_core.analysis import report
+from grpo_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -44,7 +44,7 @@ def train_demo(runs_dir: Path) -> Path:
                     if s.get_meta().get("status") == "running":
                         break
             time.sleep(0.05)
-        control.send(run, "set_weights", {"weights": {"answer_f1": 0.6, "length": 0.2}}, source="cli")
+        requests.send(run, "set_weights", {"weights": {"answer_f1": 0.6, "length": 0.2}}, source="cli")
         proc.wait(timeout=max(5, deadline - time.time()))
     finally:
         if proc.poll() is None:

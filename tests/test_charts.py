@@ -1,12 +1,14 @@
-"""grpo_core.charts: figures carry the store's numbers, validate against plotly's schema,
+"""grpo_core.analysis.charts: figures carry the store's numbers, validate against plotly's schema,
 mark every applied change, and say "no data" (None) instead of drawing empty charts."""
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from grpo_core import charts, live
-from grpo_core import names
+from grpo_core.analysis import charts
+
+from grpo_core.dashboard import live_view
+from grpo_core.runs import names
 from tests.helpers_dashboard import synth_run
 
 NEW_W = {"answer_f1": 0.5, "exact": 0.3, "citation": 0.1, "format": 0.05, "length": 0.05}
@@ -26,7 +28,7 @@ def _trace(fig, name):
 def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monkeypatch):
     monkeypatch.setattr(charts, "VALIDATE", True)  # plotly's validators check every property
     wide = run.scalars_wide()
-    figs = dict(charts.live_charts(wide, live.run_metrics(run.get_meta()), run.changes(), smoothing=0.6))
+    figs = dict(charts.live_charts(wide, live_view.run_metrics(run.get_meta()), run.changes(), smoothing=0.6))
     assert figs.pop("eval") is None  # the run evaluated nothing (eval.every = 0)
     assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
     assert all(isinstance(f, go.Figure) for f in figs.values())
@@ -80,7 +82,7 @@ def test_the_eval_chart_is_valid_plotly_through_the_evaluated_steps_only(monkeyp
 
 
 def test_unvalidated_fast_path_builds_the_same_figure(run, monkeypatch):
-    wide, changes, metrics = run.scalars_wide(), run.changes(), live.run_metrics(run.get_meta())
+    wide, changes, metrics = run.scalars_wide(), run.changes(), live_view.run_metrics(run.get_meta())
     fast = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes) if f is not None]
     monkeypatch.setattr(charts, "VALIDATE", True)
     slow = [_plain(f.to_dict()) for _, f in charts.live_charts(wide, metrics, changes) if f is not None]
@@ -99,7 +101,7 @@ def _plain(x):
 
 
 def test_every_chart_marks_every_applied_change(run):
-    figs = charts.live_charts(run.scalars_wide(), live.run_metrics(run.get_meta()), run.changes())
+    figs = charts.live_charts(run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
     for key, fig in [(k, f) for k, f in figs if k != "eval"]:  # the run evaluated nothing
         marks = [s for s in fig.layout.shapes if (s.name or "").startswith("change:")]
         assert [(m.x0, m.name) for m in marks] == [(12, "change:set_weights"), (30, "change:set_weights")], key
@@ -149,7 +151,7 @@ def test_no_data_no_figure():
 
 
 def test_health_thresholds_are_drawn_from_the_run_config(run):
-    cfg = live.health_config(run.get_meta())
+    cfg = live_view.health_config(run.get_meta())
     cfg.min_trainable_ratio = 0.42
     fig = charts.ratio_chart(run.scalars_wide(), None, cfg.min_trainable_ratio)
     line = [s for s in fig.layout.shapes if s.name == "threshold"]
@@ -158,14 +160,14 @@ def test_health_thresholds_are_drawn_from_the_run_config(run):
 
 
 def test_weights_chart_steps_at_each_change(run):
-    fig = charts.weights_chart(run.scalars_wide(), live.run_metrics(run.get_meta()), run.changes())
+    fig = charts.weights_chart(run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
     length = _trace(fig, "length")
     y = dict(zip(length.x, length.y))
     assert y[11] == pytest.approx(0.1) and y[12] == pytest.approx(0.05) and y[30] == pytest.approx(0.4)
 
 
 def test_store_changes_and_live_changes_draw_identically(run):
-    st = live.load(run.run_dir)
+    st = live_view.load(run.run_dir)
     a = charts.ratio_chart(run.scalars_wide(), run.changes())
     b = charts.ratio_chart(run.scalars_wide(), st.changes)
     assert a.layout.shapes == b.layout.shapes
@@ -181,7 +183,7 @@ def test_chart_help_covers_every_live_chart():
 def coin_pilot(runs_dir):
     """A finished pilot: `exact` a coin at p = 0.9 with G = 2 (the plan raises G), `format` always 1,
     `f1` a continuous score that varies in every group."""
-    from grpo_core.pilot import pilot_summary
+    from grpo_core.analysis.pilot import pilot_summary
     from tests.test_pilot import bernoulli_scores, make_pilot_store
     rng = np.random.default_rng(7)
     sc = bernoulli_scores(rng, 4, 32, 2, [0.9, 0.9, 0.5])
@@ -227,7 +229,7 @@ def test_pilot_planner_curve_target_measured_point_and_the_g_needed(coin_pilot):
 
 
 def test_raw_points_only_for_the_recent_raw_steps_the_line_over_all():
-    from grpo_core import live as live_mod
+    from grpo_core.dashboard import live_view as live_mod
     wide = pd.DataFrame({names.TRAINABLE_RATIO: np.linspace(0, 1, 1200)}, index=pd.Index(range(1, 1201), name="step"))
     fig = charts.ratio_chart(wide, None, smoothing=0.5)
     raw, line = _trace(fig, "per step (raw)"), _trace(fig, "per step")

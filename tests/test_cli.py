@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import health
-from grpo_core import names
-from grpo_core import store
+from grpo_core.analysis import health
+from grpo_core.runs import names
+from grpo_core.runs import store
 from grpo_core.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def test_bad_input_exits_2_with_one_line(live_run, args, parts):
 def test_config_lists_every_knob():
     r = cli("config")
     assert r.returncode == 0
-    from grpo_core.config import describe
+    from grpo_core.runs.config import describe
     keys = [line.split()[0] for line in r.stdout.splitlines()]
     assert keys == [k for k, _, _ in describe()] and "grpo.group_size" in keys
 

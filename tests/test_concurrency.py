@@ -20,17 +20,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import names
-from grpo_core import store
-from grpo_core.config import DEMO_WEIGHTS
+from grpo_core.runs import names
+from grpo_core.runs import store
+from grpo_core.runs.config import DEMO_WEIGHTS
 from tests.helpers_dashboard import REPO, synth_run, wait_for
 
 SENDERS, PER_SENDER = 4, 25
 SENDER = r'''
 import json, random, sys, time
 from pathlib import Path
-from grpo_core import control
-from grpo_core.store import RunStore
+from grpo_core.runs import requests
+from grpo_core.runs.store import RunStore
 run, name, go, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
 rng = random.Random(100 + name)
 metrics = ["answer_f1", "exact", "citation", "format", "length"]
@@ -46,7 +46,7 @@ for i in range(%d):
         sent.append({"id": rid, "payload": payload, "valid": False})
     else:  # distinct values, 1-3 metrics at a time (a partial change keeps the other weights)
         payload = {"weights": {m: round(rng.uniform(0.05, 1.0), 4) for m in rng.sample(metrics, rng.randint(1, 3))}}
-        rid = control.send(run, "set_weights", payload, source=f"sender{name}")
+        rid = requests.send(run, "set_weights", payload, source=f"sender{name}")
         sent.append({"id": rid, "payload": payload, "valid": True})
 out.write_text(json.dumps(sent))
 ''' % PER_SENDER

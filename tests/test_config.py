@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from grpo_core import config
-from grpo_core.config import ConfigError, load_config
+from grpo_core.runs import config
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import load_config
 
 
 def write(tmp_path, text, name="run.toml"):

@@ -1,26 +1,28 @@
-"""Which request kinds a run accepts (control.accepted_kinds, from its meta), and the live page
+"""Which request kinds a run accepts (requests.accepted_kinds, from its meta), and the live page
 offering only those controls: a TRL run's callback applies weights, threshold, pause/resume,
 stop and checkpoint, and rejects the rest, so the page does not offer the rest."""
 from __future__ import annotations
 
-from grpo_core import control, live
-from grpo_core.store import CONTROL_KINDS, RunStore
+from grpo_core.runs import requests
+
+from grpo_core.dashboard import live_view
+from grpo_core.runs.store import CONTROL_KINDS, RunStore
 
 TRL = ("set_weights", "set_threshold", "pause", "resume", "stop", "checkpoint")
 
 
 def test_accepted_kinds_follow_the_run_kind_and_task():
-    assert control.accepted_kinds({"kind": "train", "config": {"task": {"name": "demo"}}}) == CONTROL_KINDS
-    assert control.accepted_kinds({}) == CONTROL_KINDS  # an older store without kind: the built-in trainer
-    jsonl = control.accepted_kinds({"kind": "train", "config": {"task": {"name": "jsonl"}}})
+    assert requests.accepted_kinds({"kind": "train", "config": {"task": {"name": "demo"}}}) == CONTROL_KINDS
+    assert requests.accepted_kinds({}) == CONTROL_KINDS  # an older store without kind: the built-in trainer
+    jsonl = requests.accepted_kinds({"kind": "train", "config": {"task": {"name": "jsonl"}}})
     assert "set_difficulty" not in jsonl and "set_group_size" in jsonl and "set_autopilot" in jsonl
-    assert control.accepted_kinds({"kind": "trl", "source": "trl"}) == TRL
-    assert control.accepted_kinds({"kind": "pilot"}) == ("stop",)
-    assert control.accepted_kinds({"kind": "import", "source": "trl"}) == ()
-    assert control.accepted_kinds({"kind": "train", "source": "wandb"}) == ()  # imported by an older version
-    assert "GRPOConfig" in control.unsupported_note({"kind": "trl"})
-    assert "no difficulty levels" in control.unsupported_note({"config": {"task": {"name": "jsonl"}}})
-    assert control.unsupported_note({"kind": "train"}) == ""
+    assert requests.accepted_kinds({"kind": "trl", "source": "trl"}) == TRL
+    assert requests.accepted_kinds({"kind": "pilot"}) == ("stop",)
+    assert requests.accepted_kinds({"kind": "import", "source": "trl"}) == ()
+    assert requests.accepted_kinds({"kind": "train", "source": "wandb"}) == ()  # imported by an older version
+    assert "GRPOConfig" in requests.unsupported_note({"kind": "trl"})
+    assert "no difficulty levels" in requests.unsupported_note({"config": {"task": {"name": "jsonl"}}})
+    assert requests.unsupported_note({"kind": "train"}) == ""
 
 
 def test_the_trl_callback_rejects_exactly_the_kinds_it_does_not_accept(runs_dir):
@@ -49,7 +51,7 @@ def test_live_capabilities_treat_a_trl_run_as_live_and_steerable(runs_dir):
     from tests.helpers_dashboard import synth_run
     store = synth_run(runs_dir, "t", 6)
     store.set_meta(kind="trl", source="trl")
-    caps = live.capabilities(live.load(store.run_dir))
+    caps = live_view.capabilities(live_view.load(store.run_dir))
     assert not caps["imported"] and caps["steer"] and caps["accepts"] == TRL and "GRPOConfig" in caps["accepts_note"]
     store.close()
 
@@ -79,6 +81,6 @@ def test_live_page_offers_a_trl_run_only_the_controls_its_callback_applies(runs_
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.session_state["run_id"] = "o"
     at.run()
-    assert {n.key for n in at.number_input} == {f"{k}:o" for k in live.RUN_SETTINGS} and at.toggle
+    assert {n.key for n in at.number_input} == {f"{k}:o" for k in live_view.RUN_SETTINGS} and at.toggle
     assert "lvl:o" in {s.key for s in at.slider}
     own.close()

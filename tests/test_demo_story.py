@@ -1,5 +1,5 @@
 """The demo's story at a compressed pace: the real trainer with the shipped demo's autopilot
-settings (runner.demo_config) tells collapse -> alert -> fix -> recovery in ~60 small steps.
+settings (processes.demo_config) tells collapse -> alert -> fix -> recovery in ~60 small steps.
 
 What compresses it: the demo's collapse comes from learning (level 1 solved, groups turn
 uniform, after ~270 steps); here a reward stands in for that learning on a schedule, so the
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core import names, runner
-from grpo_core.store import EV_ALERT, RunStore
+from grpo_core.runs import names
+
+from grpo_core.dashboard import processes
+from grpo_core.runs.store import EV_ALERT, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, G0, STEPS, STEPS_EASY = 8, 4, 70, 12
@@ -41,7 +43,7 @@ def p_vary(p: float, g: int) -> float:
 
 
 def _config(tmp: Path) -> Path:
-    cfg = runner.demo_config([f"grpo.steps={STEPS}", "model.warm_start_steps=0", "grpo.max_new_tokens=4",
+    cfg = processes.demo_config([f"grpo.steps={STEPS}", "model.warm_start_steps=0", "grpo.max_new_tokens=4",
                               f"grpo.prompts_per_step={PROMPTS}", f"grpo.group_size={G0}", "log.checkpoint_every=0",
                               "reward.weights={solved = 1.0}", "reward.custom.solved='tests.test_demo_story:solved'"])
     assert cfg.autopilot.enabled and cfg.grpo.steps == STEPS  # the demo's autopilot, as shipped
@@ -93,10 +95,10 @@ def test_the_autopilot_fixes_it_with_a_larger_group_and_the_ratio_recovers(story
 
 
 def test_the_shipped_demo_runs_until_stopped_and_acts_on_the_alerts_own_line():
-    cfg = runner.demo_config()
+    cfg = processes.demo_config()
     a, h = cfg.autopilot, cfg.health
-    assert cfg.grpo.steps == runner.UNTIL_STOPPED and "stop" not in a.moves  # a page finds it running
+    assert cfg.grpo.steps == processes.UNTIL_STOPPED and "stop" not in a.moves  # a page finds it running
     assert a.enabled and a.target_ratio == h.min_trainable_ratio and a.window == h.trend_window  # alert, then fix
     assert "difficulty" not in a.moves and "group_size" in a.moves  # level 2 is beyond the built-in model
     assert cfg.log.keep_text == "sample" and cfg.log.checkpoint_every >= 500  # bounded disk while it runs
-    assert runner.demo_config(["grpo.steps=7"]).grpo.steps == 7  # serve --set still passes the knobs
+    assert processes.demo_config(["grpo.steps=7"]).grpo.steps == 7  # serve --set still passes the knobs

@@ -10,10 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from grpo_core import evaluation, names
-from grpo_core.config import ConfigError, load_config
-from grpo_core.store import RunStore
-from grpo_core.trainer import Trainer
+from grpo_core.train import evaluation
+
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import load_config
+from grpo_core.runs.store import RunStore
+from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.prompts_per_step=3", "grpo.group_size=4", "grpo.max_new_tokens=10",
@@ -74,7 +77,7 @@ def test_a_jsonl_task_without_a_held_out_file_is_told_how(tmp_path):
 
 
 def test_the_eval_curve_is_on_the_live_page_the_analysis_page_and_the_report(tmp_path, monkeypatch):
-    from grpo_core import report
+    from grpo_core.analysis import report
     from tests.helpers_dashboard import REPO, chart_specs, run_page
     run(tmp_path, "ev", ["eval.every=2", "eval.prompts=4"])
     run(tmp_path, "plain")

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import store
+from grpo_core.runs import store
+from grpo_core.errors import StoreError
 from grpo_core.__main__ import main
 from tests.helpers_dashboard import REPO, synth_run, wait_for
 
@@ -76,7 +77,7 @@ def last_step(root, run_id) -> int:
     try:
         with read(root, run_id) as s:
             return s.last_step() or 0
-    except store.StoreError:
+    except StoreError:
         return 0
 
 

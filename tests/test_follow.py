@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core import names
+from grpo_core.runs import names
 from grpo_core.__main__ import main
-from grpo_core.config import ConfigError
+from grpo_core.errors import ConfigError
 from grpo_core.integrations import follow
-from grpo_core.store import FINISHED, RUNNING, RunStore
+from grpo_core.runs.store import FINISHED, RUNNING, RunStore
 from tests.test_importers import FIXTURE, _history_record, _wandb_log
 
 

@@ -5,12 +5,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import health
-from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO,
+from grpo_core.analysis import health
+from grpo_core.runs.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO,
                              FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, PHANTOM_GROUPS,
                              REWARD, REWARD_STD, TRAINABLE_RATIO)
-from grpo_core.config import ConfigError, HealthConfig
-from grpo_core.store import RunStore
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import HealthConfig
+from grpo_core.runs.store import RunStore
 
 NAMES = ["answer_f1", "exact", "format"]
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import names
+from grpo_core.runs import names
 from grpo_core.__main__ import main
-from grpo_core.config import ConfigError
+from grpo_core.errors import ConfigError
 from grpo_core.integrations.importers import import_path, import_run, parse
-from grpo_core.store import RunStore, list_runs
+from grpo_core.runs.store import RunStore, list_runs
 
 # A real TRL run's state, copied unchanged from shared/fixtures (see tests/fixtures/README.md).
 FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
@@ -307,7 +307,7 @@ def test_old_trl_names_are_per_function_metrics(runs, tmp_path):
 
 # ---- the report on imported runs (issue 19, item 5) ---------------------------------------------------
 def test_fractional_counts_stay_floats_and_match_the_cumulative(runs):
-    from grpo_core import health, report
+    from grpo_core.analysis import health, report
     rid = import_path("trl", FIXTURE, groups_per_step=2)
     rep = report.build_report(runs / rid)
     with _open(runs, rid) as s:
@@ -324,7 +324,7 @@ def test_fractional_counts_stay_floats_and_match_the_cumulative(runs):
 
 
 def test_windows_are_trainer_steps_with_the_entries_stated(runs):
-    from grpo_core import report
+    from grpo_core.analysis import report
     rid = import_path("trl", FIXTURE)
     rep = report.build_report(runs / rid, window=20)
     hist = _history()
@@ -338,8 +338,8 @@ def test_windows_are_trainer_steps_with_the_entries_stated(runs):
 
 def test_zero_trainable_streak_counts_trainer_steps(runs):
     """3 entries with no trainable group at logging_steps 5 are 15 steps, not 3."""
-    from grpo_core import health
-    from grpo_core.config import HealthConfig
+    from grpo_core.analysis import health
+    from grpo_core.runs.config import HealthConfig
     hist = [{"frac_reward_zero_std": 0.5 if s < 30 else 1.0, "reward": 0.1, "step": s} for s in range(5, 45, 5)]
     rid = import_run("trl", json.dumps({"log_history": hist, "logging_steps": 5, "max_steps": 40}).encode(), "z.json")
     with _open(runs, rid) as s:
@@ -365,7 +365,7 @@ def _trl_wandb(steps, max_steps=350, tail=()):
 
 
 def test_status_from_the_source(runs):
-    from grpo_core import report
+    from grpo_core.analysis import report
     crashed = import_run("wandb", _trl_wandb(range(1, 201), tail=[_exit_record(255)]), "run-crash.wandb")
     cut = import_run("wandb", _trl_wandb(range(1, 201)), "run-cut.wandb")  # no exit record: stopped partway
     done = import_run("wandb", _trl_wandb(range(1, 11), max_steps=10, tail=[_exit_record(0)]), "run-ok.wandb")

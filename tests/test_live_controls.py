@@ -9,11 +9,15 @@ import time
 import pandas as pd
 import pytest
 
-from grpo_core import charts, control, live, runner
-from grpo_core import report
+from grpo_core.analysis import charts
+
+from grpo_core.runs import requests
+
+from grpo_core.dashboard import live_view, processes
+from grpo_core.analysis import report
 from grpo_core.__main__ import main
-from grpo_core.config import ConfigError
-from grpo_core.store import APPLIED, EV_AUTOPILOT, EV_CHANGE, REJECTED, RunStore, status_label
+from grpo_core.errors import ConfigError
+from grpo_core.runs.store import APPLIED, EV_AUTOPILOT, EV_CHANGE, REJECTED, RunStore, status_label
 
 
 # ---- validation and the CLI ----------------------------------------------------------------------------
@@ -23,7 +27,7 @@ from grpo_core.store import APPLIED, EV_AUTOPILOT, EV_CHANGE, REJECTED, RunStore
     ("set-autopilot", ["on"], {"enabled": True}), ("set-autopilot", ["OFF"], {"enabled": False})])
 def test_cli_parses_and_validates_the_new_kinds(action, values, payload):
     kind = action.replace("-", "_")
-    assert control.validate_request(kind, control.parse_cli_request(action, values)) == payload
+    assert requests.validate_request(kind, requests.parse_cli_request(action, values)) == payload
 
 
 @pytest.mark.parametrize("kind, payload, match", [
@@ -39,13 +43,13 @@ def test_cli_parses_and_validates_the_new_kinds(action, values, payload):
     ("stop", {"undo_of": -1}, "undo_of must be a request id")])
 def test_bad_values_are_one_line_errors_naming_the_field(kind, payload, match):
     with pytest.raises(ConfigError, match=match) as e:
-        control.validate_request(kind, payload)
+        requests.validate_request(kind, payload)
     assert "\n" not in str(e.value)
 
 
 def test_a_reason_and_undo_of_travel_with_any_request():
-    assert control.validate_request("stop", {"reason": "ratio 0 for 20 steps"}) == {"reason": "ratio 0 for 20 steps"}
-    assert control.validate_request("set_group_size", {"group_size": 8, "undo_of": 3, "reason": "undo"}) == \
+    assert requests.validate_request("stop", {"reason": "ratio 0 for 20 steps"}) == {"reason": "ratio 0 for 20 steps"}
+    assert requests.validate_request("set_group_size", {"group_size": 8, "undo_of": 3, "reason": "undo"}) == \
         {"group_size": 8, "undo_of": 3, "reason": "undo"}
 
 
@@ -65,8 +69,8 @@ def test_cli_control_writes_the_request_and_bad_input_exits_2(runs_dir, capsys):
 
 
 # ---- the live page's helpers (no browser, no trainer) -------------------------------------------------------
-def _state(meta: dict, control_rows: list[dict] = (), moves: list[dict] = ()) -> live.LiveState:
-    st = live.LiveState(run_id="r", db="x", meta=meta, metrics=["a", "b"], last_step=10)
+def _state(meta: dict, control_rows: list[dict] = (), moves: list[dict] = ()) -> live_view.LiveState:
+    st = live_view.LiveState(run_id="r", db="x", meta=meta, metrics=["a", "b"], last_step=10)
     st.control = pd.DataFrame(list(control_rows), columns=["id", "time", "kind", "payload", "status",
                                                            "applied_step", "message", "source"])
     st.moves = list(moves)
@@ -78,23 +82,23 @@ CFG = {"grpo": {"group_size": 8, "prompts_per_step": 4, "temperature": 1.0, "ste
 
 
 def test_settings_in_force_come_from_meta_settings_else_the_config():
-    cur = live.current_settings(_state({"config": CFG}))
+    cur = live_view.current_settings(_state({"config": CFG}))
     assert (cur["group_size"], cur["prompts_per_step"], cur["temperature"], cur["steps"], cur["autopilot"]) == \
         (8, 4, 1.0, 100, False)
     settings = {"group_size": 12, "prompts_per_step": 4, "temperature": 0.7, "steps": 300, "autopilot": True}
-    cur = live.current_settings(_state({"config": CFG, "settings": settings}))
+    cur = live_view.current_settings(_state({"config": CFG, "settings": settings}))
     assert (cur["group_size"], cur["temperature"], cur["steps"], cur["autopilot"]) == (12, 0.7, 300, True)
     assert _state({"config": CFG, "settings": settings}).steps_total == 300  # progress follows set_steps
 
 
 def test_pending_changes_include_the_run_settings_that_differ():
-    cur = live.current_settings(_state({"config": CFG}))
-    todo = live.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"],
+    cur = live_view.current_settings(_state({"config": CFG}))
+    todo = live_view.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"],
                                 {"group_size": 12, "prompts_per_step": 4, "temperature": 0.7, "steps": 100})
     assert todo == [("set_group_size", {"group_size": 12}), ("set_temperature", {"temperature": 0.7})]
-    assert live.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"], {"steps": 100}) == []
-    assert [live.request_summary(k, p) for k, p in todo] == ["group_size=12", "temperature=0.7"]
-    assert live.request_summary("set_autopilot", {"enabled": True}) == "autopilot on"
+    assert live_view.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"], {"steps": 100}) == []
+    assert [live_view.request_summary(k, p) for k, p in todo] == ["group_size=12", "temperature=0.7"]
+    assert live_view.request_summary("set_autopilot", {"enabled": True}) == "autopilot on"
 
 
 def test_autopilot_moves_list_status_reason_and_undo():
@@ -106,7 +110,7 @@ def test_autopilot_moves_list_status_reason_and_undo():
              "applied_step": 31, "message": "", "source": "autopilot"},
             {"id": 6, "time": 0, "kind": "stop", "payload": {}, "status": APPLIED, "applied_step": 60,
              "message": "", "source": "autopilot"}]
-    [m_stop, m_g] = live.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))  # newest first
+    [m_stop, m_g] = live_view.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))  # newest first
     assert m_g["status"] == "applied at step 31" and m_g["summary"] == "group_size=12"
     assert m_g["reason"].startswith("ratio 0.2") and m_stop["undo"] is None
     kind, payload = m_g["undo"]
@@ -114,7 +118,7 @@ def test_autopilot_moves_list_status_reason_and_undo():
     # once an undo request exists, the move shows it and offers no second undo
     rows.append({"id": 7, "time": 0, "kind": kind, "payload": payload, "status": "pending", "applied_step": None,
                  "message": "", "source": "ui"})
-    m_g = live.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))[1]
+    m_g = live_view.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))[1]
     assert m_g["undo"] is None and m_g["undone_by"] == 7
 
 
@@ -150,18 +154,18 @@ def _meta(run_dir):
 
 @pytest.mark.slow
 def test_a_real_trainer_applies_each_new_request_exactly_once_at_a_step_boundary(runs_dir):
-    rid = runner.start_run(SMALL, run_id="live", root=runs_dir)
+    rid = processes.start_run(SMALL, run_id="live", root=runs_dir)
     run = runs_dir / rid
     wait_for(lambda: _meta(run)[1] >= 2, 240, "two steps")
-    control.send(run, "pause", {})
+    requests.send(run, "pause", {})
     wait_for(lambda: _meta(run)[0]["status"] == "paused", 60, "paused")
     k = _meta(run)[1]  # paused after step k: everything below takes effect at step k + 1
-    ids = {kind: control.send(run, kind, payload) for kind, payload in [
+    ids = {kind: requests.send(run, kind, payload) for kind, payload in [
         ("set_group_size", {"group_size": 3}), ("set_prompts", {"prompts_per_step": 3}),
         ("set_temperature", {"temperature": 0.7}), ("set_autopilot", {"enabled": True})]}
-    low = control.send(run, "set_steps", {"steps": k - 1})  # below the current step: rejected
-    ids["set_steps"] = control.send(run, "set_steps", {"steps": k + 3})  # 400 -> k + 3: the run ends there
-    control.send(run, "resume", {})
+    low = requests.send(run, "set_steps", {"steps": k - 1})  # below the current step: rejected
+    ids["set_steps"] = requests.send(run, "set_steps", {"steps": k + 3})  # 400 -> k + 3: the run ends there
+    requests.send(run, "resume", {})
     wait_for(lambda: _meta(run)[0]["status"] == "finished", 120, "the run to finish at the new budget")
     meta, last = _meta(run)
     assert last == k + 3
@@ -246,7 +250,7 @@ def test_live_page_lists_autopilot_moves_and_undo_sends_the_inverse(runs_dir):
 
 
 def test_live_page_run_settings_are_requests_and_presets_are_saved(runs_dir):
-    from grpo_core import presets
+    from grpo_core.runs import presets
     from tests.helpers_dashboard import synth_run
     store = synth_run(runs_dir, "r", 12, steps_total=100)
     at = _live_page("r")
@@ -260,6 +264,6 @@ def test_live_page_run_settings_are_requests_and_presets_are_saved(runs_dir):
     at.text_input(key="preset_name:r").set_value("mine").run()
     at.button(key="save_preset").click().run()
     p = presets.load_preset("mine")
-    assert p.weights == live.current_settings(live.load(runs_dir / "r"))["weights"] and p.source_run == "r"
+    assert p.weights == live_view.current_settings(live_view.load(runs_dir / "r"))["weights"] and p.source_run == "r"
     assert p.group_size == 8  # the settings in force (the G request is still pending)
     store.close()

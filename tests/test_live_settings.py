@@ -7,13 +7,18 @@ import shutil
 
 import pytest
 
-from grpo_core import charts, control, live, live_settings
-from grpo_core import report
-from grpo_core.store import CONTROL_KINDS, FINISHED, RUNNING, RunStore
+from grpo_core.analysis import charts
+
+from grpo_core.runs import requests, live_settings
+
+from grpo_core.dashboard import live_view
+from grpo_core.analysis import report
+from grpo_core.runs.store import CONTROL_KINDS, FINISHED, RUNNING, RunStore
 from grpo_core.__main__ import main
-from grpo_core.config import ConfigError, load_config
-from grpo_core.checkpoints import checkpoint_dirs
-from grpo_core.trainer import Trainer
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import load_config
+from grpo_core.train.checkpoints import checkpoint_dirs
+from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=6",
@@ -27,10 +32,10 @@ def _trainer(root, resume=False):
 
 
 def test_every_setting_is_a_request_kind_the_built_in_trainer_accepts_and_the_cli_offers():
-    accepted = control.accepted_kinds({"kind": "train", "config": {"task": {"name": "demo"}}})
+    accepted = requests.accepted_kinds({"kind": "train", "config": {"task": {"name": "demo"}}})
     for setting in live_settings.SETTINGS:
         assert setting.kind in CONTROL_KINDS and setting.kind in accepted
-        assert setting.cli in control.cli_actions() and setting.cli in control.cli_help()
+        assert setting.cli in requests.cli_actions() and setting.cli in requests.cli_help()
     assert len(set(live_settings.KINDS)) == len(live_settings.KINDS)
 
 
@@ -41,7 +46,7 @@ def test_a_number_setting_refuses_its_bounds_by_name(setting):
     outside = [setting.hi + 1, "x", True, float("nan")] + ([setting.lo] if setting.lo_open else [setting.lo - 1])
     for bad in outside:
         with pytest.raises(ConfigError, match=f"^{setting.key} must be"):
-            control.validate_request(setting.kind, {setting.key: bad})
+            requests.validate_request(setting.kind, {setting.key: bad})
 
 
 def test_the_config_has_the_live_bounds():
@@ -55,7 +60,7 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     tr, store = _trainer(tmp_path)
     run = store.run_dir
     # the CLI: parsed and checked against the registry's bounds, one line on bad input
-    assert control.parse_cli_request("set-top-p", ["0.9"]) == {"top_p": 0.9}
+    assert requests.parse_cli_request("set-top-p", ["0.9"]) == {"top_p": 0.9}
     assert main(["control", str(run), "set-top-p", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: top_p must be a number in (0, 1], got 0.0"
     tr.save_checkpoint("periodic")  # at step 0: the resume below starts from here and must replay
@@ -65,7 +70,7 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     assert ctl[["kind", "status", "applied_step"]].values.tolist() == [["set_top_p", "applied", 1]]
     assert ctl["message"].iloc[0] == "top_p 1 -> 0.9 from step 1"
     assert tr.cfg.grpo.top_p == 0.9 and store.get_meta()["settings"]["top_p"] == 0.9  # in force, for readers
-    assert live.run_settings(store.get_meta())["top_p"] == 0.9
+    assert live_view.run_settings(store.get_meta())["top_p"] == 0.9
     # the change ledger and the chart markers
     rep = report.build_report(run, examples=False)
     row = rep.ledger.iloc[0]
@@ -73,7 +78,7 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     shapes, notes = charts.marker_specs(store.changes())
     assert [n["text"] for n in notes] == ["top_p"] and shapes[0]["x0"] == 1
     # the live page would send it back as a set_top_p request (the pending-change diff)
-    assert live.pending_changes({**live.run_settings(store.get_meta()), "weights": {}, "min_group_std": 0.01,
+    assert live_view.pending_changes({**live_view.run_settings(store.get_meta()), "weights": {}, "min_group_std": 0.01,
                                  "level": 1}, {}, 0.01, 1, {"top_p": 0.8}) == [("set_top_p", {"top_p": 0.8})]
     # resume from the step-0 checkpoint: the request applied after it is replayed
     for ckpt in checkpoint_dirs(run)[1:]:

@@ -1,4 +1,4 @@
-"""grpo_core.memory_model against what the trainer's code path really holds: parameter counts
+"""grpo_core.train.memory_model against what the trainer's code path really holds: parameter counts
 against Hugging Face's own models (Qwen2.5's published sizes, on the meta device) and peft's
 adapters, and a training step's memory against CPU measurements of `grpo.train_on` on the
 real-architecture test model (tests/real_model.py) at two architectures and several settings
@@ -54,7 +54,7 @@ def test_parameter_counts_are_hugging_faces_and_peft_s():
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_core.memory_model import QWEN2_5, Architecture
+    from grpo_core.train.memory_model import QWEN2_5, Architecture
     for name, arch in QWEN2_5.items():
         config = Qwen2Config(vocab_size=arch.vocab, hidden_size=arch.hidden, intermediate_size=arch.intermediate,
                              num_hidden_layers=arch.layers, num_attention_heads=arch.heads,
@@ -70,7 +70,7 @@ def test_parameter_counts_are_hugging_faces_and_peft_s():
 def test_the_estimate_moves_with_every_knob_the_way_memory_does():
     import dataclasses
 
-    from grpo_core.memory_model import GIB, QWEN2_5, Step, estimate, largest_rows
+    from grpo_core.train.memory_model import GIB, QWEN2_5, Step, estimate, largest_rows
     arch, base = QWEN2_5["1.5B"], Step(rows=16, prompt_tokens=256, completion_tokens=512)
 
     def peak(**kw):
@@ -150,7 +150,7 @@ def _rollouts(vocab: int, s: dict, pad_id: int):
     completions with no eos: every token attended, so the token counts are exact."""
     import torch
 
-    from grpo_core import grpo
+    from grpo_core.train import grpo
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(10, vocab, (s["groups"], s["lp"]), generator=gen).repeat_interleave(s["G"], 0)
     ids = torch.cat([prompt, torch.randint(10, vocab, (s["groups"] * s["G"], s["lc"]), generator=gen)], 1)
@@ -164,8 +164,8 @@ def _model(path: Path, s: dict):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_core import models
-    from grpo_core.config import ModelConfig
+    from grpo_core.train import models
+    from grpo_core.runs.config import ModelConfig
     model = AutoModelForCausalLM.from_pretrained(path)
     for p in model.parameters():
         p.data = p.data.clone()  # out of the file mmap: its pages would be counted when first written
@@ -179,8 +179,8 @@ def _model(path: Path, s: dict):
 def _measure(path: Path, s: dict) -> dict:
     import numpy as np
 
-    from grpo_core import grpo, memory_model
-    from grpo_core.config import GRPOConfig
+    from grpo_core.train import grpo, memory_model
+    from grpo_core.runs.config import GRPOConfig
     model, opt = _model(path, s)
     roll = _rollouts(model.config.vocab_size, s, model.config.pad_token_id)
     adv, trainable = np.random.default_rng(0).standard_normal((s["groups"], s["G"])), np.ones(s["groups"], bool)

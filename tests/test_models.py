@@ -5,8 +5,9 @@ import json
 import pytest
 import torch
 
-from grpo_core import models
-from grpo_core.config import ConfigError, ModelConfig
+from grpo_core.train import models
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import ModelConfig
 
 torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
 SMALL = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, warm_start_steps=0)
@@ -76,7 +77,7 @@ def test_device_choice():
 
 def test_sampling_never_emits_suppressed_tokens(tok):
     """Even a model that strongly prefers <pad>/<unk>/<bos> samples none of them."""
-    from grpo_core.grpo import rollout
+    from grpo_core.train.grpo import rollout
     model = models.build_tiny_model(SMALL, tok)
     bad = models.suppressed_token_ids(tok)
 

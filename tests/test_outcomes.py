@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_core import health, names
-from grpo_core.config import load_config
-from grpo_core.store import RunStore
-from grpo_core.trainer import Trainer
+from grpo_core.analysis import health
+
+from grpo_core.runs import names
+from grpo_core.runs.config import load_config
+from grpo_core.runs.store import RunStore
+from grpo_core.train.trainer import Trainer
 
 KINDS = {"exact": "binary", "f1": "continuous", "length": "penalty", "mine": "custom"}
 
@@ -61,7 +63,7 @@ def test_the_trainer_logs_outcomes_per_group_and_wasted_compute_per_step(tmp_pat
     untrainable = 1 - wide[names.TRAINABLE_RATIO]
     assert ((wide[names.WASTED_TOKENS] > 0) == (untrainable > 0)).all()
     store.close()
-    from grpo_core import prompt_history
+    from grpo_core.analysis import prompt_history
     from grpo_core.__main__ import main
     table = prompt_history.load(tmp_path / "o")
     assert table["sampled"].sum() == 9 and table["prompt"].notna().all()
@@ -89,7 +91,7 @@ def test_the_prompt_table_counts_each_prompts_groups_and_exports_the_never_train
 
     import pandas as pd
 
-    from grpo_core import prompt_history
+    from grpo_core.analysis import prompt_history
     groups = pd.DataFrame({"step": [1, 1, 2, 2, 3], "group": [0, 1, 0, 1, 0], "prompt_id": ["a", "b", "a", "c", "a"],
                            "trainable": [False, True, False, True, False],
                            "outcome": [health.SOLVED, health.MIXED, health.SOLVED, health.MIXED, health.UNSOLVED]})
@@ -104,7 +106,7 @@ def test_the_prompt_table_counts_each_prompts_groups_and_exports_the_never_train
 
 
 def test_the_report_says_how_much_sampling_taught_nothing(tmp_path):
-    from grpo_core import report
+    from grpo_core.analysis import report
     store = RunStore.create("w", {}, root=tmp_path)
     for step, (sampled, wasted) in enumerate([(100, 60), (220, 140)], 1):
         store.log_step(step, {names.CUM_SAMPLED_TOKENS: sampled, names.CUM_WASTED_TOKENS: wasted,
@@ -119,12 +121,12 @@ def test_the_report_says_how_much_sampling_taught_nothing(tmp_path):
 def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_split(tmp_path, monkeypatch):
     """A real trainer run: the groups chart carries all-solved / none-solved, the live page
     the wasted share in words."""
-    from grpo_core import live
+    from grpo_core.dashboard import live_view
     from tests.helpers_dashboard import REPO, chart_specs, run_page
     store = trained(tmp_path, "lw")
     wide = store.scalars_wide()
     store.close()
-    text = live.wasted_text(live.load(tmp_path / "lw"))
+    text = live_view.wasted_text(live_view.load(tmp_path / "lw"))
     share = wide[names.CUM_WASTED_TOKENS].iloc[-1] / wide[names.CUM_SAMPLED_TOKENS].iloc[-1]
     assert text.startswith(f"{share:.0%} of this run's sampling taught nothing")
     monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import autopilot, pilot
+from grpo_core.analysis import autopilot, pilot
 from grpo_core.__main__ import main
-from grpo_core.config import ConfigError, from_dict, load_config
-from grpo_core.rewards import KINDS
-from grpo_core.store import list_runs
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import from_dict, load_config
+from grpo_core.tasks.rewards import KINDS
+from grpo_core.runs.store import list_runs
 from grpo_core.tasks import build_metrics, make_task
 
 REPO = Path(__file__).resolve().parents[1]

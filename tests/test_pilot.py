@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import health
-from grpo_core import names
-from grpo_core import pilot
-from grpo_core.config import RunConfig, from_dict
-from grpo_core.store import RunStore, list_runs
+from grpo_core.analysis import health
+from grpo_core.runs import names
+from grpo_core.analysis import pilot
+from grpo_core.runs.config import RunConfig, from_dict
+from grpo_core.runs.store import RunStore, list_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -219,14 +219,14 @@ def test_training_defaults_carry_the_chosen_settings(runs_dir):
     assert d["group_size"] == 12 and d["level"] == 3 and d["temperature"] == 0.8
     assert d["weights"] == {"answer_f1": 0.7, "exact": 0.3} and d["from_pilot"] == "d"
     # The --set form of the same loads into a config with exactly these values.
-    from grpo_core.config import load_config
+    from grpo_core.runs.config import load_config
     cfg = load_config(None, d["overrides"])
     assert cfg.grpo.group_size == 12 and cfg.task.level == 3 and cfg.grpo.temperature == 0.8
     assert cfg.reward.weights["answer_f1"] == 0.7 and cfg.reward.weights["exact"] == 0.3
 
 
 def test_pilot_module_does_not_import_torch():
-    code = "import sys, grpo_core.pilot; sys.exit('torch' in sys.modules)"
+    code = "import sys, grpo_core.analysis.pilot; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
@@ -279,7 +279,7 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     assert "loss/policy" not in RunStore.open(rid).scalar_names()  # nothing was trained
 
     # The second pilot goes through start_pilot (the page's path): a detached process.
-    from grpo_core.config import load_config
+    from grpo_core.runs.config import load_config
     cfg = load_config(_coin_config(tmp_path / "g.toml", g), ["grpo.steps=8"])
     monkeypatch.setenv("PILOT_COIN_P", "0.9")
     monkeypatch.setenv("PILOT_COIN_SEED", "2")
@@ -317,7 +317,7 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monke
 
     import torch
 
-    from grpo_core.config import load_config
+    from grpo_core.runs.config import load_config
     monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
     threads = torch.get_num_threads()
     cfg = load_config(_coin_config(tmp_path / "c.toml", 2), ["grpo.steps=50"])
@@ -377,8 +377,8 @@ def level1_expert(tmp_path_factory):
     depends on the float kernels."""
     import torch
 
-    from grpo_core import models
-    from grpo_core.config import ModelConfig
+    from grpo_core.train import models
+    from grpo_core.runs.config import ModelConfig
     from grpo_core.tasks.demo import DemoTask
     path = tmp_path_factory.mktemp("expert") / "level1"
     tok = models.build_tokenizer()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import health
-from grpo_core.store import list_runs
+from grpo_core.analysis import health
+from grpo_core.runs.store import list_runs
 from tests.test_pilot import bernoulli_scores, make_pilot_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_page_with_a_finished_pilot(runs_dir):
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception
     assert at.selectbox[0].value == "pilot-coin"
-    from grpo_core.pilot import pilot_summary
+    from grpo_core.analysis.pilot import pilot_summary
     s = pilot_summary("pilot-coin")
     ratio = next(m for m in at.metric if m.label == "Predicted trainable ratio")
     assert ratio.value == f"{s.ratio:.2f}"
@@ -77,7 +77,7 @@ def test_start_training_carries_the_chosen_settings(runs_dir):
     _coin_pilot()
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     # The planner's G is preselected; the user picks another and the level.
-    from grpo_core.pilot import pilot_summary
+    from grpo_core.analysis.pilot import pilot_summary
     g = pilot_summary("pilot-coin").verdict.actions[0].settings["group_size"]
     assert at.number_input(key="pilot_train_g").value == g
     at.number_input(key="pilot_train_g").set_value(g + 2)
@@ -94,7 +94,7 @@ def test_start_training_carries_the_chosen_settings(runs_dir):
 def test_progress_of_a_running_pilot(runs_dir):
     sc = bernoulli_scores(np.random.default_rng(8), 2, 8, 4, [0.5])
     make_pilot_store("pilot-live", sc, ["exact"], {"exact": 1.0}, status="running")
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     with RunStore.open("pilot-live") as s:
         s.set_meta(config={**s.config, "grpo": {**s.config["grpo"], "steps": 8}}, pid=os.getpid())
         s.heartbeat()

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import presets
-from grpo_core.config import from_dict, validate
+from grpo_core.runs import presets
+from grpo_core.runs.config import from_dict, validate
 
 
 def test_save_load_round_trip_is_a_shareable_toml_file(runs_dir):
@@ -144,7 +144,7 @@ def test_runs_page_fills_the_start_form_from_a_preset_and_lists_a_bad_file(runs_
 
 
 def test_runs_page_says_stopped_by_the_autopilot(runs_dir):
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     with RunStore.create("ap", {"grpo": {"steps": 10}}) as s:
         s.set_status("stopped", stop_reason="autopilot", stop_message="stop request 2 from autopilot: ...")
     with RunStore.create("user", {"grpo": {"steps": 10}}) as s:

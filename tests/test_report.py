@@ -1,4 +1,4 @@
-"""Post-run analysis (grpo_core/report.py) on real SQLite run stores written the way the
+"""Post-run analysis (grpo_core/analysis/report.py) on real SQLite run stores written the way the
 trainer writes them: RunStore.log_step with groups and rollouts, changes recorded as
 request + claim_pending + resolve_request. Every expected number below is worked out
 by hand from the scores the builder writes (see the comments)."""
@@ -15,11 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import health
-from grpo_core import names
-from grpo_core import report
-from grpo_core.config import ConfigError, RunConfig
-from grpo_core.store import RunStore
+from grpo_core.analysis import health
+from grpo_core.runs import names
+from grpo_core.analysis import report
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import RunConfig
+from grpo_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -400,7 +401,7 @@ def test_cli_bad_suffix_and_missing_run(tmp_path):
 
 
 def test_report_does_not_import_torch():
-    code = ("import sys, grpo_core.report, grpo_core.config; "
+    code = ("import sys, grpo_core.analysis.report, grpo_core.runs.config; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from grpo_core import rewards
-from grpo_core.config import ConfigError
+from grpo_core.tasks import rewards
+from grpo_core.errors import ConfigError
 
 EX = {"answer": "Paris", "source": "S2"}
 DEMO = {m: rewards.BUILTIN[m] for m in ("answer_f1", "exact", "citation", "format", "length")}  # the demo's five
@@ -195,7 +195,7 @@ def test_two_failing_metrics_both_recorded():
 
 def test_load_metric():
     assert rewards.load_metric("math:sqrt")(4) == 2.0
-    assert rewards.load_metric("grpo_core.rewards:token_f1") is rewards.token_f1
+    assert rewards.load_metric("grpo_core.tasks.rewards:token_f1") is rewards.token_f1
     for bad, msg in [("math.sqrt", "must be 'module:function'"), ("no_such_mod:f", "cannot be loaded"),
                      ("math:nothing", "cannot be loaded"), ("math:pi", "not callable")]:
         with pytest.raises(ConfigError, match=msg):

@@ -1,4 +1,4 @@
-"""grpo_core.runner: real trainer processes started, steered and stopped the way the
+"""grpo_core.dashboard.processes: real trainer processes started, steered and stopped the way the
 dashboard does it."""
 import os
 import subprocess
@@ -7,9 +7,10 @@ import tomllib
 
 import pytest
 
-from grpo_core import runner
-from grpo_core.config import ConfigError
-from grpo_core.store import RunStore, StoreError, list_runs, pid_alive
+from grpo_core.dashboard import processes
+from grpo_core.errors import ConfigError
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import RunStore, list_runs, pid_alive
 from tests.helpers_dashboard import synth_run, wait_for
 
 SMALL = {"grpo": {"steps": 4, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
@@ -37,24 +38,24 @@ def _status(runs_dir, rid):
 ])
 def test_bad_config_starts_nothing(runs_dir, cfg, match):
     with pytest.raises(ConfigError, match=match):
-        runner.start_run(cfg, root=runs_dir)
+        processes.start_run(cfg, root=runs_dir)
     assert list(runs_dir.iterdir()) == []
 
 
 def test_bad_or_taken_run_id_starts_nothing(runs_dir):
     with pytest.raises(StoreError, match="not allowed"):
-        runner.start_run(SMALL, run_id="../escape", root=runs_dir)
+        processes.start_run(SMALL, run_id="../escape", root=runs_dir)
     synth_run(runs_dir, "taken", 2).close()
     with pytest.raises(StoreError, match="already exists"):
-        runner.start_run(SMALL, run_id="taken", root=runs_dir)
+        processes.start_run(SMALL, run_id="taken", root=runs_dir)
     with pytest.raises(StoreError, match="nothing to resume|still live"):
-        runner.start_run(run_id="taken", root=runs_dir, resume=True)  # its "trainer" (us) is alive
+        processes.start_run(run_id="taken", root=runs_dir, resume=True)  # its "trainer" (us) is alive
 
 
 # ---- real trainers -----------------------------------------------------------------------------
 @pytest.mark.slow
 def test_start_run_trains_to_the_end_detached(runs_dir):
-    rid = runner.start_run(_small(4), root=runs_dir)
+    rid = processes.start_run(_small(4), root=runs_dir)
     run_dir = runs_dir / rid
     cfg = tomllib.loads((run_dir / "config.toml").read_text())
     assert cfg["grpo"]["steps"] == 4 and cfg["model"]["warm_start_steps"] == 0
@@ -65,47 +66,47 @@ def test_start_run_trains_to_the_end_detached(runs_dir):
     meta, last = _meta(runs_dir, rid)
     assert last == 4 and meta["pid"] == pid  # the trainer recorded the same process
     wait_for(lambda: not pid_alive(pid), 30, what="the trainer to exit")
-    tail = runner.log_tail(rid, 3, root=runs_dir)
-    assert 0 < len(tail.splitlines()) <= 3 and "finished at step 4" in runner.log_tail(rid, 50, root=runs_dir)
+    tail = processes.log_tail(rid, 3, root=runs_dir)
+    assert 0 < len(tail.splitlines()) <= 3 and "finished at step 4" in processes.log_tail(rid, 50, root=runs_dir)
 
 
 @pytest.mark.slow
 def test_pause_resume_stop_then_resume_from_checkpoint_then_terminate(runs_dir):
-    rid = runner.start_run(_small(2000), root=runs_dir)
+    rid = processes.start_run(_small(2000), root=runs_dir)
     wait_for(lambda: (_meta(runs_dir, rid)[1] or 0) >= 2, 240, what="two steps")
-    runner.pause_run(rid, root=runs_dir)
+    processes.pause_run(rid, root=runs_dir)
     wait_for(lambda: _status(runs_dir, rid) == "paused", 60, what="paused")
     held = _meta(runs_dir, rid)[1]
     wait_for(lambda: _meta(runs_dir, rid)[0]["heartbeat"] > _meta(runs_dir, rid)[0]["status_time"] + 2.5, 30,
              what="heartbeats while paused")
     assert _meta(runs_dir, rid)[1] == held and _status(runs_dir, rid) == "paused"  # alive, not stepping
-    runner.resume_run(rid, root=runs_dir)
+    processes.resume_run(rid, root=runs_dir)
     wait_for(lambda: (_meta(runs_dir, rid)[1] or 0) > held, 60, what="steps after resume")
-    runner.stop_run(rid, root=runs_dir)
+    processes.stop_run(rid, root=runs_dir)
     wait_for(lambda: _status(runs_dir, rid) == "stopped", 60, what="stopped")
     stopped_at = _meta(runs_dir, rid)[1]
     with pytest.raises(StoreError, match="stopped"):
-        runner.pause_run(rid, root=runs_dir)  # a finished run takes no requests
+        processes.pause_run(rid, root=runs_dir)  # a finished run takes no requests
 
-    runner.start_run(run_id=rid, root=runs_dir, resume=True)  # from the checkpoint written at stop
+    processes.start_run(run_id=rid, root=runs_dir, resume=True)  # from the checkpoint written at stop
     wait_for(lambda: (_meta(runs_dir, rid)[1] or 0) > stopped_at and _status(runs_dir, rid) == "running", 240,
              what="the resumed run to step")
     pid = _meta(runs_dir, rid)[0]["pid"]
-    assert runner.terminate_run(rid, root=runs_dir, wait_s=60) is True
+    assert processes.terminate_run(rid, root=runs_dir, wait_s=60) is True
     assert not pid_alive(pid) and _status(runs_dir, rid) == "stopped"
 
 
 @pytest.mark.slow
 def test_a_trainer_that_cannot_start_shows_failed_with_its_error(runs_dir):
-    rid = runner.start_run({**SMALL, "model": {"path": str(runs_dir / "no-such-model")}}, root=runs_dir)
+    rid = processes.start_run({**SMALL, "model": {"path": str(runs_dir / "no-such-model")}}, root=runs_dir)
     wait_for(lambda: _status(runs_dir, rid) == "failed", 240, what="failed")
     assert "no-such-model" in _meta(runs_dir, rid)[0]["error"]
 
 
 def test_a_crash_before_the_trainer_records_anything_is_recorded_by_the_runner(runs_dir, monkeypatch):
     crash = [sys.executable, "-c", "import sys; print('ImportError: no module named torch'); sys.exit(3)"]
-    monkeypatch.setattr(runner, "train_command", lambda *a, **k: crash)
-    rid = runner.start_run(SMALL, root=runs_dir)
+    monkeypatch.setattr(processes, "train_command", lambda *a, **k: crash)
+    rid = processes.start_run(SMALL, root=runs_dir)
     wait_for(lambda: _status(runs_dir, rid) == "failed", 30, what="failed")
     assert _meta(runs_dir, rid)[0]["error"] == "trainer exited with code 3: ImportError: no module named torch"
 
@@ -115,24 +116,24 @@ def test_terminate_never_signals_a_process_that_is_not_our_trainer(runs_dir):
     other = subprocess.Popen(["sleep", "60"])
     try:
         store.set_meta(pid=other.pid)
-        assert runner.terminate_run("r", root=runs_dir, wait_s=1) is False
+        assert processes.terminate_run("r", root=runs_dir, wait_s=1) is False
         assert other.poll() is None and _status(runs_dir, "r") == "running"
     finally:
         other.kill()
         other.wait()
-    assert runner.terminate_run("r", root=runs_dir, wait_s=1) is False  # gone: nothing to signal
+    assert processes.terminate_run("r", root=runs_dir, wait_s=1) is False  # gone: nothing to signal
     assert _status(runs_dir, "r") == "stopped"  # ... and the run no longer shows as live
 
 
 def test_demo_is_started_only_when_none_is_live(runs_dir, monkeypatch):
     started = []
-    monkeypatch.setattr(runner, "start_run", lambda cfg, **kw: started.append((cfg, kw)) or "demo-new")
+    monkeypatch.setattr(processes, "start_run", lambda cfg, **kw: started.append((cfg, kw)) or "demo-new")
     synth_run(runs_dir, "demo-old", 2, status="finished").close()
-    assert runner.start_demo_if_idle(runs_dir, ["grpo.steps=7"]) == ("demo-new", True)
+    assert processes.start_demo_if_idle(runs_dir, ["grpo.steps=7"]) == ("demo-new", True)
     cfg, kw = started[0]
     assert cfg.grpo.steps == 7 and kw["prefix"] == "demo" and not cfg.log.progress
     synth_run(runs_dir, "demo-live", 2).close()  # running, heartbeat fresh, pid = this process
-    assert runner.start_demo_if_idle(runs_dir) == ("demo-live", False)
+    assert processes.start_demo_if_idle(runs_dir) == ("demo-live", False)
     assert len(started) == 1
 
 

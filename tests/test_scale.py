@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_core import report
-from grpo_core.store import RunStore
+from grpo_core.analysis import report
+from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import synth_run
 
 CHANGE_AT = 60

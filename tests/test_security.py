@@ -5,7 +5,7 @@ and the Docker image.
   a token (--token / $GRPO_HEALTH_TOKEN) every page, app.py and each page file opened
   directly, shows only a password box until the token matches (hmac.compare_digest).
 - Nothing typed in a browser is imported or run; typed paths stay inside the allowed
-  folders (the form cases are in tests/test_bad_input.py; the policy is grpo_core/safety.py).
+  folders (the form cases are in tests/test_bad_input.py; the policy is grpo_core/dashboard/access.py).
 - XSRF protection stays on; the Dockerfile lints clean and its CMD is a valid serve command.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core import safety, serve
-from grpo_core import store
+from grpo_core.dashboard import access, serve
+from grpo_core.runs import store
 from grpo_core.__main__ import build_parser, main
-from grpo_core.config import ConfigError
+from grpo_core.errors import ConfigError
 from tests.helpers_dashboard import REPO, free_port, synth_run, wait_for
 
 TOKEN = "s3cret-token-for-tests"
@@ -49,7 +49,7 @@ def launched(monkeypatch):
         def wait(self, timeout=None):
             return 0
     monkeypatch.setattr(serve.subprocess, "Popen", Fake)
-    monkeypatch.delenv(safety.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(access.TOKEN_ENV, raising=False)
     return seen
 
 
@@ -60,7 +60,7 @@ def address(cmd: list[str]) -> str:
 def test_serve_binds_loopback_by_default_without_a_warning(launched, runs_dir, capsys):
     assert main(["serve", "--no-demo", "--port", "9"]) == 0
     assert address(launched["cmd"]) == "127.0.0.1"
-    assert "WARNING" not in capsys.readouterr().err and safety.TOKEN_ENV not in launched["env"]
+    assert "WARNING" not in capsys.readouterr().err and access.TOKEN_ENV not in launched["env"]
     cfg = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["address"] == "127.0.0.1"  # `streamlit run app.py` too
 
@@ -73,7 +73,7 @@ def test_serve_wider_warns_and_hands_the_token_over_by_env_only(launched, runs_d
     assert main(["serve", "--no-demo", "--port", "9", "--host", "0.0.0.0", "--token", TOKEN]) == 0
     err = capsys.readouterr().err
     assert "Every browser must give the token first" in err
-    assert launched["env"][safety.TOKEN_ENV] == TOKEN and TOKEN not in " ".join(launched["cmd"])
+    assert launched["env"][access.TOKEN_ENV] == TOKEN and TOKEN not in " ".join(launched["cmd"])
 
 
 def test_a_short_token_is_refused_in_one_line(launched, runs_dir, capsys):
@@ -105,7 +105,7 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
                                          stderr=subprocess.STDOUT, start_new_session=True),
              "wide": subprocess.Popen([sys.executable, "-m", "grpo_core", "serve", "--no-demo", "--port",
                                        str(ports["wide"]), "--host", "0.0.0.0"], cwd=REPO,
-                                      env={**env, safety.TOKEN_ENV: TOKEN}, stdout=logs["wide"],
+                                      env={**env, access.TOKEN_ENV: TOKEN}, stdout=logs["wide"],
                                       stderr=subprocess.STDOUT, start_new_session=True)}
     try:
         for k, port in ports.items():
@@ -180,7 +180,7 @@ def shows_nothing_but_the_box(at: AppTest, secret_run: str):
 
 @pytest.mark.parametrize("path", ["app.py", *PAGES])
 def test_with_a_token_every_page_shows_only_the_token_box(runs_dir, monkeypatch, path):
-    monkeypatch.setenv(safety.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(access.TOKEN_ENV, TOKEN)
     synth_run(runs_dir, "secret-run", 3).close()
     at = gated(path)  # a page file opened directly: what a fresh server runs for its URL, without app.py
     shows_nothing_but_the_box(at, "secret-run")
@@ -190,7 +190,7 @@ def test_with_a_token_every_page_shows_only_the_token_box(runs_dir, monkeypatch,
 
 
 def test_the_right_token_opens_the_app_for_that_session_only(runs_dir, monkeypatch):
-    monkeypatch.setenv(safety.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(access.TOKEN_ENV, TOKEN)
     synth_run(runs_dir, "secret-run", 3).close()
     at = gated("app.py")
     at.text_input[0].set_value(TOKEN).run()
@@ -202,7 +202,7 @@ def test_the_right_token_opens_the_app_for_that_session_only(runs_dir, monkeypat
 
 
 def test_without_a_token_nothing_is_asked(runs_dir, monkeypatch):
-    monkeypatch.delenv(safety.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(access.TOKEN_ENV, raising=False)
     synth_run(runs_dir, "r", 3).close()
     at = gated("app.py")
     assert "Access token" not in [t.label for t in at.text_input] and at.sidebar.selectbox
@@ -210,11 +210,11 @@ def test_without_a_token_nothing_is_asked(runs_dir, monkeypatch):
 
 def test_token_compare_is_constant_time(monkeypatch):
     calls = []
-    real = safety.hmac.compare_digest
-    monkeypatch.setattr(safety.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
-    assert safety.token_matches(TOKEN, TOKEN) and not safety.token_matches(TOKEN[:-1], TOKEN)
-    assert not safety.token_matches("", TOKEN) and not safety.token_matches(None, TOKEN)
-    assert len(calls) == 4 and safety.token_matches("anything", "")  # no token set: open
+    real = access.hmac.compare_digest
+    monkeypatch.setattr(access.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
+    assert access.token_matches(TOKEN, TOKEN) and not access.token_matches(TOKEN[:-1], TOKEN)
+    assert not access.token_matches("", TOKEN) and not access.token_matches(None, TOKEN)
+    assert len(calls) == 4 and access.token_matches("anything", "")  # no token set: open
 
 
 # ---- nothing typed in a browser is executed --------------------------------------------------------------------
@@ -259,15 +259,15 @@ def test_typed_paths_resolve_inside_the_allowed_folders(runs_dir, tmp_path, monk
     (outside / "model").mkdir(parents=True)
     (runs_dir / "link").symlink_to(outside / "model")  # inside by name, outside in fact
     with pytest.raises(ConfigError, match="is outside the folders"):
-        safety.check_ui_path("model.path", str(runs_dir / "link"), "dir")
+        access.check_ui_path("model.path", str(runs_dir / "link"), "dir")
     with pytest.raises(ConfigError, match="is outside the folders"):
-        safety.check_ui_path("model.path", str(runs_dir / ".." / "outside" / "model"), "dir")
-    monkeypatch.setenv(safety.ALLOWED_ENV, str(outside))  # the operator allows it
-    assert safety.check_ui_path("model.path", str(runs_dir / "link"), "dir") == str((outside / "model").resolve())
+        access.check_ui_path("model.path", str(runs_dir / ".." / "outside" / "model"), "dir")
+    monkeypatch.setenv(access.ALLOWED_ENV, str(outside))  # the operator allows it
+    assert access.check_ui_path("model.path", str(runs_dir / "link"), "dir") == str((outside / "model").resolve())
     with pytest.raises(ConfigError, match="no such file"):
-        safety.check_ui_path("task.dataset", str(outside / "model"), "file")
+        access.check_ui_path("task.dataset", str(outside / "model"), "file")
     monkeypatch.chdir(REPO)  # a relative path is the dashboard's working dir (serve runs it in the repo)
-    assert safety.check_ui_path("model.path", "grpo_core", "dir") == str(REPO / "grpo_core")
+    assert access.check_ui_path("model.path", "grpo_core", "dir") == str(REPO / "grpo_core")
 
 
 # ---- Docker ----------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Skip before sampling (grpo_core/skipping.py): streaks and keep probabilities by hand, the
+"""Skip before sampling (grpo_core/train/skipping.py): streaks and keep probabilities by hand, the
 draw with its cap and fill, and the real trainer on a small JSONL whose prompts repeat: the
 skipped counts are logged, a prompt that is always zero-variance is drawn less often, and a
 resumed run skips what the uninterrupted one skipped."""
@@ -7,11 +7,13 @@ import zlib
 import numpy as np
 import pytest
 
-from grpo_core.config import ConfigError, load_config
-from grpo_core.names import CUM_SKIPPED_PROMPTS, SKIPPED_PROMPTS
-from grpo_core.skipping import PromptSkipper
-from grpo_core.store import RUNNING, RunStore
-from grpo_core.trainer import Trainer
+from grpo_core.errors import ConfigError
+
+from grpo_core.runs.config import load_config
+from grpo_core.runs.names import CUM_SKIPPED_PROMPTS, SKIPPED_PROMPTS
+from grpo_core.train.skipping import PromptSkipper
+from grpo_core.runs.store import RUNNING, RunStore
+from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=6",

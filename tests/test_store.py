@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.live_settings import SET_WEIGHTS
-from grpo_core.store import (APPLIED, CREATED, EV_CHANGE, EV_REJECTED, FAILED, FINISHED, PAUSE, REJECTED,
+from grpo_core.runs.live_settings import SET_WEIGHTS
+from grpo_core.runs.store import (APPLIED, CREATED, EV_CHANGE, EV_REJECTED, FAILED, FINISHED, PAUSE, REJECTED,
                              ROWS_PER_STATEMENT, RUNNING, SCHEMA_VERSION, STALE, STOP, STOPPED, StepGroups,
                              StepRollouts, check_run_id, display_status, list_runs, new_run_id, resolve_db)
-from grpo_core.store import RunStore, StoreError
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 P, G = 4, 3  # groups per step, rollouts per group
@@ -61,7 +62,7 @@ def complete_steps(store: RunStore) -> dict[int, tuple[int, int, int]]:
 WRITER = r'''
 import sys, time, os
 from pathlib import Path
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 run_id, steps, ready = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 s = RunStore.create(run_id, {"grpo": {"steps": steps}})
 s.set_status("running", pid=os.getpid())
@@ -79,7 +80,7 @@ s.set_status("finished")
 READER = r'''
 import sys, time, json
 from pathlib import Path
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 db, steps, ready = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 while not db.exists():
     time.sleep(0.01)
@@ -121,7 +122,7 @@ def test_reader_process_sees_steps_appear_while_writer_process_writes(runs_dir, 
 
 KILLED = r'''
 import sys, os
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 s = RunStore.create(sys.argv[1], {})
 s.set_status("running", pid=os.getpid())
 step = 0
@@ -161,7 +162,7 @@ def test_writer_killed_mid_run_leaves_every_committed_step_and_no_half_step(runs
 CLAIMER = r'''
 import sys, os, time, json
 from pathlib import Path
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 db, name, ready, stop, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
 s = RunStore.open(db)
 ready.touch()

@@ -11,19 +11,23 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_core import grpo, health, models, session
-from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY, FRAC_REWARD_ZERO_STD,
+from grpo_core.train import grpo, models
+
+from grpo_core.analysis import health
+
+from grpo_core.runs import lifecycle
+from grpo_core.runs.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY, FRAC_REWARD_ZERO_STD,
                              GRAD_NORM, GROUPS_SUBMITTED, GROUPS_TRAINABLE, LOSS_POLICY, MIN_GROUP_STD,
                              PHANTOM_GROUPS, REWARD, REWARD_STD, SAMPLING_BATCHES, SCORING_ERRORS,
                              STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO, metric_group_std, metric_mean,
                              metric_weight)
-from grpo_core.store import (EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSED, RUNNING, RunMeta, RunStore, STOPPED,
+from grpo_core.runs.store import (EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSED, RUNNING, RunMeta, RunStore, STOPPED,
                              steps_budget)
-from grpo_core import trainer
-from grpo_core.checkpoints import latest_checkpoint
-from grpo_core.config import GRPOConfig, ModelConfig, RunConfig, load_config
-from grpo_core.grpo import ADV_EPS, advantages, completion_mask, grpo_loss, rollout, train_on, trim
-from grpo_core.trainer import Trainer
+from grpo_core.train import trainer
+from grpo_core.train.checkpoints import latest_checkpoint
+from grpo_core.runs.config import GRPOConfig, ModelConfig, RunConfig, load_config
+from grpo_core.train.grpo import ADV_EPS, advantages, completion_mask, grpo_loss, rollout, train_on, trim
+from grpo_core.train.trainer import Trainer
 
 torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
 
@@ -217,7 +221,7 @@ def test_with_a_kl_term_every_row_trains_whatever_drop_untrainable_says(policy):
 
 
 def test_an_update_moves_toward_higher_advantage(policy):
-    from grpo_core.grpo import token_logprobs
+    from grpo_core.train.grpo import token_logprobs
     model, tok = policy
     m = type(model)(model.config)
     m.load_state_dict(model.state_dict())
@@ -311,7 +315,7 @@ def test_half_precision_compute_keeps_fp32_weights_that_move_as_in_fp32(tmp_path
         seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == getattr(torch, dtype))
         return token_logprobs(*a, **kw)
     monkeypatch.setattr(grpo, "token_logprobs", spy)
-    from grpo_core.rewards import Scored
+    from grpo_core.tasks.rewards import Scored
     moved = {}
     for compute in ("float32", dtype):
         tr, _ = _trainer(tmp_path, [f"model.dtype={compute}", "grpo.lr=1e-6", "grpo.min_group_std=0"], run_id=compute)
@@ -349,7 +353,7 @@ def test_zero_trainable_step_does_no_update_and_alerts(tmp_path):
 
 
 def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeypatch):
-    from grpo_core import health
+    from grpo_core.analysis import health
     tr, _ = _trainer(tmp_path)
     on = {1, 2, 5, 6, 9, 30}  # on and off within ALERT_REARM steps, then again much later
     monkeypatch.setattr(trainer.health, "alerts", lambda wide, cfg, outcome=None: [health.Alert("declining_ratio", "warning", "x",
@@ -375,7 +379,7 @@ def test_dynamic_sampling_draws_batches_until_enough_trainable_groups(tmp_path):
 def test_dynamic_sampling_counts_only_what_the_step_trains_on(tmp_path, monkeypatch):
     """With an outcome gate, groups whose variance is shaping terms only (phantom) do not end the
     draw: the step's own trainable rule decides, and the step logs them as phantom."""
-    from grpo_core.rewards import Scored
+    from grpo_core.tasks.rewards import Scored
     tr, store = _trainer(tmp_path, ["grpo.dynamic_sampling=true", "grpo.dynamic_max_batches=3",
                                     "grpo.dynamic_min_trainable=1", "reward.outcome_metric=exact"])
     names = tr.reward.names
@@ -670,13 +674,13 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
     raise every alert kind (and on healthy ones) that must not change a single alert."""
     import numpy as np
     import pandas as pd
-    from grpo_core import health
-    from grpo_core.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY,
+    from grpo_core.analysis import health
+    from grpo_core.runs.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY,
                                  FRAC_REWARD_ZERO_STD, GRAD_NORM, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
                                  LOSS_POLICY, MIN_GROUP_STD, PHANTOM_GROUPS, REWARD, REWARD_STD,
                                  SAMPLING_BATCHES, SCORING_ERRORS, STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO,
                                  metric_group_std, metric_mean, metric_weight)
-    from grpo_core.config import HealthConfig
+    from grpo_core.runs.config import HealthConfig
     rng = np.random.default_rng(0)
     cfg = HealthConfig()
     n = 30
@@ -704,8 +708,8 @@ def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
     messages) on windows that raise each kind, near each threshold, and at random."""
     import numpy as np
     import pandas as pd
-    from grpo_core import health
-    from grpo_core.config import HealthConfig
+    from grpo_core.analysis import health
+    from grpo_core.runs.config import HealthConfig
     rng = np.random.default_rng(1)
     cfg = HealthConfig()
     keep = max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 1
@@ -755,7 +759,7 @@ def test_the_heartbeat_thread_checkpoints_the_wal_while_the_loop_defers(tmp_path
         return real_log_steps(self, steps)
     monkeypatch.setattr(RunStore, "checkpoint", counted)
     monkeypatch.setattr(RunStore, "log_steps", spy)
-    monkeypatch.setattr(session.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
+    monkeypatch.setattr(lifecycle.Heartbeat.__init__, "__defaults__", (0.02,))  # a beat every 20 ms, not 2 s
     tr, store = _trainer(tmp_path, ["grpo.steps=4", "log.commit_every_s=0"])  # 4 commits, each between beats
     tr.run()
     assert seen == [("MainThread", 0, 1)] * 4
@@ -781,6 +785,6 @@ def test_the_learning_rate_schedule_is_transformers(schedule, theirs):
 def test_the_trainer_logs_the_scheduled_learning_rate(tmp_path):
     tr, store = _trainer(tmp_path, ["grpo.steps=4", "grpo.lr=0.01", "grpo.warmup_steps=2", "grpo.lr_schedule=linear"])
     assert tr.run() == "finished"
-    from grpo_core.names import LEARNING_RATE
+    from grpo_core.runs.names import LEARNING_RATE
     logged = store.scalars_wide()[LEARNING_RATE].tolist()
     assert logged == pytest.approx([0.0, 0.005, 0.01, 0.005])

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import control
-from grpo_core import names
-from grpo_core.store import (EV_CHANGE, EV_LIFECYCLE, FINISHED, RUNNING, RunStore, STALE, STOPPED,
-                             StoreError, display_status)
+from grpo_core.runs import requests
+from grpo_core.runs import names
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import EV_CHANGE, EV_LIFECYCLE, FINISHED, RUNNING, RunStore, STALE, STOPPED, display_status
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_weight_request_mid_run_is_applied_exactly_once_and_sigterm_stops_cleanl
     try:
         wait_for(lambda: (last_step(db) or 0) >= 3, proc, what="step 3")
         new = {"answer_f1": 0.0, "exact": 1.0, "citation": 0.0, "format": 0.0, "length": 0.0}
-        rid = control.send(db, "set_weights", {"weights": new}, source="test")
+        rid = requests.send(db, "set_weights", {"weights": new}, source="test")
         store = RunStore(db, readonly=True)
 
         def applied_step():

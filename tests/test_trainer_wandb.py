@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from grpo_core import names
+from grpo_core.runs import names
 from grpo_core.integrations.importers import import_path
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 
 pytestmark = pytest.mark.slow
 

@@ -19,10 +19,12 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from grpo_core import health, models
-from grpo_core.config import GRPOConfig, ModelConfig
+from grpo_core.analysis import health
+
+from grpo_core.train import models
+from grpo_core.runs.config import GRPOConfig, ModelConfig
 from grpo_core.integrations.trl import trl_rewards
-from grpo_core.grpo import advantages, grpo_loss, token_logprobs, train_on, trim
+from grpo_core.train.grpo import advantages, grpo_loss, token_logprobs, train_on, trim
 
 # Our loss types and the TRL loss types they equal (dapo: on one process, one accumulation step).
 LOSS_TYPES = [("token", "bnpo"), ("token", "dapo"), ("sequence", "grpo")]
@@ -125,7 +127,7 @@ def test_a_train_on_update_has_trls_parameter_gradient(policy64, ours, theirs, b
     """The whole update on a real model in float64: our advantages and train_on against TRL's
     advantages and _compute_loss on the same rollouts, parameter by parameter."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.grpo import rollout
+    from grpo_core.train.grpo import rollout
     model, tok = policy64
     torch.manual_seed(0)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=8)
@@ -186,7 +188,7 @@ def test_micro_batches_give_the_one_batch_gradient(policy64, loss_type, beta):
     each divided by the whole step's counts: the same gradient and stats as one batch (float64),
     a non-trainable group included (dropped with beta 0, forwarded with a KL term)."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.grpo import rollout
+    from grpo_core.train.grpo import rollout
     model, tok = policy64
     torch.manual_seed(1)
     roll = rollout(model, tok, DemoTask(2, 0).batch(4), 4, max_new_tokens=10)
@@ -219,8 +221,8 @@ def test_activation_checkpointing_gives_the_same_gradient(policy64):
     group's prompt is forwarded per row, which moves sums at the float32 level of the model's
     RMSNorm, so the comparison is row by row both ways), train_on runs with it, and sampling
     keeps its KV cache (eval mode)."""
-    from grpo_core import models
-    from grpo_core.grpo import mode, rollout
+    from grpo_core.train import models
+    from grpo_core.train.grpo import mode, rollout
     from grpo_core.tasks.demo import DemoTask
     model, tok = policy64
     torch.manual_seed(2)
@@ -254,7 +256,7 @@ def test_two_passes_per_batch_are_trls_num_iterations(policy64, ours, theirs):
     before the first update, so the second pass's ratio moves off 1 and clips. Each pass is one
     SGD step with TRL's _compute_loss gradient (float64), parameter by parameter."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.grpo import rollout
+    from grpo_core.train.grpo import rollout
     model, tok = policy64
     torch.manual_seed(3)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=8)

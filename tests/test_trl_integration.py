@@ -26,8 +26,8 @@ W1 = {"has_e": 1.0, "length": 0.0}  # sent after step 3: from step 4 the total i
 
 def build_tiny_model(path: Path) -> Path:
     """The built-in char-level tokenizer and a 1-layer Llama, saved like any hub model."""
-    from grpo_core.config import ModelConfig
-    from grpo_core.models import build_tiny_model as build, build_tokenizer, save_pretrained
+    from grpo_core.runs.config import ModelConfig
+    from grpo_core.train.models import build_tiny_model as build, build_tokenizer, save_pretrained
     tok = build_tokenizer()
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     save_pretrained(build(cfg, tok, seed=0), tok, path)
@@ -41,7 +41,7 @@ RUN_SCRIPT = textwrap.dedent('''
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-    from grpo_core import control
+    from grpo_core.runs import requests
     from grpo_core.integrations.trl import GRPOHealthCallback
 
     def has_e(completions, **kw):  # binary: often the same for a whole group
@@ -63,7 +63,7 @@ RUN_SCRIPT = textwrap.dedent('''
         class SendWeights(TrainerCallback):  # what the dashboard does mid-run
             def on_step_end(self, args, state, ctl, **kw):
                 if state.global_step == send_at and trainer.accelerator.is_main_process:
-                    control.send(os.path.join(runs, run_id), "set_weights", {"weights": weights}, source="test")
+                    requests.send(os.path.join(runs, run_id), "set_weights", {"weights": weights}, source="test")
 
         trainer.add_callback(SendWeights())
         trainer.train()
@@ -115,7 +115,7 @@ def trl_run(tmp_path_factory):
     finally:
         mp.undo()
         sys.path.remove(str(tmp))
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     store = RunStore.open(tmp / "runs" / "trl-run", readonly=True)
     yield {"tmp": tmp, "store": store, "history": trainer.state.log_history, "trainer": trainer, "cb": cb,
            "model_dir": model_dir}
@@ -173,7 +173,7 @@ def test_weight_request_changes_trl_reward_weights_and_logged_rewards(trl_run):
 
 def test_trainer_state_json_imports_with_right_ratio(trl_run, tmp_path):
     from grpo_core.integrations.importers import import_path
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     path = trl_run["tmp"] / "trainer_state_rank0.json"
     rid = import_path("trl", path, root=tmp_path, groups_per_step=3)
     with RunStore.open(tmp_path / rid, readonly=True) as s:
@@ -190,7 +190,7 @@ def test_trainer_state_json_imports_with_right_ratio(trl_run, tmp_path):
 def test_trl_wandb_run_imports_with_right_ratio(trl_run, tmp_path):
     """TRL's own W&B logging (transformers' WandbCallback, offline) read back from run-*.wandb."""
     from grpo_core.integrations.importers import import_path
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     files = list((trl_run["tmp"] / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     rid = import_path("wandb", files[0], root=tmp_path)
@@ -239,7 +239,7 @@ def test_two_processes_one_store_groups_cover_both(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["num_processes"] for r in ranks] == [2, 2]
     assert all(r["weights"] == [W1[f] for f in FNS] for r in ranks), "both processes must apply the request"
-    from grpo_core.store import RunStore, list_runs
+    from grpo_core.runs.store import RunStore, list_runs
     assert list_runs(runs)["run_id"].tolist() == ["ddp"]  # one store
     history = json.loads((tmp_path / "trainer_state_rank0.json").read_text())["log_history"]
     logged = _logged(history)
@@ -269,7 +269,7 @@ def _trainer(model_dir, out, reward_funcs, steps=2):
 
 
 def test_a_second_training_into_a_used_run_id_is_refused(trl_run, tmp_path):
-    from grpo_core.config import ConfigError
+    from grpo_core.errors import ConfigError
     from grpo_core.integrations.trl import GRPOHealthCallback
     runs = trl_run["tmp"] / "runs"
 
@@ -285,7 +285,7 @@ def test_a_second_training_into_a_used_run_id_is_refused(trl_run, tmp_path):
 
 def test_a_crashing_reward_function_marks_the_run_failed(trl_run, tmp_path):
     from grpo_core.integrations.trl import GRPOHealthCallback
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     calls = []
 
     def flaky(completions, **kw):
@@ -320,7 +320,7 @@ def test_docs_snippets_run(tmp_path):
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert "health/trainable_ratio" in proc.stdout and "groups per step unknown" in proc.stdout
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     with RunStore.open(tmp_path / "runs" / "trl-demo", readonly=True) as s:
         assert s.get_meta()["status"] == "finished" and s.last_step() == 5
         assert len(s.groups()) == 5 * 2 and len(s.rollouts()) == 5 * 8
@@ -331,9 +331,9 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
     import threading
     import time
     from transformers import TrainerCallback
-    from grpo_core import control
+    from grpo_core.runs import requests
     from grpo_core.integrations.trl import GRPOHealthCallback
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     run = tmp_path / "runs" / "ctl"
 
     def length(completions, **kw):
@@ -350,18 +350,18 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
                 time.sleep(0.05)
             statuses.append(s.get_meta()["status"])  # what the dashboard shows meanwhile
         time.sleep(0.5)
-        control.send(run, "resume", {}, source="test")
+        requests.send(run, "resume", {}, source="test")
 
     class Sender(TrainerCallback):  # requests arriving while a step runs, as from the dashboard
         def on_step_begin(self, args, state, ctl, **kw):
             if state.global_step == 1:  # during step 2
-                control.send(run, "set_threshold", {"min_group_std": 0.5}, source="test")
-                control.send(run, "set_difficulty", {"level": 2}, source="test")
-                control.send(run, "pause", {}, source="test")
+                requests.send(run, "set_threshold", {"min_group_std": 0.5}, source="test")
+                requests.send(run, "set_difficulty", {"level": 2}, source="test")
+                requests.send(run, "pause", {}, source="test")
                 threading.Thread(target=resume_once_paused).start()
             if state.global_step == 3:  # during step 4: claimed together at its end
                 for kind in ("pause", "resume", "stop"):
-                    control.send(run, kind, {}, source="test")
+                    requests.send(run, kind, {}, source="test")
 
     trainer.add_callback(Sender())
     trainer.train()
@@ -386,7 +386,7 @@ def test_trls_edge_cases_give_trls_ratio_every_step(trl_run, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
     from grpo_core.integrations.trl import GRPOHealthCallback
-    from grpo_core.store import RunStore
+    from grpo_core.runs.store import RunStore
     G = 4
     credits = {"none": [(None, None, None), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0)],
                "permuted": [(0.1, 0.2, 0.4), (0.1, 0.4, 0.2)] * 2,

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core import names
+from grpo_core.runs import names
 from grpo_core.__main__ import main
-from grpo_core.config import ConfigError
+from grpo_core.errors import ConfigError
 from grpo_core.integrations.importers import import_path, import_run
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 
 pytest.importorskip("trl")
 pytest.importorskip("tensorboard")
@@ -153,7 +153,7 @@ def test_completions_parquet_gives_groups_rollouts_and_the_ratio(trl_out, runs):
 
 
 def test_completions_run_works_in_what_if_and_the_inspector(trl_out, runs):
-    from grpo_core import report
+    from grpo_core.analysis import report
     rid = import_path("trl-completions", trl_out["out"] / "completions")
     data = report.load_run(runs / rid)
     view = report.inspect_group(data, 1, 0)

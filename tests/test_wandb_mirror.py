@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core import names
-from grpo_core.config import ConfigError
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
 from grpo_core.integrations.importers import import_path
 from grpo_core.integrations.wandb import WandbMirror
-from grpo_core.store import RunStore
+from grpo_core.runs.store import RunStore
 
 METRICS = ["answer_f1", "exact"]
 

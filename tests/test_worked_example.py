@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core.store import RunStore, list_runs
+from grpo_core.runs.store import RunStore, list_runs
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

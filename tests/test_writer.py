@@ -1,4 +1,4 @@
-"""How steps reach the store (grpo_core/writer.py), on real run stores, alone and inside the
+"""How steps reach the store (grpo_core/runs/writer.py), on real run stores, alone and inside the
 real trainer loop: the default batched commits (steps kept until commit_every_s has passed,
 one transaction for them, a failure that keeps every step before it) and a commit per step.
 For both: the same failed status as when the loop commits each step itself, checkpoints and
@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from grpo_core import names
-from grpo_core.live_settings import SET_THRESHOLD
-from grpo_core.store import EV_ALERT, EV_CHANGE, FAILED, FINISHED, PAUSE, RUNNING, RunStore, STOPPED
-from grpo_core import checkpoints
-from grpo_core import trainer
-from grpo_core.config import load_config
-from grpo_core.writer import BatchedWrites
+from grpo_core.runs import names
+from grpo_core.runs.live_settings import SET_THRESHOLD
+from grpo_core.runs.store import EV_ALERT, EV_CHANGE, FAILED, FINISHED, PAUSE, RUNNING, RunStore, STOPPED
+from grpo_core.train import checkpoints
+from grpo_core.train import trainer
+from grpo_core.runs.config import load_config
+from grpo_core.runs.writer import BatchedWrites
 
 torch.set_num_threads(1)
 
@@ -192,7 +192,7 @@ def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, 
     meta = store.get_meta()
     assert meta["status"] == FAILED and store.last_step() == 2
     last = meta["error"].strip().splitlines()[-1]
-    assert last.startswith(("TypeError", "grpo_core.store.StoreError")), last
+    assert last.startswith(("TypeError", "grpo_core.errors.StoreError")), last
     assert checkpoints.latest_checkpoint(store.run_dir) is None  # the step-3 checkpoint never happened
     assert tr.writer is None
 

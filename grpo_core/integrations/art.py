@@ -53,15 +53,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_core import health, names
-from grpo_core.config import ConfigError, HealthConfig
-from grpo_core.control import validate_request
+from grpo_core.analysis import health
+
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import HealthConfig
+from grpo_core.runs.requests import validate_request
 from grpo_core.integrations.importers import ImportReport, Parsed, _derive_counts, _number, _put
-from grpo_core.live_settings import SET_THRESHOLD, SET_WEIGHTS
-from grpo_core.session import RunSession
-from grpo_core.store import (EV_ALERT, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, STOP, STOPPED,
+from grpo_core.runs.live_settings import SET_THRESHOLD, SET_WEIGHTS
+from grpo_core.runs.lifecycle import RunSession
+from grpo_core.runs.store import (EV_ALERT, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, STOP, STOPPED,
                              RunStore, StepGroups, StepRollouts, new_run_id)
-from grpo_core.store import runs_dir as resolve_runs_dir
+from grpo_core.runs.store import runs_dir as resolve_runs_dir
 
 REWARD_METRIC = "reward"  # the rollout function's own trajectory.reward, kept as a score
 NOT_SCORES = ("completion_tokens",)  # ART adds it to trajectory.metrics itself (gather.record_metrics)

@@ -15,9 +15,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_core.config import ConfigError
+from grpo_core.errors import ConfigError
 from grpo_core.integrations.importers import ImportReport
-from grpo_core.store import FINISHED, RUNNING, STOPPED, RunStore, check_run_id, runs_dir
+from grpo_core.runs.store import FINISHED, RUNNING, STOPPED, RunStore, check_run_id, runs_dir
 
 
 @dataclass

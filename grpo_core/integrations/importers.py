@@ -38,9 +38,10 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_core import names
-from grpo_core.config import ConfigError
-from grpo_core.store import FAILED, FINISHED, RunStore, StoreError, check_run_id, runs_dir
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import FAILED, FINISHED, RunStore, check_run_id, runs_dir
 
 KINDS = ("trl", "wandb", "csv", "art", "trl-log", "trl-completions", "tensorboard", "verl")
 LACKS = ["groups", "rollouts"]  # what an imported run never has
@@ -692,7 +693,7 @@ def source_status(parsed: Parsed) -> tuple[str, str | None]:
     != 0), incomplete where it stopped before its planned last step ('incomplete: step 200
     of 350'; 'incomplete: last step 200' where max_steps is unknown but the source says it
     did not end), else finished. An imported run must not read 'finished' when it was not."""
-    from grpo_core.report import INCOMPLETE
+    from grpo_core.analysis.report import INCOMPLETE
     last = parsed.last_step if parsed.last_step is not None else (max(parsed.rows) if parsed.rows else None)
     planned = parsed.planned or (parsed.config.get("grpo") or {}).get("steps")
     if parsed.error:

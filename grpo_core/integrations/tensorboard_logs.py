@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from grpo_core.config import ConfigError
+from grpo_core.errors import ConfigError
 
 
 def _accumulator(path: str, filename: str):

@@ -38,14 +38,15 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 
-from grpo_core import names
-from grpo_core import health
-from grpo_core.config import ConfigError, HealthConfig
-from grpo_core.control import validate_request
-from grpo_core.session import RunSession
+from grpo_core.runs import names
+from grpo_core.analysis import health
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import HealthConfig
+from grpo_core.runs.requests import validate_request
+from grpo_core.runs.lifecycle import RunSession
 from grpo_core.integrations.importers import is_trl_summary, map_trl_entry, ImportReport
-from grpo_core.live_settings import SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS
-from grpo_core.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FINISHED, PAUSE, PAUSED, RESUME, RUNNING,
+from grpo_core.runs.live_settings import SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS
+from grpo_core.runs.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FINISHED, PAUSE, PAUSED, RESUME, RUNNING,
                              STOP, RunStore, new_run_id, runs_dir)
 
 PAUSE_POLL_S = 0.5

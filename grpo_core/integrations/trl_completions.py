@@ -28,8 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_core import health, names
-from grpo_core.config import ConfigError
+from grpo_core.analysis import health
+
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
 
 FIXED = ("step", "prompt", "completion", "advantage")
 _FILE = re.compile(r"completions_(\d+)\.parquet$")
@@ -123,7 +125,7 @@ def trl_zero_std(totals32: np.ndarray) -> np.ndarray:
 
 def step_data(df, fns: list[str], weights: dict, g: int, report, cum: list[float]):
     """One step's rows -> (scalars, StepGroups, StepRollouts), TRL's rule for trainable."""
-    from grpo_core.store import StepGroups, StepRollouts
+    from grpo_core.runs.store import StepGroups, StepRollouts
     scores = df[fns].to_numpy(np.float64)
     w = np.array([weights.get(f, 1.0) for f in fns], np.float32)
     s32 = scores.astype(np.float32)

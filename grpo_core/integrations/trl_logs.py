@@ -122,7 +122,7 @@ def assign_steps(entries, report, logging_steps: int | None, bar_last: int | Non
 def parse_transcript(data: bytes, filename: str, groups_per_step: int | None = None,
                      logging_steps: int | None = None):
     """Terminal text -> Parsed, through the trainer_state path (same names, same notes)."""
-    from grpo_core.config import ConfigError
+    from grpo_core.errors import ConfigError
     from grpo_core.integrations.importers import ImportReport, parse_trl_history
     text = data.decode("utf-8", errors="replace")
     if "\x00" in text:

@@ -22,11 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_core import health, names
-from grpo_core.config import ConfigError
+from grpo_core.analysis import health
+
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
 from grpo_core.integrations.follow import SourceRun
 from grpo_core.integrations.importers import ImportReport
-from grpo_core.store import StepGroups, StepRollouts
+from grpo_core.runs.store import StepGroups, StepRollouts
 from grpo_core.tasks import prompt_id
 
 CONSOLE_LINE = re.compile(r"^step:(\d+) - (.*)$")

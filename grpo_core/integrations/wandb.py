@@ -27,8 +27,8 @@ import warnings
 
 import pandas as pd
 
-from grpo_core import names
-from grpo_core.config import ConfigError
+from grpo_core.runs import names
+from grpo_core.errors import ConfigError
 
 MODES = ("offline", "online")
 TRL_ALIASES = {names.REWARD: "reward", names.REWARD_STD: "reward_std"}  # frac_reward_zero_std is already TRL's name

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 
-from grpo_core.config import ConfigError, RunConfig, _suggest
-from grpo_core.rewards import BUILTIN, KINDS, MetricFn, add_import_dirs, load_metric
+from grpo_core.errors import ConfigError
+
+from grpo_core.runs.config import RunConfig, _suggest
+from grpo_core.tasks.rewards import BUILTIN, KINDS, MetricFn, add_import_dirs, load_metric
 
 
 def prompt_id(prompt: str) -> str:

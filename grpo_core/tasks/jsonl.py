@@ -20,9 +20,10 @@ import random
 import re
 from pathlib import Path
 
-from grpo_core.chat import check_messages
-from grpo_core.config import DEMO_WEIGHTS, ConfigError
-from grpo_core.rewards import BUILTIN, as_number, final_answer, schema_validator
+from grpo_core.tasks.chat import check_messages
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import DEMO_WEIGHTS
+from grpo_core.tasks.rewards import BUILTIN, as_number, final_answer, schema_validator
 from grpo_core.tasks import Task, prompt_id
 
 TEXT, INTEGER, OBJECT, TEXT_OR_NUMBER = (str,), (int,), (dict,), (str, int, float)

@@ -3,9 +3,9 @@ and the real-architecture test model (tests/real_model.py: Qwen2 at random init,
 BPE, a chat template, two eos ids) after a short supervised warm-start on the training rows.
 
 A random-init model is never right, so every GRPO group would tie at reward 0 and nothing
-would train; the warm-start (grpo_core.models.warm_start, the one the built-in model gets)
+would train; the warm-start (grpo_core.train.models.warm_start, the one the built-in model gets)
 stops once 30% of sampled answers to training prompts are right: a policy that is sometimes
-right, which is what GRPO needs. Each prompt is rendered with grpo_core.chat.render, the call
+right, which is what GRPO needs. Each prompt is rendered with grpo_core.tasks.chat.render, the call
 the trainer makes, so the model learns on exactly the text GRPO later feeds it.
 
     .venv/bin/python docs/examples/arithmetic/make.py --out arithmetic
@@ -43,7 +43,7 @@ class Rendered:
     """The JSONL task as warm_start reads it (warm_batch, target), each prompt rendered."""
 
     def __init__(self, task, tokenizer):
-        from grpo_core.chat import render
+        from grpo_core.tasks.chat import render
         self.task, self.render = task, lambda p: render(tokenizer, p)  # task.chat_template=auto, as the trainer
 
     def warm_batch(self, n: int) -> list[dict]:
@@ -62,9 +62,9 @@ def main() -> int:
         ap.error("--warm-steps must be >= 1")
 
     import torch
-    from grpo_core.models import load_pretrained, warm_start
+    from grpo_core.train.models import load_pretrained, warm_start
     from grpo_core.tasks.jsonl import JsonlTask
-    from grpo_core.trainer import set_threads
+    from grpo_core.train.trainer import set_threads
     from tests.real_model import build
 
     set_threads()  # $GRPO_TORCH_THREADS, else 1: the model is too small to split across cores

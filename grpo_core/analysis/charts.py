@@ -1,0 +1,340 @@
+"""Plotly figures for the live monitor and the analysis page.
+
+Every builder takes a wide frame (index step, columns names.*: `RunStore.scalars_wide()`
+or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and returns a
+`plotly.graph_objects.Figure`, or None when the run logged nothing the chart needs (an
+imported run has no group counts: the page says so instead of drawing an empty chart).
+Every applied weight/threshold/difficulty change is a dotted vertical line on every
+chart, labelled at the top, so a change in a curve can be read against its cause.
+A measured series is drawn as faint raw points under a smoothed line (`smoothing`, W&B's
+debiased EMA, `ema`): a per-step ratio over 8 groups jumps by 1/8 from step to step, and the
+trend is what a reader acts on; the raw points stay so that no smoothing hides a step.
+The pilot page's figures (at the end) take a pilot.PilotSummary's tables and plans instead.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from grpo_core.runs import live_settings
+from grpo_core.runs.names import (CUM_TRAINABLE_RATIO, EVAL_PASS, EVAL_REWARD, FRAC_REWARD_ZERO_STD, GROUPS_SOLVED,
+                             GROUPS_SUBMITTED, GROUPS_UNSOLVED,
+                             GROUPS_TRAINABLE, NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO,
+                             metric_group_std, metric_mean, metric_weight)
+
+# One colour per metric, stable across charts and pages (plotly's qualitative palette).
+PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880",
+           "#FF97FF", "#FECB52"]
+TOTAL_COLOUR = "#222222"
+# Changes that alter what a step trains on, each with its marker's colour and label (the settings
+# registry); pause/resume/stop/checkpoint, the step budget and the autopilot switch are not drawn.
+_MARKED = [s for s in live_settings.SETTINGS if s.kind not in (live_settings.SET_STEPS, live_settings.SET_AUTOPILOT)]
+MARKED = tuple(s.kind for s in _MARKED)
+MARKER_COLOURS = {s.kind: s.colour for s in _MARKED}
+MARKER_LABELS = {s.kind: s.marker for s in _MARKED}
+HEIGHT = 300
+
+
+def metric_colour(metrics: list[str], m: str) -> str:
+    return PALETTE[metrics.index(m) % len(PALETTE)] if m in metrics else "#888888"
+
+
+def _has(df: pd.DataFrame, *names: str) -> bool:
+    return df is not None and all(n in df.columns and df[n].notna().any() for n in names)
+
+
+def _line(df: pd.DataFrame, name: str, label: str, colour: str | None = None, dash: str | None = None,
+          width: float = 1.6) -> dict:
+    s = df[name]
+    return {"type": "scatter", "mode": "lines", "x": s.index.to_numpy(), "y": s.to_numpy(), "name": label,
+            "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
+
+
+def ema(values, smoothing: float) -> np.ndarray:
+    """W&B's (and TensorBoard's) debiased exponential moving average: last = s * last + (1 - s) * y,
+    shown as last / (1 - s^n) after n finite points, so the first points are not pulled toward 0.
+    NaN points stay NaN and are skipped (the average carries over them); smoothing 0 is the raw
+    series, 0.99 a very long memory."""
+    y = np.asarray(values, np.float64)
+    s = float(smoothing)
+    if not 0.0 <= s < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    finite = np.isfinite(y)
+    if s == 0.0 or not finite.any():
+        return np.where(finite, y, np.nan)
+    # pandas' adjusted EWM is the same average: sum of s^i x_(t-i) over sum of s^i, which is
+    # last / (1 - s^n); ignore_na: the weights count finite points only. In C: the page redraws
+    # every series of a long run every 2 s, and a Python loop over the points kept the server
+    # busy enough to lag the sliders (tests/test_browser_live.py).
+    smoothed = pd.Series(np.where(finite, y, np.nan)).ewm(alpha=1.0 - s, adjust=True, ignore_na=True).mean()
+    return np.where(finite, smoothed.to_numpy(), np.nan)
+
+
+def _series(df: pd.DataFrame, name: str, label: str, colour: str | None, smoothing: float,
+            dash: str | None = None, width: float = 1.6) -> list[dict]:
+    """A measured series: its raw values as faint points (named '<label> (raw)', hidden from the
+    legend, toggled with the line) under the smoothed line (named `label`). Points for the last
+    RAW_POINTS entries only: that is what live.LiveState keeps raw (older history arrives as bin
+    means, drawn by the line), and a point is an SVG element the browser redraws every refresh."""
+    s = df[name]
+    x, y = s.index.to_numpy(), s.to_numpy(np.float64)
+    raw = {"type": "scatter", "mode": "markers", "x": x[-RAW_POINTS:], "y": y[-RAW_POINTS:],
+           "name": f"{label} (raw)", "legendgroup": label,
+           "showlegend": False, "marker": {"color": colour, "size": 3, "opacity": RAW_OPACITY},
+           "hoverinfo": "skip"}
+    line = {"type": "scatter", "mode": "lines", "x": x, "y": ema(y, smoothing), "name": label, "legendgroup": label,
+            "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
+    return [raw, line]
+
+
+RAW_OPACITY = 0.3
+# The last steps drawn as raw points (at most live.RECENT_STEPS, the steps the page keeps raw).
+# Each point is an SVG element every chart redraws at every refresh: with 500 per series, two
+# pages of a fast run on 2 cores lagged enough to drop a slider's key presses
+# (tests/test_browser_live.py, the two-sessions test); 100 keep the recent scatter readable.
+RAW_POINTS = 100
+DEFAULT_SMOOTHING = 0.6  # the live page's slider starts here (TensorBoard's default)
+
+
+def _hline(y: float, colour: str, text: str = "", dash: str = "dash") -> tuple[dict, dict | None]:
+    shape = {"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": y, "y1": y,
+             "line": {"color": colour, "dash": dash, "width": 1}, "name": "threshold"}
+    note = {"x": 1, "y": y, "xref": "paper", "yref": "y", "xanchor": "right", "yanchor": "top", "text": text,
+            "showarrow": False, "font": {"size": 10, "color": colour}} if text else None
+    return shape, note
+
+
+def _figure(traces: list[dict], title: str, y_title: str, y_range=None, key: str = "",
+            hlines: list[tuple[dict, dict | None]] = (), changes=None) -> go.Figure:
+    """Assemble the figure from plain dicts and skip plotly's per-property validation: the
+    specs are fixed here (tests/test_charts.py builds them validated), and validation is
+    most of the cost of a refresh."""
+    shapes = [h[0] for h in hlines]
+    notes = [h[1] for h in hlines if h[1]]
+    ms, mn = marker_specs(changes)
+    layout = {"title": {"text": title, "font": {"size": 14}}, "height": HEIGHT,
+              "margin": {"l": 50, "r": 10, "t": 40, "b": 35}, "xaxis": {"title": {"text": "step"}},
+              "yaxis": {"title": {"text": y_title}, **({"range": y_range} if y_range else {})},
+              "legend": {"orientation": "h", "y": -0.25, "font": {"size": 10}},
+              "hovermode": "x unified", "uirevision": key or title,
+              "shapes": shapes + ms, "annotations": notes + mn}
+    return go.Figure({"data": traces, "layout": layout}, _validate=VALIDATE)
+
+
+VALIDATE = False  # tests switch it on to check every spec against plotly's schema
+def change_text(kind: str, request: dict) -> str:
+    if kind == "set_weights":
+        return "weights " + ", ".join(f"{m}={w:g}" for m, w in (request.get("weights") or {}).items())
+    if kind == "set_threshold":
+        return f"min_group_std {request.get('min_group_std')}"
+    if kind == "set_difficulty":
+        return f"difficulty level {request.get('level')}"
+    shown = {k: v for k, v in request.items() if k not in ("reason", "undo_of")}  # the why is in the ledger
+    return f"{kind.removeprefix('set_').replace('_', ' ')} " + ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
+def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict], list[dict]]:
+    """(shapes, annotations): a dotted vertical line per applied change at its step,
+    labelled at the top (hover the label for what changed)."""
+    shapes, notes = [], []
+    if changes is None or len(changes) == 0:
+        return shapes, notes
+    for row in changes.itertuples(index=False):
+        step = getattr(row, "step")
+        kind = getattr(row, "kind")
+        if step is None or (isinstance(step, float) and math.isnan(step)) or (kinds and kind not in kinds):
+            continue
+        colour = MARKER_COLOURS.get(kind, "#555555")
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": step, "x1": step, "y0": 0, "y1": 1,
+                       "line": {"color": colour, "width": 1.2, "dash": "dot"}, "name": f"change:{kind}"})
+        notes.append({"x": step, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom",
+                      "text": MARKER_LABELS.get(kind, kind), "showarrow": False,
+                      "font": {"size": 9, "color": colour}, "name": f"change:{kind}",
+                      "hovertext": f"step {int(step)}: {change_text(kind, getattr(row, 'request') or {})}"})
+    return shapes, notes
+
+
+def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> go.Figure:
+    """Add the change markers to any figure (e.g. one the analysis page built itself);
+    kinds=None marks every applied request (pause, resume, stop, checkpoint too)."""
+    shapes, notes = marker_specs(changes, kinds)
+    if shapes:
+        fig.update_layout(shapes=list(fig.layout.shapes or []) + shapes,
+                          annotations=list(fig.layout.annotations or []) + notes)
+    return fig
+
+
+# ---- the charts ----------------------------------------------------------------------------------
+def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0) -> go.Figure | None:
+    """Trainable ratio per step (smoothed over its raw points) and cumulative (a running total:
+    drawn as is), with the healthy line."""
+    traces = []
+    if _has(df, TRAINABLE_RATIO):
+        traces += _series(df, TRAINABLE_RATIO, "per step", PALETTE[0], smoothing)
+    elif _has(df, FRAC_REWARD_ZERO_STD):  # TRL logs only the complement
+        d = pd.DataFrame({"r": 1.0 - df[FRAC_REWARD_ZERO_STD]})
+        traces += _series(d, "r", "per step (1 − frac_reward_zero_std)", PALETTE[0], smoothing)
+    if _has(df, CUM_TRAINABLE_RATIO):
+        traces.append(_line(df, CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
+    if not traces:
+        return None
+    return _figure(traces, "Trainable ratio", "trainable / submitted groups", [0, 1.05], "ratio",
+                   [_hline(min_ratio, "#C0392B", f"healthy > {min_ratio:g}")], changes)
+
+
+def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
+    """Groups submitted vs trainable per step: the compute spent (a setting: drawn as is) vs the
+    compute that taught (smoothed, filled)."""
+    if not _has(df, GROUPS_SUBMITTED, GROUPS_TRAINABLE):
+        return None
+    raw, line = _series(df, GROUPS_TRAINABLE, "trainable", PALETTE[2], smoothing)
+    traces = [raw, {**line, "fill": "tozeroy"}, _line(df, GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
+    for name, label, colour in ((GROUPS_SOLVED, "all solved", PALETTE[0]), (GROUPS_UNSOLVED, "none solved", PALETTE[1])):
+        if _has(df, name):  # why the others taught nothing (health.group_outcomes)
+            traces += _series(df, name, label, colour, smoothing, dash="dot")
+    top = max(1.0, float(df[GROUPS_SUBMITTED].max()) * 1.1)
+    return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
+                   changes=changes)
+
+
+def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3,
+                     smoothing: float = 0.0) -> go.Figure | None:
+    """Per-metric within-group std: a line near 0 is a uniform metric (a variance bottleneck)."""
+    have = [m for m in metrics if _has(df, metric_group_std(m))]
+    if not have:
+        return None
+    traces = [t for m in have for t in _series(df, metric_group_std(m), m, metric_colour(metrics, m), smoothing)]
+    return _figure(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
+                   hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
+
+
+def reward_chart(df, metrics: list[str], changes=None, smoothing: float = 0.0) -> go.Figure | None:
+    """Total reward (weighted) and each metric's raw mean."""
+    traces = _series(df, REWARD, "total (weighted)", TOTAL_COLOUR, smoothing, width=2.4) if _has(df, REWARD) else []
+    traces += [t for m in metrics if _has(df, metric_mean(m))
+               for t in _series(df, metric_mean(m), m, metric_colour(metrics, m), smoothing, dash="dot")]
+    if not traces:
+        return None
+    return _figure(traces, "Reward: total and per-metric means", "reward", key="reward", changes=changes)
+
+
+def reward_std_chart(df, changes=None, min_reward_std: float = 0.1, smoothing: float = 0.0) -> go.Figure | None:
+    """Mean within-group std of the total reward: the signal GRPO's advantages are made of."""
+    if not _has(df, REWARD_STD):
+        return None
+    return _figure(_series(df, REWARD_STD, "mean group reward std", PALETTE[3], smoothing), "Group reward std",
+                   "std of total reward", key="reward_std",
+                   hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
+
+
+def phantom_chart(df, changes=None, outcome_metric: str | None = None, smoothing: float = 0.0) -> go.Figure | None:
+    """Groups that pass the std gate only through shaping terms (outcome metric uniform), and
+    those that pass it on float rounding alone (a TRL run's near-ties: TRL trains them).
+    Without an outcome gate (reward.outcome_metric) there are no phantoms, and the title says so."""
+    if not _has(df, PHANTOM_GROUPS):
+        return None
+    have = [n for n in (PHANTOM_GROUPS, NOISE_GROUPS) if _has(df, n)]
+    top = max(1.0, float(df[have].max().max()) * 1.1)
+    title = (f"Phantom groups (pass the std gate, {outcome_metric} uniform)" if outcome_metric else
+             "Phantom groups (no outcome gate set: reward.outcome_metric)")
+    traces = _series(df, PHANTOM_GROUPS, "phantom groups", PALETTE[4], smoothing)
+    if _has(df, NOISE_GROUPS):
+        traces += _series(df, NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5], smoothing)
+    return _figure(traces, title, "groups per step", [0, top], key="phantom", changes=changes)
+
+
+def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
+    """Each metric's weight in force per step: the ledger of changes as a picture."""
+    have = [m for m in metrics if _has(df, metric_weight(m))]
+    if not have:
+        return None
+    traces = [{**_line(df, metric_weight(m), m, metric_colour(metrics, m)), "line_shape": "hv"} for m in have]
+    return _figure(traces, "Reward weights in force", "weight", key="weights", changes=changes)
+
+
+def eval_chart(df, changes=None) -> go.Figure | None:
+    """Held-out evaluation: reward and pass@1 on prompts the policy never trains on (a point
+    per evaluation, eval.every steps apart)."""
+    have = [(n, label, colour, dash) for n, label, colour, dash in
+            ((EVAL_REWARD, "held-out reward", TOTAL_COLOUR, None), (EVAL_PASS, "held-out pass@1", PALETTE[2], "dash"))
+            if _has(df, n)]
+    if not have:
+        return None
+    traces = []
+    for n, label, colour, dash in have:
+        s = df[n].dropna()  # the evaluated steps only: a line through them
+        traces.append({"type": "scatter", "mode": "lines+markers", "x": s.index.to_numpy(), "y": s.to_numpy(),
+                       "name": label, "line": {"color": colour, "dash": dash, "width": 1.8}, "marker": {"size": 6}})
+    return _figure(traces, "Held-out evaluation", "reward / pass@1", key="eval", changes=changes)
+
+
+def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
+                outcome_metric: str | None = None, smoothing: float = 0.0) -> list[tuple[str, go.Figure | None]]:
+    """The live page's charts in display order: (key, figure or None when there is no data);
+    smoothing: the EMA of every measured series (the page's slider)."""
+    min_ratio = getattr(health_cfg, "min_trainable_ratio", 0.3)
+    min_std = getattr(health_cfg, "min_reward_std", 0.1)
+    uni = getattr(health_cfg, "uniform_std", 1e-3)
+    sm = smoothing
+    return [("ratio", ratio_chart(df, changes, min_ratio, sm)),
+            ("groups", groups_chart(df, changes, sm)),
+            ("metric_std", metric_std_chart(df, metrics, changes, uni, sm)),
+            ("reward", reward_chart(df, metrics, changes, sm)),
+            ("reward_std", reward_std_chart(df, changes, min_std, sm)),
+            ("phantom", phantom_chart(df, changes, outcome_metric, sm)),
+            ("eval", eval_chart(df, changes))]
+
+
+CHART_HELP = {
+    "ratio": "Share of groups whose rewards differ enough to give a gradient (per step and cumulative).",
+    "groups": "Groups sampled per step (compute spent) vs groups that carried a learning signal, and why the "
+              "others did not: every completion right (all solved) or none (none solved).",
+    "metric_std": "Per metric, the mean std of its raw score inside a group; ~0 = uniform = bottleneck.",
+    "reward": "Weighted total reward and each metric's raw mean.",
+    "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",
+    "eval": "Reward and pass@1 on held-out prompts the policy never trains on (eval.every > 0).",
+    "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
+               "counted trainable whose reward spread is float rounding (TRL trains those).",
+}
+
+
+# ---- the pilot page --------------------------------------------------------------------------------
+UNIFORM_COLOURS = {True: "#d62728", False: "#1f77b4"}  # a metric uniform inside groups: red
+
+
+def pilot_histograms(values: pd.DataFrame, metrics: list[str]) -> go.Figure:
+    """The pilot's score distribution, one histogram per metric (values: pilot.PilotSummary.values)."""
+    import plotly.express as px  # here: the live page never needs it
+    long = values[metrics].melt(var_name="metric", value_name="score")
+    fig = px.histogram(long, x="score", facet_col="metric", facet_col_wrap=min(len(metrics), 5), nbins=20)
+    fig.update_yaxes(matches=None, title=None)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    fig.update_layout(height=260, margin=dict(t=30, b=10, l=10, r=10), bargap=0.05)
+    return fig
+
+
+def pilot_metric_std(table: pd.DataFrame) -> go.Figure:
+    """Within-group std per metric, the uniform ones in red (table: PilotSummary.metric_table)."""
+    import plotly.express as px
+    fig = px.bar(table.reset_index(), x="metric", y="within_group_std", color="uniform",
+                 color_discrete_map=UNIFORM_COLOURS)
+    fig.update_layout(height=260, margin=dict(t=10, b=10, l=10, r=10))
+    return fig
+
+
+def pilot_planner(plan, target: float) -> go.Figure:
+    """P(group trainable) against the group size for one binary metric (a pilot.Plan), the
+    target line, the pilot's measured share and the G the target needs."""
+    c = plan.curve
+    fig = go.Figure(go.Scatter(x=c["G"], y=c["p_trainable"], mode="lines", name=f"p = {plan.p:.2f}"))
+    fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:.2f}")
+    fig.add_trace(go.Scatter(x=[plan.current_g], y=[plan.measured_vary], mode="markers",
+                             name=f"pilot: varied in {plan.measured_vary:.0%} of groups"))
+    if plan.g_needed and plan.g_needed <= c["G"].max():
+        fig.add_vline(x=plan.g_needed, line_dash="dot", annotation_text=f"G = {plan.g_needed}")
+    fig.update_layout(height=300, margin=dict(t=30, b=10, l=10, r=10), xaxis_title="group size G",
+                      yaxis_title="P(group trainable)", yaxis_range=[0, 1.02])
+    return fig

@@ -1,0 +1,1 @@
+"""What the Streamlit pages read and do: view models, widget state, starting and stopping processes, the access gate. No torch."""

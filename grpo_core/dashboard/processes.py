@@ -1,0 +1,235 @@
+"""Start, steer and stop trainer processes from the dashboard (or any Python caller).
+
+A run is a detached `python -m grpo_core train` process writing into its own store;
+this module never trains and never imports torch. Starting a run: validate the
+config, create the store (status `created`) and `config.toml` in the run dir, spawn
+the trainer in its own session (so closing the terminal, the browser or Streamlit
+never signals it), send its output to `trainer.log`, record its pid. Steering is a
+control request in the store (applied by the trainer between steps); SIGTERM is only
+the fallback for a trainer that no longer reads its requests.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from grpo_core.runs import requests
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import RunConfig, _suggest, from_dict, validate
+from grpo_core.tasks.rewards import BUILTIN
+from grpo_core.errors import StoreError
+from grpo_core.runs.store import (CREATED, FAILED, LIVE_STATUSES, PAUSE, RESUME, STOP, STOPPED, RunStore, check_run_id, display_status, list_runs, new_run_id, pid_alive, runs_dir)
+
+LOG_NAME = "trainer.log"
+CONFIG_NAME = "config.toml"
+DEMO_PREFIX = "demo"
+
+
+def _as_config(cfg: RunConfig | dict | None) -> RunConfig:
+    if cfg is None:
+        cfg = RunConfig()
+    elif isinstance(cfg, dict):
+        cfg = from_dict(cfg)
+    elif not isinstance(cfg, RunConfig):
+        raise ConfigError(f"a run config must be a RunConfig or a dict, got {type(cfg).__name__}")
+    cfg = validate(cfg)
+    for name in cfg.reward.weights:  # by name only: a custom metric's code is imported by the trainer, not here
+        if name not in BUILTIN and name not in cfg.reward.custom:
+            raise ConfigError(f"reward.weights.{name}: no such metric{_suggest(name, BUILTIN)}; built-in metrics "
+                              f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
+    return cfg
+
+
+def run_path(run_id: str, root=None) -> Path:
+    return runs_dir(root) / check_run_id(run_id)
+
+
+def train_command(run_dir: Path, run_id: str, root: Path, resume: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "grpo_core", "train", "--run-id", run_id, "--runs-dir", str(root)]
+    # --resume continues with the config stored in the run (the trainer refuses --config then).
+    return cmd + (["--resume"] if resume else ["--config", str(run_dir / CONFIG_NAME)])
+
+
+def start_run(cfg: RunConfig | dict | None = None, run_id: str | None = None, root=None,
+              resume: bool = False, prefix: str = "run", untrusted: bool = False) -> str:
+    """Validate, create the store and config.toml, spawn the trainer detached; return the run id.
+
+    resume=True restarts the trainer of an existing run (its store and config.toml stay).
+    untrusted=True (a config from a browser form): safety.check_ui_config first (no custom
+    code, typed paths only inside the allowed folders)."""
+    root = runs_dir(root)
+    if resume:
+        if not run_id:
+            raise StoreError("resume needs the run id of an existing run")
+        run_dir = run_path(run_id, root)
+        with RunStore.open(run_dir) as store:
+            status = display_status(store.get_meta())
+        if status in LIVE_STATUSES:
+            raise StoreError(f"run {run_id} is {status}: its trainer is still live, nothing to resume")
+    else:
+        cfg = _as_config(cfg)  # bad input stops here: no store, no process
+        if untrusted:
+            from grpo_core.dashboard.access import check_ui_config
+            cfg = check_ui_config(cfg, root)
+        run_id = check_run_id(run_id or new_run_id(prefix))
+        run_dir = run_path(run_id, root)
+        with RunStore.create(run_id, cfg.to_dict(), root=root) as store:
+            (run_dir / CONFIG_NAME).write_text(cfg.to_toml())
+            store.set_meta(launched=time.time())
+    return _spawn(run_dir, run_id, root, resume)
+
+
+def _spawn(run_dir: Path, run_id: str, root: Path, resume: bool) -> str:
+    return spawn(run_dir, run_id, root, train_command(run_dir, run_id, root, resume))
+
+
+def spawn(run_dir: Path, run_id: str, root: Path, command: list[str]) -> str:
+    """Start `command` (a trainer or pilot) detached, logging to the run dir, and watch it."""
+    log = open(run_dir / LOG_NAME, "ab")
+    env = {**os.environ, "GRPO_RUNS_DIR": str(root), "PYTHONUNBUFFERED": "1"}
+    # Own session: Ctrl-C in the dashboard's terminal and a Streamlit restart never reach it.
+    proc = subprocess.Popen(command, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=os.getcwd(), start_new_session=True, close_fds=True)
+    log.close()
+    with RunStore.open(run_dir) as store:
+        # The trainer records its own pid too (the same process); writing it now lets a
+        # trainer that dies during start-up show as stale instead of "created" forever.
+        store.set_meta(launcher_pid=proc.pid, pid=proc.pid, host=os.uname().nodename)
+    threading.Thread(target=_watch, args=(proc, run_dir), daemon=True).start()
+    return run_id
+
+
+def _watch(proc: subprocess.Popen, run_dir: Path):
+    """Reap the child (no zombie) and record a start-up crash the trainer could not record."""
+    code = proc.wait()
+    if code == 0:
+        return
+    try:
+        with RunStore.open(run_dir) as store:
+            if store.get_meta().get("status") in LIVE_STATUSES:
+                last = [ln for ln in log_tail_path(run_dir / LOG_NAME, 20).splitlines() if ln.strip()]
+                reason = last[-1] if last else f"trainer exited with code {code}"
+                store.set_status(FAILED, error=f"trainer exited with code {code}: {reason}"[:500])
+    except (StoreError, OSError):
+        pass
+
+
+# ---- steering: requests the trainer applies between steps ------------------------------------
+def _request(run_id: str, kind: str, root=None) -> int:
+    return requests.send(run_path(run_id, root), kind, {}, source="ui")
+
+
+def stop_run(run_id: str, root=None) -> int:
+    return _request(run_id, STOP, root)
+
+
+def pause_run(run_id: str, root=None) -> int:
+    return _request(run_id, PAUSE, root)
+
+
+def resume_run(run_id: str, root=None) -> int:
+    return _request(run_id, RESUME, root)
+
+
+def _is_trainer(pid: int) -> bool:
+    """Only ever signal a process that is a grpo_core trainer (pids get reused)."""
+    try:
+        cmd = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"grpo_core" in cmd and b"train" in cmd
+
+
+def terminate_run(run_id: str, root=None, wait_s: float = 10.0) -> bool:
+    """SIGTERM the recorded trainer pid (only that pid, only if it is our trainer). Returns
+    True when a process was signalled. A run left live in the store is marked stopped."""
+    run_dir = run_path(run_id, root)
+    with RunStore.open(run_dir) as store:
+        meta = store.get_meta()
+    pid = meta.get("pid")
+    same_host = meta.get("host") in (None, os.uname().nodename)
+    signalled = False
+    if pid and same_host and pid_alive(pid) and _is_trainer(pid):
+        os.kill(int(pid), signal.SIGTERM)
+        signalled = True
+        deadline = time.time() + wait_s
+        while pid_alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+    with RunStore.open(run_dir) as store:
+        if store.get_meta().get("status") in LIVE_STATUSES and not pid_alive(pid):
+            store.set_status(STOPPED, error="terminated from the dashboard (SIGTERM)")
+            store.reject_open_requests("run terminated")
+    return signalled
+
+
+# ---- logs ------------------------------------------------------------------------------------
+def log_tail_path(path: Path, n: int = 50) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))  # the tail only: logs can grow large
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def log_tail(run_id: str, n: int = 50, root=None) -> str:
+    return log_tail_path(run_path(run_id, root) / LOG_NAME, n)
+
+
+# ---- the built-in demo -------------------------------------------------------------------------
+UNTIL_STOPPED = 1_000_000  # the demo's step budget: it trains until stopped (months at CPU pace)
+# The demo's story, told live (docs/demo.md has its timeline): level 1 is learned, groups turn
+# uniform and the trainable ratio falls below the healthy line (0.3); the low-ratio alert fires;
+# the autopilot, acting at that same line rather than its default 0.6 so that the alert shows
+# first, doubles G (8 -> 16 -> 32 -> 64 as each plateau decays, within 8x the rollouts the run
+# started with) and then widens sampling, and the ratio recovers after each move, a marker on
+# every chart. No difficulty move: level 2 needs a key lookup the built-in 2-layer model does
+# not learn, so a raised level only falls back ("too big a step"). No stop move: the demo runs
+# until stopped, so a page opened at any time finds it running and steerable. A larger G also
+# paces the demo: each step costs more as the story goes on.
+DEMO_SETTINGS = {
+    "grpo": {"steps": UNTIL_STOPPED},
+    "log": {"progress": False, "keep_text": "sample", "checkpoint_every": 500},
+    "autopilot": {"enabled": True, "target_ratio": 0.3, "window": 20, "moves": ["weights", "group_size", "temperature"],
+                  "rollout_budget": 8.0},
+}
+
+
+def demo_config(overrides: list[str] | None = None) -> RunConfig:
+    """The demo run's config (the one place it is written): DEMO_SETTINGS, then `--set` overrides."""
+    from grpo_core.runs.config import apply_overrides
+    cfg = {sec: dict(v) for sec, v in DEMO_SETTINGS.items()}
+    return validate(from_dict(apply_overrides(cfg, overrides or [])))
+
+
+def is_demo(run_id: str | None) -> bool:
+    return bool(run_id) and str(run_id).startswith(DEMO_PREFIX + "-")
+
+
+def live_demo(root=None) -> str | None:
+    """The id of a demo run that is live (created, running or paused with a fresh heartbeat)."""
+    runs = list_runs(root)
+    if runs.empty:
+        return None
+    live = runs[runs["run_id"].str.startswith(DEMO_PREFIX + "-") & runs["status"].isin(LIVE_STATUSES)]
+    return None if live.empty else str(live.iloc[0]["run_id"])
+
+
+def start_demo_if_idle(root=None, overrides: list[str] | None = None) -> tuple[str, bool]:
+    """(run_id, started): the live demo run, or a new one started now."""
+    rid = live_demo(root)
+    if rid:
+        return rid, False
+    return start_run(demo_config(overrides), root=root, prefix=DEMO_PREFIX), True
+
+
+__all__ = ["start_run", "stop_run", "pause_run", "resume_run", "terminate_run", "log_tail",
+           "start_demo_if_idle", "live_demo", "demo_config", "is_demo", "run_path", "CREATED", "UNTIL_STOPPED"]

@@ -1,0 +1,1 @@
+"""The trainer process: the GRPO step, models, checkpoints, evaluation. The one wing that imports torch."""

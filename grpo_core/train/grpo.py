@@ -1,0 +1,568 @@
+"""The GRPO step's math: rollout -> advantages -> loss -> update, small functions over tensors
+and arrays, each tested on its own (tests/test_trainer.py, and against TRL's own code in
+tests/test_trl_arithmetic.py). The run machinery (requests, checkpoints, heartbeat, the store)
+is in trainer.py and session.py.
+
+Facts the code relies on:
+- One update per batch, so the "old" policy is the current one: old log-probs are the
+  detached current log-probs (TRL with num_iterations=1). The importance ratio is 1 in
+  value and the clipped surrogate reduces to the policy gradient, with one forward pass.
+- Non-trainable groups get advantage 0 (docs/design.md), and with beta = 0 a zero-advantage
+  row has zero gradient, so by default they are dropped from the forward/backward batch:
+  a step costs in proportion to its trainable ratio. A step with no trainable group does
+  no backward at all and leaves every parameter untouched (with beta > 0 every row trains:
+  its KL term has a gradient).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from grpo_core.errors import ConfigError
+
+ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
+
+
+# =============================================================================================
+# Rollout: batched sampling with the KV cache
+# =============================================================================================
+@dataclass
+class Rollouts:
+    input_ids: torch.Tensor  # [B, Lp + Lc]: left-padded prompt, then the completion (pad after eos)
+    attention_mask: torch.Tensor  # [B, Lp + Lc]: 0 on padding and after eos
+    prompt_len: int  # Lp
+    texts: list[str]  # [B] decoded completions
+    examples: list[dict]  # [B] each prompt's example, repeated G times
+    num_prompts: int
+    group_size: int
+    prompts: list[str]  # [P] each group's prompt text as the model read it (a rendered chat template)
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.attention_mask[:, self.prompt_len:]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len:]
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Every id that ends a completion: the tokenizer's eos and those of the model's
+    generation_config (Qwen and Llama 3 list several: `generate` stops at any of them)."""
+    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+    return list(dict.fromkeys([tokenizer.eos_token_id, *listed]))
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_ids: int | list[int]) -> torch.Tensor:
+    """1 on every token up to and including the first eos (any of eos_ids), 0 after (no Python loop)."""
+    is_eos = torch.isin(completion_ids, torch.as_tensor(eos_ids, device=completion_ids.device))
+    before = is_eos.long().cumsum(-1) - is_eos.long()  # eos seen strictly before this position
+    return (before == 0).long()
+
+
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter with generate's arithmetic (TopPLogitsWarper): sort ascending, drop the
+    tail whose cumulative mass is <= 1 - top_p, always keep the most likely token."""
+    sorted_logits, order = torch.sort(scores, descending=False)
+    remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
+    remove[..., -1:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+
+
+@contextmanager
+def mode(model, training: bool):
+    """The model in train or eval mode for a block, then as it was. Sampling runs in eval mode
+    (gradient checkpointing, on in train mode, would turn the KV cache off), training in train
+    mode (where checkpointing applies)."""
+    was = model.training
+    model.train(training)
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+@torch.no_grad()
+def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
+                  max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                  suppress_ids: list[int] | None = None) -> torch.Tensor:
+    """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
+    for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos (any
+    of eos_ids), stopping once every row has ended; temperature 0 is greedy. Same logits processing (suppress, temperature, top-p)
+    and the same multinomial draws in the same order, so a seed gives generate's tokens
+    (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
+    through the model once, not G times (its KV cache is copied to its G rows; the prefill of
+    every row was a large share of generate's time: docs/benchmarks.md, "Behind the code"), rows
+    that have ended leave the model's batch (once a quarter of it has ended), and none of
+    generate's per-token bookkeeping runs."""
+    eos = torch.as_tensor(eos_ids, device=prompt_ids.device)
+    pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(group_size)
+    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # [B, V], B = P*G
+    mask = prompt_mask.repeat_interleave(group_size, 0)
+    nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1  # generate's positions: count of attended tokens - 1
+    done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    rows = torch.arange(logits.shape[0], device=logits.device)  # the rows still in the model's batch
+    toks = []
+    for t in range(max_new_tokens):
+        scores = logits
+        if suppress_ids:
+            scores[:, suppress_ids] = float("-inf")
+        if temperature == 0:  # greedy (held-out evaluation): no draw
+            tok = scores.argmax(-1).masked_fill(done, pad_id)
+        else:
+            if temperature != 1.0:
+                scores = scores / temperature
+            if top_p < 1.0:
+                scores = _top_p(scores, top_p)
+            # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
+            tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
+        toks.append(tok)
+        done = done | torch.isin(tok, eos)
+        if t == max_new_tokens - 1:
+            break
+        live = ~done[rows]  # rows outside the batch have ended already
+        n_live = int(live.sum())  # the one host sync per token (generate has one too)
+        if n_live == 0:
+            break
+        if n_live <= 3 * len(rows) // 4:
+            keep = live.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, mask, nxt = rows[keep], mask[keep], nxt[keep]
+        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], 1)
+        out = model(input_ids=tok[rows, None], attention_mask=mask, position_ids=nxt, past_key_values=cache,
+                    use_cache=True)
+        nxt = nxt + 1
+        logits[rows] = out.logits[:, -1].float()  # an ended row keeps its last logits: only drawn from
+    return torch.stack(toks, 1)
+
+
+def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
+            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
+            batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None) -> Rollouts:
+    """P prompts -> P*G sampled completions (KV cache, each prompt prefilled once), in batches
+    of `batch_groups` prompts (0: one batch) so the KV cache held is one batch's. Rows are
+    grouped: rows g*G .. g*G+G-1 are prompt g's group. `prompts`: the text each example is
+    prompted with (default: its "prompt"); add_special_tokens=False when they are rendered chat
+    templates, which hold the model's special tokens already."""
+    prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
+    if 0 < batch_groups < len(examples):
+        parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_p=top_p, suppress_ids=suppress_ids,
+                         add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups])
+                 for i in range(0, len(examples), batch_groups)]
+        return concat_rollouts(parts, tokenizer.pad_token_id)
+    device = next(model.parameters()).device
+    enc = tokenizer(prompts, return_tensors="pt", padding=True,
+                    add_special_tokens=add_special_tokens).to(device)
+    eos = eos_token_ids(model, tokenizer)
+    with mode(model, training=False):
+        comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
+                             max_new_tokens=max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
+                             temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
+    lp = enc["input_ids"].shape[1]
+    cmask = completion_mask(comp, eos)
+    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
+    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), comp], 1).masked_fill(attn == 0,
+                                                                                               tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
+    rep = [e for e in examples for _ in range(group_size)]
+    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size, prompts)
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """Join rollouts of several prompt batches (dynamic sampling) into one padded batch."""
+    if len(parts) == 1:
+        return parts[0]
+    lp = max(r.prompt_len for r in parts)
+    lc = max(r.input_ids.shape[1] - r.prompt_len for r in parts)
+    ids, masks = [], []
+    for r in parts:
+        left, right = lp - r.prompt_len, lc - (r.input_ids.shape[1] - r.prompt_len)
+        ids.append(torch.nn.functional.pad(r.input_ids, (left, right), value=pad_id))
+        masks.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
+    return Rollouts(torch.cat(ids), torch.cat(masks), lp, sum((r.texts for r in parts), []),
+                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size,
+                    sum((r.prompts for r in parts), []))
+
+
+# =============================================================================================
+# Advantages and loss
+# =============================================================================================
+def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", eps: float = ADV_EPS,
+               std: str = "unbiased") -> np.ndarray:
+    """totals [P, G], trainable [P] -> advantages [P, G].
+
+    group: (r - group mean) / (group std + eps); batch: divided by the whole batch's std
+    instead; none: r - group mean. std "unbiased" is the Bessel-corrected std (n - 1), as TRL
+    (`nanstd`) and verl (`torch.std`) divide by; "population" divides by n. Non-trainable
+    groups get 0: a near-constant group's noise is never blown up into +-1 advantages."""
+    totals = np.asarray(totals, dtype=np.float64)
+    if std not in ("unbiased", "population"):
+        raise ConfigError(f"grpo.advantage_std must be 'unbiased' or 'population', got {std!r}")
+    ddof = 1 if std == "unbiased" else 0
+    centered = totals - totals.mean(axis=1, keepdims=True)
+    if scale == "group":
+        adv = centered / (totals.std(axis=1, ddof=ddof, keepdims=True) + eps)
+    elif scale == "batch":
+        adv = centered / (totals.std(ddof=ddof) + eps)
+    elif scale == "none":
+        adv = centered
+    else:
+        raise ConfigError(f"grpo.scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return np.where(np.asarray(trainable, dtype=bool)[:, None], adv, 0.0)
+
+
+def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str, denom: float | None = None) -> torch.Tensor:
+    """token: sum over the masked tokens / denom (default: their count; long completions weigh
+    more, as in DAPO); sequence: sum of per-sequence means / denom (default: sequences with tokens)."""
+    mask = mask.to(x.dtype)
+    if loss_type == "token":
+        return (x * mask).sum() / (denom if denom else mask.sum().clamp(min=1.0))
+    per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    has = (mask.sum(-1) > 0).to(x.dtype)
+    return (per_seq * has).sum() / (denom if denom else has.sum().clamp(min=1.0))
+
+
+def _reduce_count(mask: torch.Tensor, loss_type: str) -> float:
+    return float(mask.sum()) if loss_type == "token" else float((mask.sum(-1) > 0).sum())
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
+              policy_rows: torch.Tensor | None = None, eps_low: float = 0.2, eps_high: float = 0.2,
+              loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0,
+              policy_denom: float | None = None, kl_denom: float | None = None):
+    """Clipped surrogate (+ beta * k3 KL to the reference). Shapes: logp/old_logp/ref_logp/mask
+    [B, L], adv [B], policy_rows [B] bool (rows whose group is trainable; default all).
+
+    The policy term sums over the tokens of policy rows and divides by every row's tokens
+    (token) or the number of rows (sequence), as TRL does with zero-advantage rows in the
+    batch; `policy_denom` gives that count when rows were dropped before the call (train_on),
+    so masking a non-trainable row and dropping it give the same gradient when beta = 0. A
+    step with few trainable groups therefore takes a small step, not a full one built from
+    a couple of prompts (a full step collapses the demo's policy after a level change:
+    docs/benchmarks.md, "Behind the code"). The KL term averages over every row's tokens
+    (train_on forwards every row when beta > 0), as TRL's; `kl_denom` gives that count for a
+    micro-batch of the step. Returns (loss, stats) with stats as floats ("clipped" and
+    "policy_tokens": the clip ratio's counts, to add up over micro-batches)."""
+    mask = mask.to(logp.dtype)
+    pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
+    ratio = torch.exp(logp - old_logp)
+    a = adv.to(logp.dtype)[:, None]
+    pg = -torch.minimum(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
+    policy = _reduce(pg, pmask, loss_type, policy_denom or _reduce_count(mask, loss_type))
+    if ref_logp is not None and beta > 0:
+        d = ref_logp - logp
+        kl = _reduce(torch.exp(d) - d - 1, mask, loss_type, kl_denom)  # k3: unbiased, always >= 0
+    else:
+        kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    loss = policy + beta * kl
+    with torch.no_grad():
+        policy, kl = policy.detach(), kl.detach()
+        clipped = ((ratio < 1 - eps_low) & (a < 0)) | ((ratio > 1 + eps_high) & (a > 0))
+        n_clipped, n_policy = (clipped.to(pmask.dtype) * pmask).sum(), pmask.sum()
+        clip = n_clipped / n_policy.clamp(min=1.0)
+    return loss, {"policy": policy.item(), "kl": kl.item(), "clip_ratio": clip.item(), "clipped": n_clipped.item(),
+                  "policy_tokens": n_policy.item()}
+
+
+# Logits whose model forward is not head(decoder(x)): these configs scale or cap them after the head.
+_LOGIT_POSTPROCESS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def head_of(model):
+    """The LM head when the logits are exactly head(decoder hidden states), else None (the
+    log-probs then come from the model's own logits). A LoRA reference (AdaptersOff) and a
+    peft model reach the decoder and head of the model they wrap."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is None or any(getattr(text, k, None) not in (None, 1.0) for k in _LOGIT_POSTPROCESS):
+        return None
+    try:
+        head, decoder = model.get_output_embeddings(), model.get_decoder()
+    except (AttributeError, ValueError, NotImplementedError):
+        return None
+    return head if isinstance(head, torch.nn.Module) and decoder is not None else None
+
+
+def _final_states(model, on_hidden: bool, keep: int, **kwargs):
+    """The last `keep` positions' states, and the cache: the decoder's hidden states (before
+    the LM head) when on_hidden, else the model's logits."""
+    if on_hidden:
+        out = model.get_decoder()(**kwargs)
+        return out.last_hidden_state[:, -keep:], out.past_key_values
+    out = model(**kwargs, logits_to_keep=keep)
+    return out.logits, out.past_key_values
+
+
+def _completion_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                       group_size: int, on_hidden: bool) -> torch.Tensor:
+    """The states predicting each completion token [B, Lc, D] (D: hidden size, or the vocab
+    for logits). Rows in groups of G with the same prompt (group_size = G > 1): the prompt
+    goes through the model once per group, with grad, its KV cache is copied to the group's
+    rows and the completions attend to it. The same function and gradient as one forward over
+    all rows (tests/test_trainer.py), on a fraction of the tokens (docs/benchmarks.md,
+    "Behind the code")."""
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    lc = input_ids.shape[1] - prompt_len
+    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", False))  # no KV cache
+    if group_size > 1 and prompt_len > 0 and not checkpointing:
+        first, cache = _final_states(model, on_hidden, 1, input_ids=input_ids[::group_size, :prompt_len],
+                                     attention_mask=attention_mask[::group_size, :prompt_len],
+                                     position_ids=pos[::group_size, :prompt_len], use_cache=True)
+        if hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(group_size)
+            cpos = pos[:, prompt_len - 1:prompt_len] + 1 + torch.arange(lc, device=pos.device)  # as in sample_tokens
+            rest, _ = _final_states(model, on_hidden, lc, input_ids=input_ids[:, prompt_len:],
+                                    attention_mask=attention_mask, position_ids=cpos, past_key_values=cache,
+                                    use_cache=True)
+            return torch.cat([first.repeat_interleave(group_size, 0), rest[:, :-1]], 1)
+    states, _ = _final_states(model, on_hidden, lc + 1, input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=pos, use_cache=False)
+    return states[:, :-1]
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to float32 for the log-softmax; float64 (the exactness tests) stays."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _chunk_logprobs(states: torch.Tensor, targets: torch.Tensor, head, temperature: float,
+                    suppress_ids: list[int] | None, with_entropy: bool):
+    """Log-probs of `targets` [N] and their entropy [N] (no grad) from states [N, D]."""
+    logits = _upcast(head(states))
+    if temperature != 1.0:
+        logits = logits / temperature
+    if suppress_ids:  # the sampler never saw these tokens: the policy it sampled from excludes them
+        logits = logits.index_fill(-1, torch.as_tensor(suppress_ids, device=logits.device), float("-inf"))
+    logsm = logits.log_softmax(-1)
+    logp = logsm.gather(-1, targets[:, None]).squeeze(-1)
+    if not with_entropy:
+        return logp, None
+    with torch.no_grad():
+        p = logsm.exp()
+        return logp, -(p * logsm.masked_fill(p == 0, 0.0)).sum(-1)
+
+
+def vocab_size(model) -> int:
+    config = model.config
+    return (config.get_text_config() if hasattr(config, "get_text_config") else config).vocab_size
+
+
+def chunk_tokens(chunk_mb: float, vocab_size: int) -> int | None:
+    """Completion tokens per log-prob chunk so its fp32 logits take `chunk_mb` MB (None: all at once)."""
+    return max(1, int(chunk_mb * 2 ** 20 // (4 * vocab_size))) if chunk_mb > 0 else None
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
+                   temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False,
+                   group_size: int = 1, chunk: int | None = None):
+    """Log-probs of the completion tokens [B, Lc], and their entropy [B, Lc] (no grad) when
+    asked; 0 on the masked positions. Positions follow the attention mask, as in `generate`
+    with left padding. group_size = G: rows come in groups of G sharing a prompt (rows
+    g*G .. g*G+G-1), whose forward is then shared.
+
+    The LM head runs on the attended completion tokens only, `chunk` of them at a time (None:
+    all), each chunk's logits recomputed in backward (activation checkpointing), so no
+    [rows, tokens, vocab] tensor is held beyond one chunk's, as TRL's chunked log-probs."""
+    head = head_of(model)
+    with getattr(model, "forward_context", nullcontext)():  # a LoRA reference: its adapters off
+        states = _completion_states(model, input_ids, attention_mask, prompt_len, group_size, head is not None)
+        mask = attention_mask[:, prompt_len:].bool()
+        flat, targets = states[mask], input_ids[:, prompt_len:][mask]
+        head = head if head is not None else (lambda logits: logits)
+        size = chunk or max(len(flat), 1)
+        recompute = torch.is_grad_enabled() and flat.requires_grad and len(flat) > size
+        parts = []
+        for s, t in zip(flat.split(size), targets.split(size)):
+            args = (s, t, head, temperature, suppress_ids, with_entropy)
+            parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else
+                         _chunk_logprobs(*args))
+    dtype = torch.float64 if states.dtype == torch.float64 else torch.float32
+    logp = torch.zeros(mask.shape, dtype=dtype, device=states.device)
+    if not parts:
+        return logp, logp.clone() if with_entropy else None
+    logp = logp.masked_scatter(mask, torch.cat([lp for lp, _ in parts]))
+    ent = torch.zeros_like(logp).masked_scatter(mask, torch.cat([e for _, e in parts])) if with_entropy else None
+    return logp, ent
+
+
+def trim(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
+    """Drop columns that are padding in every row (left of the longest prompt, right of the
+    longest completion): no forward pass is spent on them."""
+    cols = attention_mask.any(0)
+    first = int(cols[:prompt_len].long().argmax()) if prompt_len else 0
+    last = prompt_len + int(attention_mask[:, prompt_len:].sum(-1).max())
+    return input_ids[:, first:last], attention_mask[:, first:last], prompt_len - first
+
+
+def autocast(device: torch.device, compute_dtype: torch.dtype):
+    """Forward passes in the compute dtype (bf16/fp16) over fp32 weights; off in fp32."""
+    return torch.autocast(device.type, dtype=compute_dtype, enabled=compute_dtype in (torch.bfloat16, torch.float16))
+
+
+def micro_batch_groups(model, roll: Rollouts, groups: int, gcfg, compute_dtype: torch.dtype) -> int:
+    """Groups per forward/backward micro-batch: grpo.micro_batch_groups when set, else the most
+    whole groups whose activations (and log-prob chunk) the memory model puts under
+    grpo.micro_batch_mb, else all `groups` (micro_batch_mb 0)."""
+    if gcfg.micro_batch_groups or not gcfg.micro_batch_mb or groups <= 1:
+        return gcfg.micro_batch_groups or groups
+    from grpo_core.train import memory_model
+    try:
+        arch = memory_model.Architecture.from_config(model.config)
+    except AttributeError:  # a config the memory model cannot read: no budget
+        return groups
+    lengths = roll.attention_mask[:, roll.prompt_len:].sum(-1)
+    step = memory_model.Step(rows=roll.group_size, prompt_tokens=roll.prompt_len, group_size=roll.group_size,
+                             completion_tokens=int(lengths.max()), logit_chunk_mb=gcfg.logit_chunk_mb,
+                             compute_dtype=str(compute_dtype).removeprefix("torch."), device="cpu",
+                             gradient_checkpointing=bool(getattr(model, "is_activation_checkpointing", False)))
+    est = memory_model.estimate(arch, step)
+    per_group = est.activations + est.logprob_chunk
+    return int(min(groups, max(1, gcfg.micro_batch_mb * 2 ** 20 // max(per_group, 1))))
+
+
+def forwarded_groups(trainable: np.ndarray, gcfg, with_kl: bool) -> np.ndarray:
+    """The groups [P] bool whose rows go through forward/backward: the trainable ones, or every
+    group with a KL term (each row's KL has a gradient and TRL averages it over all tokens:
+    dropping rows would change it) or with grpo.drop_untrainable off."""
+    trainable = np.asarray(trainable, bool)
+    if with_kl or not gcfg.drop_untrainable:
+        return np.ones_like(trainable)
+    return trainable
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> float:
+    """The learning rate of update `step` (0 = the first) as a fraction of grpo.lr: a linear
+    warmup from 0, then constant, linear to 0 or cosine to 0 at total_steps, exactly as
+    transformers' get_scheduler("constant_with_warmup" | "linear" | "cosine") steps it
+    (tests/test_trainer.py). Computed from the step, so a step budget changed mid-run stretches
+    the schedule and a resumed run needs no scheduler state."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    if schedule == "linear":
+        return max(0.0, 1.0 - progress)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
+             ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None) -> dict:
+    """`gcfg.num_iterations` GRPO updates on the rollouts. adv [P, G], trainable [P]. Returns
+    loss stats (policy, kl, clip_ratio, grad_norm, entropy: the mean over the passes); a batch
+    with no trainable group returns zeros without a forward or backward.
+
+    Each pass runs its forward/backward in micro-batches of whole groups (micro_batch_groups:
+    the knob, or the most under grpo.micro_batch_mb), each loss divided by the whole step's counts, so the gradients add up to
+    the one-batch gradient while the activations held are one micro-batch's. The forward passes
+    run in `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
+    `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive.
+    With one pass the old policy is the current one (ratio 1); with more, the old log-probs are
+    the sampling policy's, computed once before the first pass, as TRL's num_iterations."""
+    G = roll.group_size
+    row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
+    with_kl = gcfg.beta > 0 and ref_model is not None
+    if not bool(row_trainable.any()) and not with_kl:
+        return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
+                "rows": 0, "tokens": 0}
+    idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
+    per = micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype) * G  # rows per micro-batch: whole groups
+    batch = _Batch(roll, idx, per,
+                   torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
+                   (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
+                    _reduce_count(roll.completion_mask[idx], gcfg.loss_type)))  # KL: the rows forwarded
+    kw = dict(ref_model=ref_model, suppress_ids=suppress_ids, compute_dtype=compute_dtype)
+    if gcfg.num_iterations > 1:
+        batch.old = _old_logprobs(model, batch, gcfg, **kw)
+    passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, **kw) for _ in range(gcfg.num_iterations)]
+    out = {k: float(np.mean([p[k] for p in passes])) for k in ("policy", "kl", "clip_ratio", "grad_norm", "entropy")}
+    return {**out, "rows": int(len(idx)), "tokens": passes[0]["tokens"]}
+
+
+@dataclass
+class _Batch:
+    """What every pass of train_on reuses."""
+    roll: Rollouts
+    idx: torch.Tensor  # the rows forwarded
+    per: int  # rows per micro-batch
+    adv_rows: torch.Tensor  # [B] float64, to logp's dtype in grpo_loss
+    row_trainable: torch.Tensor  # [B] bool
+    denoms: tuple[float, float]  # the policy and KL terms' counts over the whole step
+    old: torch.Tensor | None = None  # [B, Lc] the sampling policy's log-probs (passes > 1), else None
+
+
+def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype) -> torch.Tensor:
+    """The log-probs of the policy that sampled the batch [B, Lc] (no grad), in train mode as
+    the passes' forwards are: the first pass's ratio is then 1, as with one pass."""
+    roll, old = batch.roll, None
+    with torch.no_grad(), mode(model, training=True):
+        for chunk in batch.idx.split(batch.per):
+            ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
+            with autocast(roll.input_ids.device, compute_dtype):
+                logp, _ = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                         group_size=roll.group_size,
+                                         chunk=chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model)))
+            if old is None:
+                old = torch.zeros(roll.completion_ids.shape, dtype=logp.dtype, device=logp.device)
+            old[chunk, :logp.shape[1]] = logp
+    return old
+
+
+def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype, scaler) -> dict:
+    """One pass: the micro-batches' forward/backward, clipping, one optimizer step."""
+    optimizer.zero_grad(set_to_none=True)
+    total = {"policy": 0.0, "kl": 0.0, "clipped": 0.0, "policy_tokens": 0.0, "entropy_sum": 0.0, "tokens": 0}
+    with mode(model, training=True):
+        for chunk in batch.idx.split(batch.per):
+            part = _micro_batch(model, batch, chunk, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
+                                compute_dtype=compute_dtype, scaler=scaler)
+            for k in total:
+                total[k] += part[k]
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    gn = torch.nn.utils.clip_grad_norm_(params, gcfg.max_grad_norm if gcfg.max_grad_norm > 0 else float("inf"))
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient overflowed; the scale then shrinks
+        scaler.update()
+    else:
+        optimizer.step()
+    return {"policy": total["policy"], "kl": total["kl"], "clip_ratio": total["clipped"] / max(total["policy_tokens"], 1.0),
+            "grad_norm": float(gn), "entropy": total["entropy_sum"] / max(total["tokens"], 1),
+            "tokens": int(total["tokens"])}
+
+
+def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, gcfg, *, ref_model, suppress_ids, compute_dtype,
+                 scaler) -> dict:
+    """Forward and backward of the rows `chunk` (whole groups); the gradients accumulate."""
+    roll = batch.roll
+    G, device = roll.group_size, roll.input_ids.device
+    ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
+    cmask = attn[:, lp:]
+    per_chunk = chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model))
+    with autocast(device, compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
+        logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
+                                   with_entropy=True, group_size=G, chunk=per_chunk)  # whole groups: share prompts
+        ref = None
+        if gcfg.beta > 0 and ref_model is not None:
+            with torch.no_grad():
+                ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
+                                        suppress_ids=suppress_ids, group_size=G, chunk=per_chunk)
+    old = logp.detach() if batch.old is None else batch.old[chunk, :logp.shape[1]]
+    loss, stats = grpo_loss(logp, old, batch.adv_rows[chunk].to(device), cmask,
+                            policy_rows=batch.row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
+                            eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
+                            policy_denom=batch.denoms[0], kl_denom=batch.denoms[1])
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+    m = cmask.to(ent.dtype)
+    return {**stats, "entropy_sum": float((ent * m).sum()), "tokens": int(cmask.sum())}

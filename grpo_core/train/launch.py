@@ -1,0 +1,129 @@
+"""`python -m grpo_core train`: a run from the command line. The config and the store (a new
+run, one the dashboard created, or --resume), the checks that need no model, the stop
+signals, and one line (exit code 1 or 2) for what went wrong, never a traceback wall for a
+user's mistake."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+
+from grpo_core.train import checkpoints
+from grpo_core.train import models
+from grpo_core.runs.names import REWARD, TRAINABLE_RATIO
+from grpo_core.train.out_of_memory import OutOfMemory
+from grpo_core.runs.store import CREATED, FAILED, RunStore, check_run_id, new_run_id, runs_dir, storage_problem
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import RunConfig, apply_overrides, from_dict, load_config, validate
+from grpo_core.tasks import build_metrics, make_task
+from grpo_core.train.trainer import Trainer, set_threads
+
+
+def install_stop_signals(trainer: Trainer):
+    """SIGTERM / first Ctrl-C: finish the step, checkpoint, status stopped. A second Ctrl-C
+    interrupts at once."""
+    def handler(signum, frame):
+        if trainer.stop_reason:
+            raise KeyboardInterrupt
+        trainer.stop_reason = signal.Signals(signum).name
+        trainer.log(f"{trainer.stop_reason}: stopping after this step")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def preflight(cfg: RunConfig):
+    """What can be checked before a store exists and a model loads: every dataset row, the
+    custom metrics import, a local model folder. ConfigError names the field/line."""
+    make_task(cfg)
+    names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
+    build_metrics(names, cfg.reward.custom)
+    if cfg.model.path:
+        models.check_model_path(cfg.model.path)
+
+
+def open_run(args) -> tuple[RunConfig, RunStore]:
+    """Config + store from CLI args (new run, a run the dashboard created, or --resume)."""
+    overrides = list(getattr(args, "overrides", None) or [])
+    if getattr(args, "resume", False):
+        if not args.run_id:
+            raise ConfigError("--resume needs --run-id: the run to continue")
+        if args.config:
+            raise ConfigError("--resume continues with the run's stored config: drop --config "
+                              "(use --set, e.g. --set grpo.steps=400, to change a knob)")
+        store = RunStore.open(runs_dir(args.runs_dir) / check_run_id(args.run_id))
+        cfg = validate(from_dict(apply_overrides(store.config, overrides)))
+        return cfg, store
+    cfg = load_config(args.config, overrides)
+    preflight(cfg)  # bad dataset rows, metrics or model folder: one line, and no run is created
+    root = args.runs_dir or cfg.log.runs_dir or None
+    run_id = args.run_id or new_run_id(cfg.task.name)
+    store = RunStore.create(run_id, cfg.to_dict(), root=root, exist_ok=True)
+    status = store.get_meta().get("status")
+    if status != CREATED:
+        store.close()
+        raise ConfigError(f"run {run_id!r} already exists (status {status}): pass --resume to continue it, "
+                          "or choose another --run-id")
+    store.set_meta(config=cfg.to_dict())
+    toml = store.run_dir / "config.toml"
+    if not toml.exists():
+        toml.write_text(cfg.to_toml())
+    return cfg, store
+
+
+def cli_train(args) -> int:
+    cfg, store = open_run(args)
+    # Our pid before the (maybe long) model load: a trainer killed while starting shows stale, not created.
+    store.set_meta(pid=os.getpid(), host=os.uname().nodename)
+    set_threads(cfg)
+    print(f"run {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
+    try:
+        trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)))
+    except BaseException as e:
+        msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
+        store.reject_open_requests("trainer failed to start")
+        store.set_status(FAILED, error=msg)
+        raise
+    install_stop_signals(trainer)
+    try:
+        status = trainer.run_safely()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        why = storage_problem(e)
+        if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
+            print(f"error: {checkpoints.storage_message(trainer.store, why, trainer.runs_root)}", file=sys.stderr)
+        elif isinstance(e, OutOfMemory):  # the line names the knobs; the finished steps are in the store
+            print(f"error: {e}; steps up to {trainer.step} are kept", file=sys.stderr)
+        else:
+            traceback.print_exc()
+        return 1
+    last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
+    if last is not None and not last.empty:
+        r = last.iloc[-1]
+        print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[REWARD]:.3f}, "
+              f"trainable ratio {r[TRAINABLE_RATIO]:.2f}", file=sys.stderr)
+    return 0
+
+
+def cli_export(args) -> int:
+    """The run's last complete checkpoint as a plain Hugging Face folder: a LoRA run's adapters
+    merged into the base the run trained (its model.path, or the built-in model's warm start)."""
+    from grpo_core.train.checkpoints import latest_checkpoint
+    with RunStore.open(args.run, readonly=True) as store:
+        cfg = validate(from_dict(store.config))
+        run_dir, run_id = store.run_dir, store.run_id
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise ConfigError(f"run {run_id} has no complete checkpoint to export (checkpoints are written every "
+                          "log.checkpoint_every steps and at the end)")
+    if (ckpt / "adapter_config.json").is_file():
+        base, tokenizer, _ = models.load_policy(cfg.model, make_task(cfg), run_dir.parent, seed=cfg.grpo.seed)
+        model = models.apply_lora(base, cfg.model)
+        models.load_lora_state(model, ckpt)
+        model = model.merge_and_unload()
+    else:
+        model, tokenizer = models.load_pretrained(str(ckpt))
+    models.save_pretrained(model, tokenizer, args.out)
+    print(f"exported {run_id} {ckpt.name} to {args.out}", file=sys.stderr)
+    return 0

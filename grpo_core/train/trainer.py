@@ -1,0 +1,590 @@
+"""The embedded GRPO trainer: rollout -> score -> health -> advantage -> loss -> update -> log.
+
+The step's math is grpo.py; `Trainer` wires it to a task, a run store and the control
+requests the dashboard writes, with checkpoints (checkpoints.py) and a heartbeat (session.py).
+
+- Control requests are claimed and applied between steps only, so a step never sees
+  half a change; each is resolved with the step it takes effect at.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from grpo_core.analysis import autopilot
+from grpo_core.tasks import chat
+from grpo_core.train import checkpoints
+from grpo_core.train import evaluation
+from grpo_core.train import grpo
+from grpo_core.analysis import health
+from grpo_core.runs import live_settings
+from grpo_core.train import models
+from grpo_core.runs import names
+from grpo_core.train import out_of_memory
+from grpo_core.train.models import set_threads  # noqa: F401 (launch, pilot and benches import it from here)
+from grpo_core.train.skipping import PromptSkipper
+from grpo_core.runs.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
+from grpo_core.runs.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY,
+                             EV_REJECTED, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, RunMeta, RunStore, STOP,
+                             STOPPED, StepGroups, StepRollouts, storage_problem)
+from grpo_core.errors import ConfigError
+from grpo_core.runs.config import RunConfig
+from grpo_core.runs.requests import validate_request
+from grpo_core.tasks.rewards import CompositeReward
+from grpo_core.runs.lifecycle import RunSession
+from grpo_core.tasks import build_metrics, make_task
+from grpo_core.runs.writer import BatchedWrites
+
+ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
+
+
+@dataclasses.dataclass
+class Sample:
+    """A step's rollouts and their raw scores: one prompt batch, or several (dynamic sampling)."""
+    roll: grpo.Rollouts
+    raw: np.ndarray  # [P*G, K] raw metric scores
+    errors: list[str | None]  # per rollout: "metric: what went wrong", or None
+    batches: int  # prompt batches drawn
+    generate_s: float
+    score_s: float
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, store: RunStore, *, resume: bool = False, log=None):
+        self.cfg, self.store, self.resume = cfg, store, resume
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.runs_root = store.run_dir.parent
+        g = cfg.grpo
+        self.task = make_task(cfg)
+        metric_names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
+        fns, self.metric_kinds = build_metrics(metric_names, cfg.reward.custom)
+        self.reward = CompositeReward(fns, cfg.reward.weights)
+        self.held_out = evaluation.held_out(cfg, self.task, self.reward.names, self.metric_kinds)
+        self.outcome_index = (self.reward.names.index(cfg.reward.outcome_metric)
+                              if cfg.reward.outcome_metric else None)
+        self.step = 0  # last finished step; steps are numbered from 1
+        self.cum_submitted = self.cum_trainable = 0
+        self.cum_tokens = (0, 0)  # completion tokens sampled, and those in groups that taught nothing
+        self.paused = False
+        self.stop_reason: str | None = None
+        self.active_alerts: dict[str, int] = {}  # alert kind -> last step it held
+        self.history: list[dict] = []  # recent steps' scalars, for alerts and the curriculum
+        self.curriculum_streak = 0
+        self.last_log_s = 0.0
+        self.last_ckpt_step: int | None = None
+        self.autopilot_on = cfg.autopilot.enabled  # set_autopilot switches it mid-run
+        self.autopilot = autopilot.AutopilotState()
+        self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
+        self.writer: BatchedWrites | None = None  # during run(): how steps reach the store
+        self.skipper = PromptSkipper.from_config(g)  # grpo.skip_zero_variance (skipping.py)
+
+        torch.manual_seed(g.seed)
+        np.random.seed(g.seed)
+        random.seed(g.seed)
+        self.model, self.tokenizer, self.model_info = models.load_policy(
+            cfg.model, self.task, self.runs_root, seed=g.seed, log=self.log)
+        self.device = next(self.model.parameters()).device
+        # Weights and optimizer state in fp32; forward passes in the compute dtype (model.dtype).
+        self.compute_dtype = models.pick_device(cfg.model)[1]
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None
+        self.suppress_ids = models.suppressed_token_ids(self.tokenizer)
+        self.ref_model = None
+        self.pending_events: list[tuple[str, dict]] = []  # out-of-memory retries, logged with the step
+        if g.beta > 0 and not cfg.model.lora_rank:  # the frozen reference: the starting policy (after warm-start)
+            self.ref_model, _, _ = models.load_policy(cfg.model, self.task, self.runs_root, seed=g.seed)
+            self.ref_model.requires_grad_(False)
+            if self.compute_dtype != torch.float32:  # never trained: its weights need no fp32 copy
+                self.ref_model.to(self.compute_dtype)
+        self.prepare_model()
+        # Its requests are its handlers: every kind, a difficulty only on a task with levels.
+        kinds = [k for k in CONTROL_KINDS if k != SET_DIFFICULTY or self.task.levels >= 2]
+        self.session = RunSession(store, dict.fromkeys(kinds, self.apply_request), self.refuse_request)
+        if resume:
+            self._load_checkpoint()
+
+    def prepare_model(self):
+        """LoRA adapters and activation checkpointing on the loaded policy, and the optimizer
+        over what trains (the adapters alone with LoRA, whose reference is the same model with
+        its adapters off: no second copy)."""
+        m, g = self.cfg.model, self.cfg.grpo
+        if m.lora_rank and not models.is_lora(self.model):
+            self.model = models.apply_lora(self.model, m)
+            if g.beta > 0:
+                self.ref_model = models.AdaptersOff(self.model)
+        if m.gradient_checkpointing:
+            models.enable_checkpointing(self.model)
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=g.lr,
+                                           weight_decay=g.weight_decay)
+
+    # ---- one step ------------------------------------------------------------------------
+    def sample(self) -> Sample:
+        """Draw prompt batches (more than one only with dynamic sampling) and score them."""
+        g = self.cfg.grpo
+        parts, raws, errors, t_gen, t_score, batches = [], [], [], 0.0, 0.0, 0
+        trainable_so_far = 0
+        while True:
+            batches += 1
+            examples = self.skipper.draw(self.task.batch, g.prompts_per_step)
+            t0 = time.perf_counter()
+            roll = self.rollout(examples)
+            t1 = time.perf_counter()
+            scored = self.reward.score(roll.texts, roll.examples)
+            t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
+            parts.append(roll)
+            raws.append(scored.raw)
+            errors += scored.errors
+            if not g.dynamic_sampling or batches >= g.dynamic_max_batches:
+                break
+            # The step's own rule: with an outcome gate, a phantom group does not count toward the target.
+            st = health.group_stats(scored.totals.reshape(-1, g.group_size), scored.raw.reshape(-1, g.group_size,
+                                    scored.raw.shape[1]), min_group_std=g.min_group_std,
+                                    outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
+            trainable_so_far += int(st.trainable.sum())
+            if trainable_so_far >= g.dynamic_min_trainable:
+                break
+        return Sample(grpo.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
+                      t_gen, t_score)
+
+    def rollout(self, examples: list[dict], group_size: int | None = None, temperature: float | None = None):
+        """grpo.rollout with the run's settings, in batches halved while they do not fit in memory."""
+        g = self.cfg.grpo
+
+        t = self.cfg.task
+        prompts = [chat.render(self.tokenizer, e["prompt"], t.chat_template, t.system_prompt) for e in examples]
+
+        def attempt(batch_groups: int) -> grpo.Rollouts:
+            with grpo.autocast(self.device, self.compute_dtype):
+                return grpo.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
+                                    max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
+                                    temperature=g.temperature if temperature is None else temperature,
+                                    batch_groups=batch_groups, prompts=prompts,
+                                    add_special_tokens=not chat.uses_template(self.tokenizer, t.chat_template))
+        return out_of_memory.halving(attempt, g.sample_batch_groups or len(examples), stage="sampling",
+                                     knob="grpo.sample_batch_groups", on_retry=self.memory_retry("sample_batch_groups"))
+
+    def evaluate(self) -> dict[str, float]:
+        """The held-out evaluation's scalars (evaluation.py), with its time."""
+        t0 = time.perf_counter()
+        out = self.held_out.run(self.rollout, self.reward, self.cfg.grpo.temperature, self.device)
+        return {**out, names.TIME_EVAL: time.perf_counter() - t0}
+
+    def train_on(self, roll: grpo.Rollouts, adv: np.ndarray, trainable: np.ndarray) -> dict:
+        """grpo.train_on, its micro-batch halved while the step does not fit in memory."""
+        g = self.cfg.grpo
+        forwarded = int(grpo.forwarded_groups(trainable, g, g.beta > 0 and self.ref_model is not None).sum())
+        return out_of_memory.halving(
+            lambda n: grpo.train_on(self.model, self.optimizer, roll, adv, trainable,
+                                    dataclasses.replace(g, micro_batch_groups=n), ref_model=self.ref_model,
+                                    suppress_ids=self.suppress_ids, compute_dtype=self.compute_dtype,
+                                    scaler=self.scaler),
+            min(grpo.micro_batch_groups(self.model, roll, max(forwarded, 1), g, self.compute_dtype), max(forwarded, 1)),
+            stage="training",
+            knob="grpo.micro_batch_groups", on_retry=self.memory_retry("micro_batch_groups"))
+
+    def memory_retry(self, knob: str):
+        """on_retry for out_of_memory.halving: the smaller batch stays for the rest of the run
+        (the next steps would not fit either) and an event says so."""
+        def retry(groups: int, error: str):
+            setattr(self.cfg.grpo, knob, groups)
+            self.pending_events.append((EV_MEMORY, {"knob": f"grpo.{knob}", "groups": groups,
+                                                                     "error": error}))
+            self.log(f"out of memory ({error}): retrying with grpo.{knob}={groups}")
+        return retry
+
+    def train_step(self, update: bool = True) -> tuple[dict, StepGroups, StepRollouts]:
+        """One step; update=False samples, scores and logs without training (the pilot)."""
+        g = self.cfg.grpo
+        t_start = time.perf_counter()
+        sample = self.sample()
+        roll, raw, errors, t_gen, t_score = sample.roll, sample.raw, sample.errors, sample.generate_s, sample.score_s
+        P, G, K = roll.num_prompts, g.group_size, raw.shape[1]
+        t0 = time.perf_counter()
+        totals = self.reward.totals(raw).reshape(P, G)
+        scores = raw.reshape(P, G, K)
+        stats = health.group_stats(totals, scores, min_group_std=g.min_group_std,
+                                   outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
+        adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std)
+        t_score += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        lr = g.lr * grpo.lr_factor(self.step, g.warmup_steps, g.steps, g.lr_schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss = self.train_on(roll, adv, stats.trainable) if update else \
+            dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
+        t_train = time.perf_counter() - t0
+
+        scalars = health.step_scalars(stats, scores, self.reward.names, self.reward.weights,
+                                      self.cum_submitted, self.cum_trainable)
+        self.cum_submitted, self.cum_trainable = (int(scalars[names.CUM_GROUPS_SUBMITTED]),
+                                                  int(scalars[names.CUM_GROUPS_TRAINABLE]))
+        outcomes = health.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
+                                         self.reward.weights, self.cfg.reward.outcome_metric or None)
+        scalars.update(health.outcome_counts(outcomes))
+        scalars.update(self.skipper.after_step(roll.examples[::G], stats.trainable))
+        scalars.update(health.wasted_compute(roll.completion_mask.sum(-1).reshape(P, G).numpy(), stats.trainable,
+                                             t_gen, self.cum_tokens))
+        self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
+        n_tokens = int(roll.completion_mask.sum())
+        step_s = time.perf_counter() - t_start
+        scalars.update({
+            names.LOSS_POLICY: loss["policy"], names.LOSS_KL: loss["kl"], names.LOSS_ENTROPY: loss["entropy"],
+            names.GRAD_NORM: loss["grad_norm"], names.CLIP_RATIO: loss["clip_ratio"], names.LEARNING_RATE: lr,
+            names.COMPLETION_MEAN_LENGTH: n_tokens / len(roll.texts),
+            names.TIME_STEP: step_s, names.TIME_GENERATE: t_gen, names.TIME_SCORE: t_score, names.TIME_TRAIN: t_train,
+            names.TIME_LOG: self.last_log_s, names.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
+            names.MIN_GROUP_STD: g.min_group_std, names.DIFFICULTY: float(self.task.level),
+            names.SCORING_ERRORS: float(sum(e is not None for e in errors)), names.SAMPLING_BATCHES: float(sample.batches),
+        })
+        if not update:  # nothing trained: log no loss at all rather than empty values
+            for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO,
+                      names.LEARNING_RATE):
+                scalars.pop(k)
+        groups = StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
+                              G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=roll.prompts,
+                              outcome=outcomes)
+        keep_all = self.cfg.log.keep_text == "all"
+        n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
+        n = P * G
+        rollouts = StepRollouts(self.reward.names, np.arange(n) // G, np.arange(n) % G, totals.reshape(-1), raw,
+                                  roll.texts[:n_text * G] + [None] * (n - n_text * G), errors)
+        return scalars, groups, rollouts
+
+    # ---- control requests -------------------------------------------------------------------
+    def poll_control(self):
+        if not self.store.has_pending():  # a read: never waits behind a write transaction
+            return
+        # What a request does refers to the steps so far (applied / paused / stopped at step N):
+        # those steps are in the store before its answer is.
+        self.flush_writes()
+        for req, applied, step, message in self.session.serve():
+            self.log(f"request {req['id']} {req['kind']}: {'applied' if applied else 'rejected'} ({message})")
+            if applied:
+                autopilot.note_applied(self.autopilot, req, step)
+                self.publish_settings()
+
+    def apply_request(self, req: dict) -> tuple[bool, int | None, str]:
+        """-> (applied, step it takes effect at, message). set_* take effect at the next step;
+        pause/stop/checkpoint act on the state after the last finished step."""
+        kind, nxt = req["kind"], self.step + 1
+        try:
+            payload = validate_request(kind, req.get("payload") or {}, self.reward.names, max_level=self.task.levels)
+        except ConfigError as e:
+            return False, None, str(e)
+        if kind == SET_WEIGHTS:
+            new = self.reward.set_weights({**self.reward.weights, **payload["weights"]})
+            return True, nxt, "weights " + ", ".join(f"{k}={v:g}" for k, v in new.items()) + f" from step {nxt}"
+        if kind == SET_DIFFICULTY:
+            old = self.task.level
+            self.task.set_level(payload["level"])
+            return True, nxt, f"level {old} -> {self.task.level} from step {nxt}"
+        if kind in live_settings.NUMBERS:  # a grpo.<key> number the loop reads each step
+            key, g = live_settings.NUMBERS[kind].key, self.cfg.grpo
+            if key == "steps" and payload["steps"] < self.step:
+                return False, None, f"steps {payload['steps']} is below the current step {self.step}"
+            old = getattr(g, key)
+            setattr(g, key, payload[key])
+            if key == "steps":  # a budget has no "from": it says whether this step is the last
+                return True, nxt, f"steps {old} -> {g.steps}" + (" (ends after this step)" if g.steps == self.step else "")
+            return True, nxt, f"{key} {old:g} -> {payload[key]:g} from step {nxt}"
+        if kind == SET_AUTOPILOT:
+            self.autopilot_on = payload["enabled"]
+            return True, nxt, f"autopilot {'on' if self.autopilot_on else 'off'} from step {nxt}"
+        if kind == PAUSE:
+            if self.paused:
+                return False, None, "already paused"
+            self.paused = True
+            self.store.set_status(PAUSED)
+            return True, self.step, f"paused after step {self.step}"
+        if kind == RESUME:
+            if not self.paused:
+                return False, None, "not paused"
+            self.paused = False
+            self.store.set_status(RUNNING)
+            return True, nxt, f"resumed at step {nxt}"
+        if kind == STOP:
+            self.stop_source = req.get("source") or "ui"
+            why = payload.get("reason")
+            self.stop_reason = f"stop request {req['id']} from {self.stop_source}" + (f": {why}" if why else "")
+            return True, self.step, f"stopping after step {self.step}"
+        if kind == CHECKPOINT:
+            path = self.save_checkpoint("request")
+            return True, self.step, f"checkpoint {path.name}"
+        return self.refuse_request(req)
+
+    def refuse_request(self, req: dict) -> tuple[bool, None, str]:
+        if req["kind"] == SET_DIFFICULTY:
+            return False, None, f"task {self.task.name!r} has no difficulty levels"
+        return False, None, f"unknown request kind {req['kind']!r}"
+
+    def wait_while_paused(self):
+        while self.paused and not self.stop_reason:
+            time.sleep(0.5)
+            self.poll_control()
+
+    # ---- settings in force and the autopilot ---------------------------------------------------
+    def settings(self) -> dict:
+        numbers = {s.key: getattr(self.cfg.grpo, s.key) for s in live_settings.NUMBER_SETTINGS}
+        return {"weights": dict(self.reward.weights), **numbers, "level": self.task.level,
+                "max_level": self.task.levels, "autopilot": self.autopilot_on,
+                "outcome_metric": self.cfg.reward.outcome_metric or None, "uniform_std": self.cfg.health.uniform_std,
+                "metric_max": autopilot.metric_max(self.metric_kinds)}
+
+    def publish_settings(self):
+        """Meta "settings": what is in force now (the live page and the runs list read it)."""
+        self.store.set_meta(settings=self.settings())
+
+    def run_autopilot(self):
+        """The autopilot looks at the steps so far; its moves are requests that poll_control
+        applies at the next step boundary, like the user's."""
+        self.autopilot.settings = self.settings()
+        ids = autopilot.step_hook(self.store, self.step, self.autopilot, self.cfg.autopilot, self.cfg.health)
+        if ids:
+            self.log(f"autopilot after step {self.step}: request(s) {', '.join(map(str, ids))}")
+
+    # ---- alerts and curriculum ------------------------------------------------------------------
+    def new_alerts(self, step: int, scalars: dict) -> list[tuple[str, dict]]:
+        """Alert events for alerts that start at this step. An ongoing alert is not repeated, and
+        one that went quiet for fewer than ALERT_REARM steps is the same episode (a trend alert
+        near its significance line flaps on and off every few steps)."""
+        h = self.cfg.health
+        keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
+        self.history.append({"step": step, **scalars})
+        del self.history[:-keep]
+        outcome = self.cfg.reward.outcome_metric or None
+        held = health.alert_kinds(self.history, h, outcome)
+        is_new = lambda kind: step - self.active_alerts.get(kind, -ALERT_REARM - 1) > ALERT_REARM  # noqa: E731
+        if held is not None and not any(map(is_new, held)):  # nothing starts: no message to write
+            self.active_alerts.update(dict.fromkeys(held, step))
+            return []
+        # An alert starts (or the window has gaps): health.alerts() writes the messages.
+        # Only the columns alerts() reads: building a frame of every logged name cost more than the alerts.
+        columns = health.alert_columns(h, outcome)
+        wide = pd.DataFrame({n: [r.get(n, np.nan) for r in self.history] for n in columns},
+                            index=pd.Index([r["step"] for r in self.history], name="step"))
+        now = health.alerts(wide, h, outcome)
+        events = [(EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
+                  for a in now if is_new(a.kind)]
+        self.active_alerts.update({a.kind: step for a in now})
+        return events
+
+    def curriculum(self, scalars: dict) -> list[tuple[str, dict]]:
+        c = self.cfg.curriculum
+        if c.mode != "auto" or self.task.levels < 2:
+            return []
+        easy = scalars[names.TRAINABLE_RATIO] < c.raise_ratio and scalars[names.REWARD] > c.raise_reward
+        self.curriculum_streak = self.curriculum_streak + 1 if easy else 0
+        top = min(c.max_level, self.task.levels)
+        if self.curriculum_streak < c.window or self.task.level >= top:
+            return []
+        old = self.task.level
+        self.task.set_level(old + 1)
+        self.curriculum_streak = 0
+        msg = (f"curriculum: level {old} -> {self.task.level} from step {self.step + 1} (ratio < {c.raise_ratio:g} "
+               f"and reward > {c.raise_reward:g} for {c.window} steps)")
+        self.log(msg)
+        return [(EV_CHANGE, {"kind": SET_DIFFICULTY, "request": {"level": self.task.level},
+                               "source": "curriculum", "message": msg})]
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self, reason: str) -> Path:
+        self.flush_writes()  # a checkpoint at step N implies steps <= N are stored (--resume truncates after it)
+        final = self.store.run_dir / "checkpoints" / f"{checkpoints.CKPT_PREFIX}{self.step:06d}"
+        if self.last_ckpt_step == self.step and final.is_dir():
+            return final
+        state = {"optimizer": self.optimizer.state_dict(), "task": self.task.state_dict(),
+                 "weights": dict(self.reward.weights), "cum": [self.cum_submitted, self.cum_trainable],
+                 "cum_tokens": list(self.cum_tokens), "skipper": self.skipper.state_dict(),
+                 "curriculum_streak": self.curriculum_streak, "active_alerts": self.active_alerts,
+                 "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
+                 "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
+                                   for s in live_settings.NUMBER_SETTINGS if s.replay}}
+        final = checkpoints.write_checkpoint(self.store.run_dir, self.step, self.model, self.tokenizer, state)
+        self.last_ckpt_step = self.step
+        self.store.add_event(EV_CHECKPOINT, {"path": str(final), "reason": reason}, step=self.step)
+        return final
+
+    def _load_checkpoint(self):
+        ckpt = checkpoints.latest_checkpoint(self.store.run_dir)
+        if ckpt is None:
+            raise ConfigError(f"--resume: run {self.store.run_id} has no complete checkpoint in "
+                              f"{self.store.run_dir / 'checkpoints'}; start it again without --resume")
+        if models.is_lora(self.model):  # a LoRA checkpoint holds the adapters: the base is the run's own
+            models.load_lora_state(self.model, ckpt)
+        else:
+            self.model, self.tokenizer = models.load_pretrained(str(ckpt), self.device, torch.float32)
+        self.prepare_model()
+        st = checkpoints.read_state(ckpt)
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.task.load_state_dict(st["task"])
+        self.reward.set_weights(st["weights"])
+        if "min_group_std" in st:  # a checkpoint written before grpo_settings held it
+            self.cfg.grpo.min_group_std = st["min_group_std"]
+        self.cum_submitted, self.cum_trainable = st["cum"]
+        self.cum_tokens = tuple(st.get("cum_tokens", (0, 0)))
+        self.skipper.load_state_dict(st.get("skipper"))
+        self.curriculum_streak = st.get("curriculum_streak", 0)
+        seen = st.get("active_alerts", {})
+        self.active_alerts = seen if isinstance(seen, dict) else dict.fromkeys(seen, int(st["step"]))
+        self.history = st.get("history", [])
+        for k, v in st.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: below)
+            setattr(self.cfg.grpo, k, v)
+        self.cfg.grpo.steps = RunMeta.parse(self.store.get_meta()).resumed_budget(self.cfg.grpo.steps)
+        self.autopilot = autopilot.AutopilotState.from_dict(st.get("autopilot"))
+        self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
+        self.autopilot_on = st.get("autopilot_on", self.autopilot_on)
+        self.step = self.last_ckpt_step = int(st["step"])
+        # Requests applied after the checkpoint were part of the lost steps: apply them again.
+        done = self.store.control()
+        if len(done):
+            later = done[(done["status"] == APPLIED) & (done["applied_step"] > self.step)]
+            for _, r in later.iterrows():
+                if r["kind"] in live_settings.REPLAYED:
+                    self.apply_request({"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"]})
+        self.resumed_from = ckpt
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def run(self) -> str:
+        """Train to cfg.grpo.steps or a stop; returns the final status. Exceptions propagate
+        (run_safely records them)."""
+        cfg, store = self.cfg, self.store
+        if self.resume:
+            dropped = store.truncate_after(self.step)
+            event = {"event": "resumed", "from": str(self.resumed_from), "steps_redone": dropped}
+            self.log(f"resumed from {self.resumed_from.name} (step {self.step})")
+        else:
+            event = {"event": "started", "model": self.model_info, "steps": cfg.grpo.steps}
+        self.session.start(self.step, event, metric_names=self.reward.names, metric_kinds=self.metric_kinds,
+                           model=self.model_info, device=str(self.device), config=cfg.to_dict())
+        self.publish_settings()
+        mirror, bar = self.open_mirror(), self.open_progress_bar()
+        finished = False
+        try:
+            # The loop writes its steps and commits those of the last log.commit_every_s together
+            # (BatchedWrites: one commit per batch, not per step; writer.py says why).
+            self.writer = BatchedWrites(store, cfg.log.commit_every_s) if cfg.log.commit_every_s > 0 else None
+            while self.step < cfg.grpo.steps and not self.stop_reason:
+                self.poll_control()
+                self.wait_while_paused()
+                if self.stop_reason:
+                    break
+                self.one_step(mirror, bar)
+            finished = True
+        finally:
+            try:  # every step handed over is committed before the final status (or failed) is written
+                self.close_writer(raise_error=finished)
+            finally:
+                if bar is not None:
+                    bar.close()
+                self.session.stop_heartbeat()
+                if mirror is not None:
+                    mirror.finish()
+        self.save_checkpoint("stop" if self.stop_reason else "end")
+        status = STOPPED if self.stop_reason else FINISHED
+        self.session.finish(status, self.step, self.stop_reason, **({"stop_reason": self.stop_source or "signal",
+                                                                     "stop_message": self.stop_reason}
+                                                                    if self.stop_reason else {}))
+        return status
+
+    def one_step(self, mirror, bar):
+        """One step of the loop: train, alerts and curriculum, the store (and mirror), the
+        autopilot, the progress bar, a periodic checkpoint."""
+        cfg = self.cfg
+        scalars, groups, rollouts = self.train_step()
+        self.step += 1
+        if self.held_out is not None and self.held_out.due(self.step, cfg.grpo.steps):
+            scalars.update(self.evaluate())
+        events = self.pending_events + self.new_alerts(self.step, scalars) + self.curriculum(scalars)
+        self.pending_events = []
+        t0 = time.perf_counter()
+        self.log_step(scalars, groups, rollouts, events)
+        if mirror is not None:
+            self.flush_writes()  # the mirror reads this step's events back from the store
+            self.mirror_step(mirror, scalars, groups, rollouts)
+        self.last_log_s = time.perf_counter() - t0
+        if self.autopilot_on and not self.stop_reason and self.step < cfg.grpo.steps:
+            self.flush_writes()  # the autopilot reads the window from the store
+            self.run_autopilot()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{scalars[names.REWARD]:.3f}", ratio=f"{scalars[names.TRAINABLE_RATIO]:.2f}",
+                            level=self.task.level, refresh=False)
+        every = cfg.log.checkpoint_every
+        if every and self.step % every == 0 and self.step < cfg.grpo.steps:
+            self.save_checkpoint("periodic")
+
+    def open_progress_bar(self):
+        if not self.cfg.log.progress:
+            return None
+        from tqdm import tqdm
+        return tqdm(total=self.cfg.grpo.steps, initial=self.step, desc=self.store.run_id, file=sys.stderr,
+                    dynamic_ncols=True, mininterval=0.5)
+
+    # ---- the store writes of the loop ---------------------------------------------------------
+    def log_step(self, scalars: dict, groups: StepGroups, rollouts: StepRollouts, events: list[tuple]):
+        """Step self.step into the store: in run(), kept and committed with the steps of the last
+        log.commit_every_s (BatchedWrites); else written here. Each step is whole in the store
+        either way."""
+        if self.writer is not None:
+            self.writer.submit("log_step", self.step, scalars, groups, rollouts, events)
+        else:
+            self.store.log_step(self.step, scalars, groups, rollouts, events)
+
+    def flush_writes(self):
+        """Every step submitted is committed (raises the writer's error, e.g. a full disk)."""
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close_writer(self, raise_error: bool = True):
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close(raise_error=raise_error)
+
+    def open_mirror(self):
+        """The W&B mirror when log.wandb is offline/online (imported lazily: wandb is optional)."""
+        if self.cfg.log.wandb == "off":
+            return None
+        from grpo_core.integrations.wandb import WandbMirror
+        self._mirrored_event = 0
+        return WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
+                           self.store.run_dir, self.cfg.to_dict())
+
+    def mirror_step(self, mirror, scalars: dict, groups: StepGroups, rollouts: StepRollouts):
+        """Mirror the step just stored, and every event since the last one (applied and
+        rejected requests come from the store, so the mirror sees exactly what readers see)."""
+        mirror.log_step(self.step, scalars, groups.frame(), rollouts)
+        ev = self.store.events(since_id=self._mirrored_event,
+                               kinds=[EV_CHANGE, EV_REJECTED, EV_ALERT, EV_CHECKPOINT])
+        for kind, payload, step in zip(ev["kind"], ev["payload"], ev["step"]):
+            mirror.event(kind, payload, None if step != step else int(step))
+        if len(ev):
+            self._mirrored_event = int(ev["id"].iloc[-1])
+
+    def run_safely(self) -> str:
+        """run(), recording a crash as status failed with the traceback in meta.error."""
+        try:
+            return self.run()
+        except BaseException as e:
+            text = traceback.format_exc()
+            why = storage_problem(e)
+            if why:  # the disk's fault: the last line (what the runs page shows) says so and what to do
+                text += "\n" + checkpoints.storage_message(self.store, why, self.runs_root)
+            for attempt in range(2):
+                try:
+                    self.session.fail(text, self.step, f"{type(e).__name__}: {e}")
+                    break
+                except Exception:
+                    if attempt or not why:
+                        break
+                    try:  # a full disk: fold the WAL into the db so the status write can reuse its space
+                        self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    except Exception:
+                        break
+            raise
