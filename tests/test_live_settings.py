@@ -11,7 +11,7 @@ from grpo_core.analysis import charts
 
 from grpo_core.runs import requests, live_settings
 
-from grpo_core.dashboard import live_view
+from grpo_core.dashboard import live_view, request_view
 from grpo_core.analysis import report
 from grpo_core.runs.store import CONTROL_KINDS, FINISHED, RUNNING, RunStore
 from grpo_core.__main__ import main
@@ -42,7 +42,7 @@ def test_every_setting_is_a_request_kind_the_built_in_trainer_accepts_and_the_cl
 @pytest.mark.parametrize("setting", live_settings.NUMBER_SETTINGS, ids=lambda s: s.key)
 def test_a_number_setting_refuses_its_bounds_by_name(setting):
     inside = setting.lo + (1 if setting.integer else 0.5 * min(1.0, setting.hi - setting.lo))
-    assert setting.check(inside) == inside
+    assert setting.check_value(inside) == inside
     outside = [setting.hi + 1, "x", True, float("nan")] + ([setting.lo] if setting.lo_open else [setting.lo - 1])
     for bad in outside:
         with pytest.raises(ConfigError, match=f"^{setting.key} must be"):
@@ -78,7 +78,7 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     shapes, notes = charts.marker_specs(store.changes())
     assert [n["text"] for n in notes] == ["top_p"] and shapes[0]["x0"] == 1
     # the live page would send it back as a set_top_p request (the pending-change diff)
-    assert live_view.pending_changes({**live_view.run_settings(store.get_meta()), "weights": {}, "min_group_std": 0.01,
+    assert request_view.pending_changes({**live_view.run_settings(store.get_meta()), "weights": {}, "min_group_std": 0.01,
                                  "level": 1}, {}, 0.01, 1, {"top_p": 0.8}) == [("set_top_p", {"top_p": 0.8})]
     # resume from the step-0 checkpoint: the request applied after it is replayed
     for ckpt in checkpoint_dirs(run)[1:]:
@@ -104,3 +104,26 @@ def test_the_live_page_has_a_top_p_input(runs_dir):
     at.button(key="apply").click().run()
     assert list(own.control()["kind"]) == ["set_top_p"] and own.control()["payload"].iloc[0]["top_p"] == 0.8
     own.close()
+
+
+def test_max_new_tokens_is_one_entry_of_the_registry_and_reaches_the_sampler(tmp_path, capsys):
+    """The setting added as one NumberSetting: the CLI parses and bounds it, the trainer applies it
+    from the next step (completions are cut at the new length), the ledger and markers name it."""
+    setting = live_settings.BY_KIND["set_max_new_tokens"]
+    assert setting in live_settings.RUN_INPUTS and setting.cli in requests.cli_actions()
+    tr, store = _trainer(tmp_path)
+    run = store.run_dir
+    assert main(["control", str(run), "set-max-new-tokens", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: max_new_tokens must be an integer from 1 to 32768 "
+                                               "(the most tokens sampled per completion), got 0")
+    assert main(["control", str(run), "set-max-new-tokens", "2"]) == 0
+    assert tr.run() == FINISHED
+    ctl = store.control()
+    assert ctl[["kind", "status", "applied_step"]].values.tolist() == [["set_max_new_tokens", "applied", 1]]
+    assert ctl["message"].iloc[0] == "max_new_tokens 6 -> 2 from step 1"
+    assert store.get_meta()["settings"]["max_new_tokens"] == 2
+    texts = store.rollouts(with_text=True)["completion"].dropna()
+    assert len(texts) and texts.str.len().max() <= 2  # the built-in tokenizer is one character a token
+    shapes, notes = charts.marker_specs(store.changes())
+    assert [n["text"] for n in notes] == ["len"] and shapes[0]["x0"] == 1
+    store.close()

@@ -153,7 +153,7 @@ def test_run_inputs_take_label_bounds_type_and_help_from_the_registry(key):
     assert type(spec["min_value"]) is number and type(spec["max_value"]) is number
     assert spec["max_value"] == setting.hi
     assert spec["min_value"] == (setting.lo + widget_state.OPEN_BOUND_STEP if setting.lo_open else setting.lo)
-    setting.check(spec["min_value"]), setting.check(spec["max_value"])  # both ends are values a request accepts
+    setting.check_value(spec["min_value"]), setting.check_value(spec["max_value"])  # both ends are values a request accepts
     assert spec["help"].startswith(setting.what)
     assert ("current step (41)" in spec["help"]) == (key == "steps")
     assert spec.get("step") == setting.step and spec.get("format") == setting.fmt

@@ -98,9 +98,12 @@ def load_values(ss: MutableMapping, k: Keys, weights: dict, thr: float | None = 
         ss[k.lvl] = int(lvl)
 
 
-def load_run_values(ss: MutableMapping, k: Keys, settings: dict):
-    """Put the run settings (G, prompts per step, ...) into their inputs, each as its type."""
+def load_run_values(ss: MutableMapping, k: Keys, settings: dict, only_missing: bool = False):
+    """Put the run settings (G, prompts per step, ...) into their inputs, each as its type
+    (only_missing: leave the inputs already there, which the user may have edited)."""
     for key, ss_key in k.run.items():
+        if only_missing and ss_key in ss:
+            continue
         if settings.get(key) is not None:
             ss[ss_key] = RUN_SETTINGS[key].cast(settings[key])
 
@@ -121,8 +124,7 @@ def sync(ss: MutableMapping, run_id: str, cur: dict) -> Keys:
         load_values(ss, k, cur["weights"], cur["min_group_std"], cur["level"])
     if any(key not in ss for key in k.weights.values()) or k.thr not in ss:
         load_values(ss, k, cur["weights"], cur["min_group_std"], cur["level"])
-    if any(key not in ss for key in k.run.values()):
-        load_run_values(ss, k, cur)
+    load_run_values(ss, k, cur, only_missing=True)
     prev = ss.get(k.seen)
     if prev is not None:
         follow_changes(ss, k, prev, cur)

@@ -376,7 +376,7 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"grpo.min_group_std must be in [0, 1), got {g.min_group_std}")
     for setting in live_settings.NUMBER_SETTINGS:  # the bounds a live request has: one set of bounds
         try:
-            setting.check(getattr(g, setting.key))
+            setting.check_value(getattr(g, setting.key))
         except ConfigError as e:
             raise ConfigError(f"grpo.{e}") from None
     need(g.micro_batch_groups >= 0, f"grpo.micro_batch_groups must be >= 0 (0 = one batch), got {g.micro_batch_groups}")

@@ -2,60 +2,30 @@
 again and applied by the trainer between steps. The store makes them exactly-once."""
 from __future__ import annotations
 
-from grpo_core.runs import live_settings
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import validate_weights
-from grpo_core.runs.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
-from grpo_core.runs.store import CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, STOP, RunMeta, RunStore
+from grpo_core.runs import live_settings
+from grpo_core.runs.live_settings import (CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, SET_DIFFICULTY, SET_WEIGHTS, STOP,
+                                          RequestContext)
+from grpo_core.runs.store import RunMeta, RunStore
 
-ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 MAX_REASON = 500  # characters of a request's "reason" kept (the autopilot explains each move)
 
 
 def parse_cli_request(action: str, values: list[str]) -> dict:
-    kind = action.replace("-", "_")
-    if kind == SET_WEIGHTS:
-        if not values:
-            raise ConfigError("set-weights needs name=value pairs, e.g. answer_f1=0.5 citation=0.2")
-        weights = {}
-        for pair in values:
-            if "=" not in pair:
-                raise ConfigError(f"set-weights expects name=value, got {pair!r} (e.g. answer_f1=0.5)")
-            k, v = pair.split("=", 1)
-            try:
-                weights[k.strip()] = float(v)
-            except ValueError:
-                raise ConfigError(f"weight for {k.strip()!r} must be a number, got {v!r}") from None
-        return {"weights": weights}
-    if kind == SET_DIFFICULTY or kind in live_settings.NUMBERS:
-        if len(values) != 1:
-            raise ConfigError(f"{action} takes one value, got {len(values)}")
-        try:
-            v = float(values[0])
-        except ValueError:
-            raise ConfigError(f"{action} value must be a number, got {values[0]!r}") from None
-        setting = live_settings.BY_KIND[kind]
-        integer = getattr(setting, "integer", False)  # a level stays a float: refused by name when not whole
-        return {setting.key: int(v) if integer and v.is_integer() else v}  # 2.5 stays, to be refused by name
-    if kind == SET_AUTOPILOT:
-        if len(values) != 1 or values[0].lower() not in ON_OFF:
-            raise ConfigError(f"{action} takes on or off, got {' '.join(values)!r}")
-        return {"enabled": ON_OFF[values[0].lower()]}
-    if values:
-        raise ConfigError(f"{action} takes no values, got {' '.join(values)!r}")
-    return {}
+    """The `control` verb's action and words -> an unchecked payload (the request's own parser)."""
+    request = live_settings.REQUESTS.get(action.replace("-", "_"))
+    if request is None:
+        raise ConfigError(f"unknown action {action!r}; actions are: {', '.join(cli_actions())}")
+    return request.parse_cli(values)
 
 
 def cli_help() -> str:
-    """The `control` command's values, one clause per setting (its help line)."""
-    parts = ["set-weights: name=value ...", "set-difficulty: N", "set-autopilot: on|off"]
-    parts += [f"{s.cli}: {s.key}" + (" (not below the current step)" if s.key == "steps" else "")
-              for s in live_settings.NUMBER_SETTINGS]
-    return "; ".join(parts)
+    """The `control` command's values, one clause per setting."""
+    return "; ".join(f"{s.cli}: {s.cli_values()}" for s in live_settings.SETTINGS)
 
 
 def cli_actions() -> list[str]:
-    return [k.replace("_", "-") for k in CONTROL_KINDS]
+    return [live_settings.REQUESTS[k].cli for k in CONTROL_KINDS]
 
 
 def validate_request(kind: str, payload: dict, metric_names: list[str] | None = None,
@@ -66,10 +36,13 @@ def validate_request(kind: str, payload: dict, metric_names: list[str] | None = 
     "undo_of" (the id of the request it reverts); both are kept in the payload."""
     if kind not in CONTROL_KINDS:
         raise ConfigError(f"unknown request kind {kind!r}; kinds are: {', '.join(CONTROL_KINDS)}")
-    return {**_validate_setting(kind, payload, metric_names, max_level), **_annotations(payload)}
+    setting = live_settings.BY_KIND.get(kind)
+    clean = setting.check(payload or {}, RequestContext(metric_names, max_level)) if setting else {}
+    return {**clean, **annotations(payload or {})}
 
 
-def _annotations(payload: dict) -> dict:
+def annotations(payload: dict) -> dict:
+    """A request's "reason" and "undo_of", checked."""
     out = {}
     reason = payload.get("reason")
     if reason is not None:
@@ -82,25 +55,6 @@ def _annotations(payload: dict) -> dict:
             raise ConfigError(f"undo_of must be a request id (an integer >= 1), got {undo!r}")
         out["undo_of"] = int(undo)
     return out
-
-
-def _validate_setting(kind: str, payload: dict, metric_names, max_level: int) -> dict:
-    if kind == SET_WEIGHTS:
-        return {"weights": validate_weights(payload.get("weights"), metric_names)}
-    if kind in live_settings.NUMBERS:
-        setting = live_settings.NUMBERS[kind]
-        return {setting.key: setting.check(payload.get(setting.key))}
-    if kind == SET_DIFFICULTY:
-        v = payload.get("level")
-        if not isinstance(v, (int, float)) or v != int(v) or not 1 <= v <= max_level:
-            raise ConfigError(f"level must be an integer from 1 to {max_level}, got {v!r}")
-        return {"level": int(v)}
-    if kind == SET_AUTOPILOT:
-        v = payload.get("enabled")
-        if not isinstance(v, bool):
-            raise ConfigError(f"enabled must be true or false, got {v!r}")
-        return {"enabled": v}
-    return {}
 
 
 def send(run, kind: str, payload: dict, source: str = "ui") -> int:

@@ -31,7 +31,7 @@ from grpo_core.runs import names
 from grpo_core.train import out_of_memory
 from grpo_core.train.models import set_threads  # noqa: F401 (launch, pilot and benches import it from here)
 from grpo_core.train.skipping import PromptSkipper
-from grpo_core.runs.live_settings import SET_AUTOPILOT, SET_DIFFICULTY, SET_WEIGHTS
+from grpo_core.runs.live_settings import SET_DIFFICULTY
 from grpo_core.runs.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY,
                              EV_REJECTED, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, RunMeta, RunStore, STOP,
                              STOPPED, StepGroups, StepRollouts, storage_problem)
@@ -105,7 +105,7 @@ class Trainer:
                 self.ref_model.to(self.compute_dtype)
         self.prepare_model()
         # Its requests are its handlers: every kind, a difficulty only on a task with levels.
-        kinds = [k for k in CONTROL_KINDS if k != SET_DIFFICULTY or self.task.levels >= 2]
+        kinds = [k for k in CONTROL_KINDS if k not in live_settings.BY_KIND or live_settings.BY_KIND[k].available(self)]
         self.session = RunSession(store, dict.fromkeys(kinds, self.apply_request), self.refuse_request)
         if resume:
             self._load_checkpoint()
@@ -278,25 +278,14 @@ class Trainer:
             payload = validate_request(kind, req.get("payload") or {}, self.reward.names, max_level=self.task.levels)
         except ConfigError as e:
             return False, None, str(e)
-        if kind == SET_WEIGHTS:
-            new = self.reward.set_weights({**self.reward.weights, **payload["weights"]})
-            return True, nxt, "weights " + ", ".join(f"{k}={v:g}" for k, v in new.items()) + f" from step {nxt}"
-        if kind == SET_DIFFICULTY:
-            old = self.task.level
-            self.task.set_level(payload["level"])
-            return True, nxt, f"level {old} -> {self.task.level} from step {nxt}"
-        if kind in live_settings.NUMBERS:  # a grpo.<key> number the loop reads each step
-            key, g = live_settings.NUMBERS[kind].key, self.cfg.grpo
-            if key == "steps" and payload["steps"] < self.step:
-                return False, None, f"steps {payload['steps']} is below the current step {self.step}"
-            old = getattr(g, key)
-            setattr(g, key, payload[key])
-            if key == "steps":  # a budget has no "from": it says whether this step is the last
-                return True, nxt, f"steps {old} -> {g.steps}" + (" (ends after this step)" if g.steps == self.step else "")
-            return True, nxt, f"{key} {old:g} -> {payload[key]:g} from step {nxt}"
-        if kind == SET_AUTOPILOT:
-            self.autopilot_on = payload["enabled"]
-            return True, nxt, f"autopilot {'on' if self.autopilot_on else 'off'} from step {nxt}"
+        setting = live_settings.BY_KIND.get(kind)
+        if setting is not None:  # the setting reads, applies and describes itself
+            value = setting.value(payload)
+            why = setting.refusal(self, value)
+            if why:
+                return False, None, why
+            old = setting.current(self)
+            return True, nxt, setting.applied_text(self, old, setting.apply(self, value), nxt)
         if kind == PAUSE:
             if self.paused:
                 return False, None, "already paused"
@@ -320,9 +309,9 @@ class Trainer:
         return self.refuse_request(req)
 
     def refuse_request(self, req: dict) -> tuple[bool, None, str]:
-        if req["kind"] == SET_DIFFICULTY:
-            return False, None, f"task {self.task.name!r} has no difficulty levels"
-        return False, None, f"unknown request kind {req['kind']!r}"
+        setting = live_settings.BY_KIND.get(req["kind"])
+        why = setting.refusal(self, None) if setting is not None and not setting.available(self) else None
+        return False, None, why or f"unknown request kind {req['kind']!r}"
 
     def wait_while_paused(self):
         while self.paused and not self.stop_reason:
@@ -331,9 +320,7 @@ class Trainer:
 
     # ---- settings in force and the autopilot ---------------------------------------------------
     def settings(self) -> dict:
-        numbers = {s.key: getattr(self.cfg.grpo, s.key) for s in live_settings.NUMBER_SETTINGS}
-        return {"weights": dict(self.reward.weights), **numbers, "level": self.task.level,
-                "max_level": self.task.levels, "autopilot": self.autopilot_on,
+        return {**{s.key: s.current(self) for s in live_settings.SETTINGS}, "max_level": self.task.levels,
                 "outcome_metric": self.cfg.reward.outcome_metric or None, "uniform_std": self.cfg.health.uniform_std,
                 "metric_max": autopilot.metric_max(self.metric_kinds)}
 
