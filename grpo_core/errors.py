@@ -1,5 +1,6 @@
-"""The errors a user can cause, at the bottom of the floor plan: every wing raises them and the
-CLI and the pages turn them into one line (never a traceback wall)."""
+"""The errors a user can cause: ConfigError and StoreError, at the bottom of the floor plan.
+
+Every wing raises them; the CLI and the pages turn them into one line (never a traceback wall)."""
 from __future__ import annotations
 
 

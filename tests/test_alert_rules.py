@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from grpo_core.analysis import alert_rules, health
-
-from grpo_core.runs import names
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import HealthConfig, load_config
+from grpo_core.runs import names
+from grpo_core.runs.config import HealthConfig
+from grpo_core.tasks.loading import load_config
 
 
 def frame(ratio, solved=None, unsolved=None, outcome=None, extra=None) -> pd.DataFrame:
@@ -79,4 +79,4 @@ def test_a_runs_own_rule_reads_any_metric_and_bad_rules_are_one_line():
             alert_rules.parse_rule(bad, "health.rules[0]")
     del rule["kind"]
     with pytest.raises(ConfigError, match=r"health.rules\[0\]: field 'kind' is missing"):
-        load_config(None, ["health.rules=[{metric = 'x', comparator = '>', threshold = 1}]"])
+        alert_rules.user_rules(load_config(None, ["health.rules=[{metric = 'x', comparator = '>', threshold = 1}]"]).health)

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.runs import names
-from grpo_core.runs import store
+from grpo_core.runs import names, store
 from grpo_core.runs.config import DEMO_WEIGHTS
 from tests.helpers_dashboard import REPO, synth_run, wait_for
 

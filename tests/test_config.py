@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from grpo_core.runs import config
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import load_config
+from grpo_core.runs import config
+from grpo_core.tasks.loading import load_config
 
 
 def write(tmp_path, text, name="run.toml"):
@@ -126,3 +126,21 @@ def test_validate_weights():
                      ({}, "at least one metric"), ({"a": None}, "must be a number")]:
         with pytest.raises(ConfigError, match=msg):
             config.validate_weights(bad, None)
+
+
+def test_the_config_keeps_rules_as_data_and_train_checks_them_before_the_model_loads(tmp_path, capsys):
+    """The runs wing holds a run's own alert rules as tables; the analysis wing parses them, and
+    `train` asks it before a store exists or a model loads: a bad rule is one line, exit 2."""
+    bad = "health.rules=[{metric = 'x', comparator = '>', threshold = 1}]"
+    assert load_config(None, [bad]).health.rules == [{"metric": "x", "comparator": ">", "threshold": 1}]
+    with pytest.raises(ConfigError, match=r"health.rules must be a list of rule tables"):
+        load_config(None, ["health.rules='x'"])
+    from grpo_core.__main__ import main
+    runs = tmp_path / "runs"
+    assert main(["train", "--runs-dir", str(runs), "--set", bad, "--set", "log.progress=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: health.rules[0]: field 'kind' is missing"], err
+    assert not runs.exists() or not any(runs.iterdir())  # no run was created
+    bad_toml = write(tmp_path, "[[health.rules]]\nkind = 'k'\nmetric = 'x'\ncomparator = '~'\nthreshold = 1\n")
+    assert main(["train", "--runs-dir", str(runs), "--config", str(bad_toml)]) == 2
+    assert "health.rules[0]: comparator must be one of" in capsys.readouterr().err

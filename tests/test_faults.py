@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.runs import store
-from grpo_core.errors import StoreError
 from grpo_core.__main__ import main
+from grpo_core.errors import StoreError
+from grpo_core.runs import run_index, store
 from tests.helpers_dashboard import REPO, synth_run, wait_for
 
 P, G = 2, 4
@@ -168,7 +168,7 @@ def test_sigkill_at_random_moments_never_loses_a_step_or_loads_a_half_checkpoint
         what = kill_at(mode, runs_dir, rid, proc, rng)
         t_kill = time.time()
         # the dashboard's view, before anyone reaps the process (a zombie is not a live trainer)
-        status = wait_for(lambda: (st := store.list_runs(runs_dir).set_index("run_id").loc[rid, "status"]) in
+        status = wait_for(lambda: (st := run_index.list_runs(runs_dir).set_index("run_id").loc[rid, "status"]) in
                           ("stale", "failed") and st, 10, every=0.05, what="stale or failed")
         stale_s = time.time() - t_kill
         proc.wait(timeout=30)
@@ -194,7 +194,7 @@ def test_sigkill_at_random_moments_never_loses_a_step_or_loads_a_half_checkpoint
     wait_new_step(runs_dir, rid, before, proc, timeout=180)
     assert main(["control", str(runs_dir / rid), "stop"]) == 0
     assert proc.wait(timeout=120) == 0
-    assert store.list_runs(runs_dir).set_index("run_id").loc[rid, "status"] == "stopped"
+    assert run_index.list_runs(runs_dir).set_index("run_id").loc[rid, "status"] == "stopped"
     final = assert_whole_steps(runs_dir, rid, KP, KG)
     assert not list((runs_dir / rid / "checkpoints").glob(".tmp-*"))
     if REPORT:  # with where a step's time goes, i.e. where a random kill lands
@@ -224,7 +224,7 @@ def test_disk_full_stops_with_one_clear_line_and_leaves_nothing_corrupt(runs_dir
         last = out.strip().splitlines()[-1]
         assert last.startswith(f"error: cannot write to {runs_dir / rid} ("), last
         assert ("--resume" in last) == (rid == "store") and ("start the run again" in last) == (rid == "ckpt")
-        row = store.list_runs(runs_dir).set_index("run_id").loc[rid]
+        row = run_index.list_runs(runs_dir).set_index("run_id").loc[rid]
         assert row["status"] == "failed" and row["error"].strip().splitlines()[-1] == last[len("error: "):]
         steps = assert_whole_steps(runs_dir, rid)
         assert f"stopped after step {steps}" in last
@@ -294,7 +294,7 @@ def test_truncated_and_foreign_stores_are_listed_unreadable_and_other_runs_still
     at.switch_page("pages/runs.py").run()
     assert not at.exception
     errs = [e.value for e in at.error]
-    runs = store.list_runs(runs_dir).set_index("run_id")
+    runs = run_index.list_runs(runs_dir).set_index("run_id")
     for rid in (*damaged, "victim"):
         assert runs.loc[rid, "status"] == "unreadable", rid
         reason = runs.loc[rid, "error"]

@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core.analysis import autopilot, pilot
 from grpo_core.__main__ import main
+from grpo_core.analysis import autopilot, pilot
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import from_dict, load_config
-from grpo_core.tasks.rewards import KINDS
-from grpo_core.runs.store import list_runs
+from grpo_core.runs.config import from_dict
+from grpo_core.runs.run_index import list_runs
 from grpo_core.tasks import build_metrics, make_task
+from grpo_core.tasks.loading import load_config
+from grpo_core.tasks.rewards import KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--set", "model.warm_start_steps=0", "--set", "log.progress=false"]
@@ -239,7 +240,7 @@ def test_new_metric_kinds_reach_the_planner_and_the_autopilot():
     _, kinds = build_metrics(["math_answer", "json_valid", "token_length"], {})
     assert kinds == {"math_answer": "binary", "json_valid": "binary", "token_length": "penalty"}
     assert autopilot.metric_max(kinds) == {"math_answer": 1.0, "json_valid": 1.0, "token_length": 0.0}
-    assert pilot._is_binary("math_answer", np.array([0.0, 1.0]))
-    assert not pilot._is_binary("token_length", np.array([0.0, -0.5]))
+    assert pilot.is_binary("math_answer", np.array([0.0, 1.0]))
+    assert not pilot.is_binary("token_length", np.array([0.0, -0.5]))
     assert set(KINDS.values()) == {"binary", "continuous", "penalty"}
-    assert pilot._is_binary("json_valid", np.array([1.0]))
+    assert pilot.is_binary("json_valid", np.array([1.0]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_core.analysis import report
+from grpo_core.analysis import ledger, report, run_data, run_tables
 from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import synth_run
 
@@ -35,14 +35,14 @@ def test_step_list_reads_and_extent(run):
 
 
 def test_a_small_run_is_read_whole(run):
-    data = report.load_run(run)
+    data = run_data.load_run(run)
     assert data.sampled is None and len(data.rollouts) == 120 * 32
 
 
 def test_a_large_run_is_read_at_sampled_steps_with_a_notice(run):
     window = 5
-    full = report.load_run(run, window=window)
-    part = report.load_run(run, window=window, budget=40 * 32)
+    full = run_data.load_run(run, window=window)
+    part = run_data.load_run(run, window=window, budget=40 * 32)
     assert part.sampled == {"steps_read": len(part.rollouts["step"].unique()), "steps": 120, "rollouts": 120 * 32}
     read = set(part.rollouts["step"].unique())
     assert set(range(116, 121)) <= read  # the last window
@@ -50,20 +50,20 @@ def test_a_large_run_is_read_at_sampled_steps_with_a_notice(run):
     assert 30 <= len(read) <= 45
     assert set(part.groups["step"].unique()) == read  # counts are logged: groups follow the sample
     # Every step still counts for trainability; the ledger's like-for-like reward reads whole windows.
-    assert report.steps_table(full, window).equals(report.steps_table(part, window))
-    lf, lp = report.change_ledger(full, window=window), report.change_ledger(part, window=window)
+    assert run_tables.steps_table(full, window).equals(run_tables.steps_table(part, window))
+    lf, lp = ledger.change_ledger(full, window=window), ledger.change_ledger(part, window=window)
     assert lf.drop(columns="note").equals(lp.drop(columns="note"))
     # Means over groups: estimates from a third of the steps land near the whole run's values.
-    bf, bp = report.bottlenecks(full).set_index("metric"), report.bottlenecks(part).set_index("metric")
+    bf, bp = run_tables.bottlenecks(full).set_index("metric"), run_tables.bottlenecks(part).set_index("metric")
     for col in ("mean_group_std", "uniform_fraction"):
         assert np.allclose(bf[col], bp[col], atol=0.08), col
-    notes = [n.text for n in report.notices(part)]
+    notes = [n.text for n in run_data.notices(part)]
     assert any("Large run" in t and "of its 120 steps" in t for t in notes)
-    assert not any("Large run" in n.text for n in report.notices(full))
+    assert not any("Large run" in n.text for n in run_data.notices(full))
 
 
 def test_build_report_on_a_sampled_run_has_examples_from_the_last_step(run, monkeypatch):
-    monkeypatch.setattr(report, "ROLLOUT_BUDGET", 30 * 32)
+    monkeypatch.setattr(run_data, "ROLLOUT_BUDGET", 30 * 32)
     rep = report.build_report(run, window=5)
     assert rep.data.sampled is not None
     assert rep.examples and all(ex.step == 120 for ex in rep.examples)

@@ -13,12 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.runs.live_settings import SET_WEIGHTS
-from grpo_core.runs.store import (APPLIED, CREATED, EV_CHANGE, EV_REJECTED, FAILED, FINISHED, PAUSE, REJECTED,
-                             ROWS_PER_STATEMENT, RUNNING, SCHEMA_VERSION, STALE, STOP, STOPPED, StepGroups,
-                             StepRollouts, check_run_id, display_status, list_runs, new_run_id, resolve_db)
 from grpo_core.errors import StoreError
-from grpo_core.runs.store import RunStore
+from grpo_core.runs.live_settings import PAUSE, SET_WEIGHTS, STOP
+from grpo_core.runs.locations import check_run_id, new_run_id, resolve_db
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.run_meta import CREATED, FAILED, FINISHED, RUNNING, STALE, STOPPED, display_status
+from grpo_core.runs.schema import SCHEMA_VERSION
+from grpo_core.runs.step_columns import StepGroups, StepRollouts
+from grpo_core.runs.step_scores import ROWS_PER_STATEMENT
+from grpo_core.runs.store import APPLIED, EV_CHANGE, EV_REJECTED, REJECTED, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 P, G = 4, 3  # groups per step, rollouts per group
@@ -538,7 +541,7 @@ def test_a_version_1_file_another_process_is_writing_is_not_migrated_under_it(ru
             pd.testing.assert_frame_equal(s.rollouts(), ref.rollouts(), check_exact=True)
             with pytest.raises(StoreError, match=rf"not migrated \(another process \(pid {other.pid}\) is writing"):
                 s.log_step(9, {"train/reward": 1.0})
-            assert "scores" in s._rollout_columns()
+            assert "scores" in s.rollout_columns()
     finally:
         other.kill()
         other.wait()
@@ -557,7 +560,7 @@ def test_a_migration_that_fails_leaves_the_version_1_file_as_it_was(runs_dir):
                                          r"score 'exact' of rollout \(group 0, idx 2\) of step 6 is 'yes'"):
         RunStore.open(db)
     with RunStore.open(db, readonly=True) as ro:
-        assert ro.version == 1 and ro.get_meta()["schema_version"] == 1 and "scores" in ro._rollout_columns()
+        assert ro.version == 1 and ro.get_meta()["schema_version"] == 1 and "scores" in ro.rollout_columns()
         pd.testing.assert_frame_equal(ro.rollouts(steps=[4, 5]), ref.rollouts(steps=[4, 5]), check_exact=True)
 
 

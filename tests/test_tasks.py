@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from grpo_core.errors import ConfigError
-
-from grpo_core.runs.config import DEMO_WEIGHTS, load_config
-from grpo_core.tasks.rewards import BUILTIN, CompositeReward
+from grpo_core.runs.config import DEMO_WEIGHTS
 from grpo_core.tasks import build_metrics, make_task
 from grpo_core.tasks.demo import LEVELS, NEAR, DemoTask
 from grpo_core.tasks.jsonl import JsonlTask, load_rows
+from grpo_core.tasks.loading import load_config
+from grpo_core.tasks.rewards import BUILTIN, CompositeReward
 
 
 def _reward():

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from grpo_core.runs import names
-from grpo_core.runs.live_settings import SET_THRESHOLD
-from grpo_core.runs.store import EV_ALERT, EV_CHANGE, FAILED, FINISHED, PAUSE, RUNNING, RunStore, STOPPED
-from grpo_core.train import checkpoints
-from grpo_core.train import trainer
-from grpo_core.runs.config import load_config
+from grpo_core.runs.live_settings import PAUSE, SET_THRESHOLD
+from grpo_core.runs.run_meta import FAILED, FINISHED, RUNNING, STOPPED
+from grpo_core.runs.store import EV_ALERT, EV_CHANGE, RunStore
 from grpo_core.runs.writer import BatchedWrites
+from grpo_core.tasks.loading import load_config
+from grpo_core.train import checkpoints, trainer
 
 torch.set_num_threads(1)
 

@@ -1,14 +1,14 @@
-"""Run configuration: every knob, with one help line, loaded from TOML.
+"""Run configuration: every knob with its help line (RunConfig), --set overrides and validation.
 
-`RunConfig` is a tree of dataclasses. `load_config(path, overrides)` reads a TOML
-file, applies `--set section.key=value` overrides and validates; every error names
-the field and the fix ("grpo.group_size must be >= 2, got 1"). Unknown keys are
-errors that suggest the nearest known key, because a typo silently ignored is a
-run silently wrong.
+`RunConfig` is a tree of dataclasses. `from_dict` builds one from TOML's nested tables,
+`apply_overrides` applies `--set section.key=value`, `validate` checks every field; every error
+names the field and the fix ("grpo.group_size must be >= 2, got 1"). Unknown keys are errors
+that suggest the nearest known key, because a typo silently ignored is a run silently wrong.
+Loading a file (tasks/loading.py: load_config) also asks the task for its default weights;
+a run's own alert rules are kept here as data and parsed where they are used
+(analysis/alert_rules.py; `train` checks them before the model loads).
 """
 from __future__ import annotations
-
-from grpo_core.errors import ConfigError  # noqa: F401  (raised here; defined at the bottom)
 
 import dataclasses
 import difflib
@@ -22,8 +22,8 @@ from typing import Any
 
 import tomli_w
 
+from grpo_core.errors import ConfigError  # noqa: F401  (raised here; defined at the bottom)
 from grpo_core.runs import live_settings
-
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 
@@ -136,7 +136,7 @@ class HealthConfig:
     near_zero_ratio: float = knob(0.05, "A ratio at or below this counts as near zero")
     near_zero_steps: int = knob(20, "Suggest stopping after this many near-zero steps in a row")
     uniform_std: float = knob(1e-3, "A metric whose within-group std is <= this in a group is uniform there")
-    rules: list = knob([], "Your own alert rules, [[health.rules]] tables: kind, metric, stat (mean|last|min|max|slope), window, comparator, threshold, severity, message, advice (grpo_core/alert_rules.toml holds the built-in ones in this format)")
+    rules: list = knob([], "Your own alert rules, [[health.rules]] tables: kind, metric, stat (mean|last|min|max|slope), window, comparator, threshold, severity, message, advice (grpo_core/analysis/alert_rules.toml holds the built-in ones in this format)")
 
 
 @dataclass
@@ -215,8 +215,6 @@ class RunConfig:
         return tomli_w.dumps(self.to_dict())
 
 
-
-
 def _section_classes() -> dict[str, type]:
     return {f.name: f.default_factory().__class__ for f in dataclasses.fields(RunConfig)}
 
@@ -231,7 +229,7 @@ def describe() -> list[tuple[str, Any, str]]:
     return out
 
 
-def _suggest(name: str, options) -> str:
+def suggest(name: str, options) -> str:
     near = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return f" (did you mean '{near[0]}'?)" if near else ""
 
@@ -281,7 +279,7 @@ def from_dict(data: dict) -> RunConfig:
     cfg = RunConfig()
     for sec, values in data.items():
         if sec not in classes:
-            raise ConfigError(f"unknown config section '{sec}'{_suggest(sec, classes)}; "
+            raise ConfigError(f"unknown config section '{sec}'{suggest(sec, classes)}; "
                               f"sections are: {', '.join(classes)}")
         if not isinstance(values, dict):
             raise ConfigError(f"[{sec}] must be a table, got {values!r}")
@@ -289,7 +287,7 @@ def from_dict(data: dict) -> RunConfig:
         known = {f.name for f in dataclasses.fields(target)}
         for key, value in values.items():
             if key not in known:
-                raise ConfigError(f"unknown key '{sec}.{key}'{_suggest(key, known)}")
+                raise ConfigError(f"unknown key '{sec}.{key}'{suggest(key, known)}")
             setattr(target, key, _coerce(f"{sec}.{key}", value, getattr(target, key)))
     return cfg
 
@@ -314,7 +312,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return parts[0], parts[1], value
 
 
-def _override(text: str) -> tuple[str, str, Any, bool]:
+def parse_table_override(text: str) -> tuple[str, str, Any, bool]:
     """parse_override, and whether it sets a whole table (`reward.weights={exact = 1.0}`: a TOML
     inline table, or a JSON object as W&B sweeps write it), which replaces the table."""
     sec, key, value = parse_override(text)
@@ -336,7 +334,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     replaces the whole table."""
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for text in overrides or []:
-        sec, key, value, whole = _override(text)
+        sec, key, value, whole = parse_table_override(text)
         section = data.setdefault(sec, {})
         if not isinstance(section, dict):
             raise ConfigError(f"[{sec}] must be a table")
@@ -421,8 +419,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     validate_weights(cfg.reward.weights, None)
     validate_autopilot(cfg)
     validate_eval(cfg)
-    from grpo_core.analysis.alert_rules import user_rules
-    user_rules(h)  # each rule parses, or one line naming the rule and the field
+    need(isinstance(h.rules, list) and all(isinstance(r, dict) for r in h.rules),
+         f"health.rules must be a list of rule tables ([[health.rules]]), got {h.rules!r}")
     for name, target in cfg.reward.custom.items():
         need(isinstance(target, str) and ":" in target,
              f"reward.custom.{name} must be 'module:function', got {target!r}")
@@ -488,7 +486,7 @@ def validate_weights(weights: dict, known: list[str] | None) -> dict[str, float]
     out = {}
     for name, w in weights.items():
         if known is not None and name not in known:
-            raise ConfigError(f"reward.weights.{name}: unknown metric{_suggest(name, known)}; "
+            raise ConfigError(f"reward.weights.{name}: unknown metric{suggest(name, known)}; "
                               f"metrics are: {', '.join(known)}")
         try:
             w = float(w)
@@ -504,7 +502,7 @@ def validate_weights(weights: dict, known: list[str] | None) -> dict[str, float]
     return out
 
 
-def _read_toml(path) -> dict:
+def read_toml(path) -> dict:
     if not path:
         return {}
     p = Path(path)
@@ -516,25 +514,7 @@ def _read_toml(path) -> dict:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
 
 
-def _with_task_weights(data: dict, overrides: list[str]) -> dict:
-    """A JSONL task with no weights table (in the file or a whole `--set reward.weights={...}`)
-    starts from the metrics its rows can feed (tasks.jsonl.default_weights), not the demo's;
-    `--set reward.weights.NAME=W` then changes those."""
-    reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
-    parsed = [_override(t) for t in overrides]
-    if "weights" in reward or any(sec == "reward" and key == "weights" and whole for sec, key, _, whole in parsed):
-        return data
-    merged = apply_overrides(data, overrides)
-    task = merged.get("task") if isinstance(merged.get("task"), dict) else {}
-    if task.get("name") != "jsonl" or not isinstance(task.get("dataset"), str) or not task["dataset"]:
-        return data
-    custom = (merged.get("reward") or {}).get("custom") if isinstance(merged.get("reward"), dict) else None
-    from grpo_core.tasks.jsonl import default_weights  # the task layer knows which field feeds which metric
-    weights = default_weights(task["dataset"], custom if isinstance(custom, dict) else {})
-    return {**data, "reward": {**reward, "weights": weights}}
-
-
-def _settle_reward(cfg: RunConfig, path) -> RunConfig:
+def settle_reward(cfg: RunConfig, path) -> RunConfig:
     """A weight of 0 drops its metric (and the row fields it needs) unless reward.outcome_metric
     or autopilot.min_weights names it; custom metrics import from the config file's folder and
     the working dir (kept in reward.custom_dirs, absolute)."""
@@ -550,11 +530,3 @@ def _settle_reward(cfg: RunConfig, path) -> RunConfig:
         dirs += [str(base), os.getcwd()]
     r.custom_dirs = list(dict.fromkeys(dirs))
     return cfg
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """TOML file (optional) + `--set` overrides -> validated RunConfig (a JSONL task's default
-    weights from its rows; weight-0 metrics dropped; custom metric folders recorded)."""
-    overrides = list(overrides or [])
-    data = _with_task_weights(_read_toml(path), overrides)
-    return _settle_reward(validate(from_dict(apply_overrides(data, overrides))), path)

@@ -1,5 +1,7 @@
-"""The run machinery every process behind a run shares: its session (start, requests, end)
-and the heartbeat thread (its own connection, so a long step never looks dead)."""
+"""RunSession and Heartbeat: the run machinery every process behind a run shares.
+
+The session starts a run, answers its requests and ends it; the heartbeat thread has its own
+connection, so a long step never looks dead."""
 from __future__ import annotations
 
 import os
@@ -8,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grpo_core.runs.store import CONTROL_KINDS, EV_LIFECYCLE, FAILED, RUNNING, RunStore
+from grpo_core.runs.live_settings import CONTROL_KINDS
+from grpo_core.runs.run_meta import FAILED, RUNNING
+from grpo_core.runs.store import EV_LIFECYCLE, RunStore
 
 
 class Heartbeat(threading.Thread):

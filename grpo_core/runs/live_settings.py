@@ -24,11 +24,12 @@ ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0"
 
 
 def format_value(value) -> str:
-    """A setting's value in words: whole numbers without a point, others to 6 significant digits."""
+    """A setting's value in words: whole numbers as they are, others to 4 significant digits."""
     if isinstance(value, bool):
         return "on" if value else "off"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
+    if isinstance(value, (int, float)):
+        whole = math.isfinite(value) and float(value).is_integer()
+        return str(int(value)) if whole else f"{value:.4g}"
     return "?" if value is None else str(value)
 
 
@@ -78,6 +79,7 @@ class LiveSetting:
     colour: str  # its chart marker's colour
     replay: bool = True  # a resume re-applies it when it was applied after the checkpoint
     field: str = ""  # the payload key when it differs from `key`
+    config: tuple[str, str] = ()  # its (section, key) in the run's config; () = ("grpo", key)
 
     @property
     def cli(self) -> str:
@@ -89,6 +91,14 @@ class LiveSetting:
 
     def value(self, payload: dict) -> Any:
         return (payload or {}).get(self.payload_key)
+
+    def config_path(self) -> tuple[str, str]:
+        """Where the run's config holds the value it starts with."""
+        return self.config or ("grpo", self.key)
+
+    def after(self, old, value) -> Any:
+        """The value in force after a request for `value` when `old` was (None: the request named none)."""
+        return old if value is None else value
 
     def payload(self, value) -> dict:
         return {self.payload_key: value}
@@ -229,11 +239,14 @@ class WeightsSetting(LiveSetting):
     def check(self, payload, context=RequestContext()):
         return self.payload(check_weights(self.value(payload), context.metric_names))
 
+    def after(self, old, value):
+        return {**(old or {}), **{m: float(w) for m, w in (value or {}).items()}}
+
     def current(self, run):
         return dict(run.reward.weights)
 
     def apply(self, run, value):
-        return dict(run.reward.set_weights({**run.reward.weights, **value}))
+        return dict(run.reward.set_weights(self.after(run.reward.weights, value)))
 
     def text(self, value):
         return "weights " + ", ".join(f"{m}={format_value(w)}" for m, w in (value or {}).items())
@@ -332,16 +345,17 @@ SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_TOP_P, SET_MAX_NEW_
 PAUSE, RESUME, STOP, CHECKPOINT = "pause", "resume", "stop", "checkpoint"
 
 SETTINGS = (
-    WeightsSetting(SET_WEIGHTS, "weights", "Reward weights", "the reward weights, name=value", "w", "#7B2CBF"),
+    WeightsSetting(SET_WEIGHTS, "weights", "Reward weights", "the reward weights, name=value", "w", "#7B2CBF",
+                   config=("reward", "weights")),
     NumberSetting(SET_THRESHOLD, "min_group_std", "min_group_std", "a group is trainable when its total-reward std "
                   "is above this", "thr", "#E76F51", lo=0.0, hi=1.0, hi_open=True, step=0.005, fmt="%.3f",
                   on_page=False),  # a slider beside the weights, not a run-setting input
-    LevelSetting(SET_DIFFICULTY, "level", "difficulty", "the task level", "lvl", "#2A9D8F"),
+    LevelSetting(SET_DIFFICULTY, "level", "difficulty", "the task level", "lvl", "#2A9D8F", config=("task", "level")),
     NumberSetting(SET_GROUP_SIZE, "group_size", "Group size G", "group size G (GRPO compares completions inside a "
                   "group, so >= 2)", "G", "#264653", integer=True, lo=2, hi=1024),
     NumberSetting(SET_PROMPTS, "prompts_per_step", "Prompts per step", "prompts per step", "P", "#264653",
                   integer=True, lo=1, hi=4096),
-    # The budget is not replayed: a resume recomputes it (runs.store.RunMeta.resumed_budget).
+    # The budget is not replayed: a resume recomputes it (runs.run_meta.RunMeta.resumed_budget).
     NumberSetting(SET_STEPS, "steps", "Steps (budget)", "step budget", "steps",
                   "#6C757D", integer=True, lo=1, hi=10_000_000, replay=False, not_below_step=True),
     NumberSetting(SET_TEMPERATURE, "temperature", "Temperature", "the sampling temperature", "temp", "#F4A261",
@@ -351,7 +365,7 @@ SETTINGS = (
     NumberSetting(SET_MAX_NEW_TOKENS, "max_new_tokens", "Max new tokens", "the most tokens sampled per completion",
                   "len", "#8D99AE", integer=True, lo=1, hi=32_768),
     SwitchSetting(SET_AUTOPILOT, "autopilot", "Autopilot", "the autopilot switch, on or off", "auto", "#6C757D",
-                  field="enabled", attribute="autopilot_on"),
+                  field="enabled", config=("autopilot", "enabled"), attribute="autopilot_on"),
 )
 LIFECYCLE = (
     LifecycleRequest(PAUSE, "pause after the current step"),

@@ -16,19 +16,19 @@ SKIPPED_PROMPTS = "data/skipped_prompts"  # drawn, skipped before sampling (grpo
 CUM_SKIPPED_PROMPTS = "data/cum/skipped_prompts"
 
 # --- health -------------------------------------------------------------------
-# Non-trainable groups split by why (health.group_outcomes): every completion right / every one wrong.
+# Non-trainable groups split by why (step_stats.group_outcomes): every completion right / every one wrong.
 GROUPS_SOLVED = "health/groups_all_solved"
 GROUPS_UNSOLVED = "health/groups_none_solved"
 TRAINABLE_RATIO = "health/trainable_ratio"
 CUM_TRAINABLE_RATIO = "health/cum_trainable_ratio"
 PHANTOM_GROUPS = "health/phantom_groups"
-# Groups counted trainable whose reward spread is float rounding (health.float_noise): TRL
+# Groups counted trainable whose reward spread is float rounding (step_stats.float_noise): TRL
 # trains them, on advantages made of rounding error. The stricter view beside TRL's count.
 NOISE_GROUPS = "health/float_noise_groups"
 MIN_GROUP_STD = "health/min_group_std"  # the threshold in force at this step
 DIFFICULTY = "health/difficulty"  # the task level in force at this step
 
-# --- compute: sampling spent on groups that taught nothing (health.wasted_compute) -----
+# --- compute: sampling spent on groups that taught nothing (step_stats.wasted_compute) -----
 WASTED_TOKENS = "compute/wasted_tokens"  # completion tokens of the step's non-trainable groups
 WASTED_SAMPLING_S = "time/wasted_sampling_s"  # the step's sampling seconds, shared out by tokens
 CUM_SAMPLED_TOKENS = "compute/cum/sampled_tokens"
@@ -131,7 +131,7 @@ TRL_NAMES = {
 # ART (OpenPipe): its W&B / history.jsonl keys (art.Model._log_metrics prefixes a metric with its
 # split unless it is in a section: data/, loss/, time/, ...). ART's data/step_num_groups_*,
 # data/cum/num_groups_*, loss/entropy and loss/grad_norm are our names already; train/<metric>
-# (ART's mean of trajectory.metrics[metric]) -> reward/<metric>/mean (integrations.art.map_art_key);
+# (ART's mean of trajectory.metrics[metric]) -> reward/<metric>/mean (integrations.art_files.map_art_key);
 # anything else -> art/<key>.
 ART_NAMES = {
     "train/reward": REWARD,  # mean trajectory.reward over the step's trajectories

@@ -36,9 +36,8 @@ from pathlib import Path
 import tomli_w
 
 from grpo_core.errors import ConfigError
-
 from grpo_core.runs.config import validate_weights
-from grpo_core.runs.store import runs_dir
+from grpo_core.runs.locations import runs_dir
 
 PRESET_DIR = "presets"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -1,12 +1,24 @@
-"""Control requests: parsed and checked on the sending side (CLI, dashboard), checked
-again and applied by the trainer between steps. The store makes them exactly-once."""
+"""Control requests: parsing, checking and sending them, and which kinds a run accepts.
+
+A request is parsed and checked on the sending side (CLI, dashboard) by the setting it names
+(live_settings), checked again and applied by the process behind the run between steps; the store
+makes it exactly-once."""
 from __future__ import annotations
 
 from grpo_core.errors import ConfigError
 from grpo_core.runs import live_settings
-from grpo_core.runs.live_settings import (CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, SET_DIFFICULTY, SET_WEIGHTS, STOP,
-                                          RequestContext)
-from grpo_core.runs.store import RunMeta, RunStore
+from grpo_core.runs.live_settings import (
+    CHECKPOINT,
+    CONTROL_KINDS,
+    PAUSE,
+    RESUME,
+    SET_DIFFICULTY,
+    SET_WEIGHTS,
+    STOP,
+    RequestContext,
+)
+from grpo_core.runs.run_meta import RunMeta
+from grpo_core.runs.store import RunStore
 
 MAX_REASON = 500  # characters of a request's "reason" kept (the autopilot explains each move)
 

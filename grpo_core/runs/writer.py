@@ -1,13 +1,12 @@
-"""How the trainer's steps reach the run store when the loop does not commit each one itself:
-BatchedWrites, the loop's own writes committed several steps at a time.
+"""BatchedWrites: the training loop's store writes, committed several whole steps at a time.
 
 Why: a step's write is mostly fixed cost: BEGIN, COMMIT, and the WAL copy of every page the
 commit touched. `scalars` is keyed by (name, step) (docs/design.md), so each metric's newest page is
-rewritten by every commit: a demo step committed alone writes 50-70 WAL pages, a step in a 1 s
-batch about 11 (docs/benchmarks.md). Committing the steps of the last log.commit_every_s together
-pays the fixed part once per batch; each step stays whole (a reader sees all of a batch or none
-of it). What it costs: a reader sees a step up to commit_every_s (plus one step) later, and a
-killed trainer loses the uncommitted steps, which a resume redoes from its checkpoint anyway (a
+rewritten by every commit: a step committed alone copies many more WAL pages than its share of a
+batch (docs/benchmarks.md). Committing the steps of the last log.commit_every_s together pays the
+fixed part once per batch; each step stays whole (a reader sees all of a batch or none of it).
+What it costs: a reader sees a step up to commit_every_s (plus one step) later, and a killed
+trainer loses the uncommitted steps, which a resume redoes from its checkpoint anyway (a
 checkpoint flushes first). Slow steps (longer than commit_every_s) are committed as they come.
 
 What the trainer relies on:
@@ -16,11 +15,7 @@ What the trainer relies on:
   first, so it implies steps <= N are in the store (--resume and truncate_after rely on it).
 - A failure is never silent: flush() raises the failing step's error (a full disk, a bad
   score) after committing every step before it, so a full disk reads as it does with a commit
-  per step (store.storage_problem follows it).
-
-(A background thread that committed each step during the next backward pass, StoreWriter,
-was removed: on the benchmark box the step measured as fast or slower with it,
-docs/benchmarks.md.)
+  per step (locations.storage_problem follows it).
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Prompts as the model reads them: a task's `prompt` (a string, or a list of chat messages
-{"role", "content"}) rendered with the tokenizer's chat template, as TRL's GRPOTrainer does
-for conversational data (`apply_chat_template(..., add_generation_prompt=True)`).
+"""Prompts as the model reads them: a task's prompt rendered with the tokenizer's chat template.
+
+A task's `prompt` (a string, or a list of chat messages {"role", "content"}) is rendered as
+TRL's GRPOTrainer renders conversational data (`apply_chat_template(...,
+add_generation_prompt=True)`).
 
 task.chat_template: auto renders through the tokenizer's template when it has one (an
 instruct model needs its template) and passes a string through when it has none (the built-in

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 
 from grpo_core.runs.config import DEMO_WEIGHTS
-from grpo_core.tasks import Task, prompt_id
+from grpo_core.tasks.task import Task, prompt_id
 
 KEYS = ["sun", "ice", "cat", "dog", "sky", "sea", "oak", "owl", "fox", "bee", "elk", "ant",
         "cow", "eel", "yak", "emu", "bat", "jay", "ram", "hen"]

@@ -20,11 +20,11 @@ import random
 import re
 from pathlib import Path
 
-from grpo_core.tasks.chat import check_messages
 from grpo_core.errors import ConfigError
 from grpo_core.runs.config import DEMO_WEIGHTS
+from grpo_core.tasks.chat import check_messages
 from grpo_core.tasks.rewards import BUILTIN, as_number, final_answer, schema_validator
-from grpo_core.tasks import Task, prompt_id
+from grpo_core.tasks.task import Task, prompt_id
 
 TEXT, INTEGER, OBJECT, TEXT_OR_NUMBER = (str,), (int,), (dict,), (str, int, float)
 TEXT_OR_MESSAGES = (str, list)  # a prompt: text, or chat messages (chat.py renders them)

@@ -28,8 +28,7 @@ from typing import Callable
 import numpy as np
 
 from grpo_core.errors import ConfigError
-
-from grpo_core.runs.config import _suggest, validate_weights
+from grpo_core.runs.config import suggest, validate_weights
 
 MetricFn = Callable[[str, dict], float]
 
@@ -277,7 +276,7 @@ def load_metric(target: str, name: str | None = None) -> MetricFn:
     fn = getattr(mod, func, None)
     if fn is None:
         found = sorted(n for n, v in vars(mod).items() if callable(v) and not n.startswith("_"))[:8]
-        raise ConfigError(f"{head}: module {module!r} has no {func!r}" + _suggest(func, found) +
+        raise ConfigError(f"{head}: module {module!r} has no {func!r}" + suggest(func, found) +
                           (f" (it has: {', '.join(found)})" if found else ""))
     if not callable(fn):
         raise ConfigError(f"{where}custom metric {target!r} is not callable")

@@ -1,7 +1,8 @@
-"""`python -m grpo_core train`: a run from the command line. The config and the store (a new
-run, one the dashboard created, or --resume), the checks that need no model, the stop
-signals, and one line (exit code 1 or 2) for what went wrong, never a traceback wall for a
-user's mistake."""
+"""The `train` and `export` verbs: a run from the command line, and its checkpoint as a model folder.
+
+For `train`: the config and the store (a new run, one the dashboard created, or --resume), the
+checks that need no model, the stop signals, and one line (exit code 1 or 2) for what went
+wrong, never a traceback wall for a user's mistake."""
 from __future__ import annotations
 
 import os
@@ -9,15 +10,19 @@ import signal
 import sys
 import traceback
 
-from grpo_core.train import checkpoints
-from grpo_core.train import models
-from grpo_core.runs.names import REWARD, TRAINABLE_RATIO
-from grpo_core.train.out_of_memory import OutOfMemory
-from grpo_core.runs.store import CREATED, FAILED, RunStore, check_run_id, new_run_id, runs_dir, storage_problem
+from grpo_core.analysis.alert_rules import user_rules
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import RunConfig, apply_overrides, from_dict, load_config, validate
+from grpo_core.runs.config import RunConfig, apply_overrides, from_dict, validate
+from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir, storage_problem
+from grpo_core.runs.names import REWARD, TRAINABLE_RATIO
+from grpo_core.runs.run_meta import CREATED, FAILED
+from grpo_core.runs.store import RunStore
 from grpo_core.tasks import build_metrics, make_task
-from grpo_core.train.trainer import Trainer, set_threads
+from grpo_core.tasks.loading import load_config
+from grpo_core.train import checkpoints, models
+from grpo_core.train.models import set_threads
+from grpo_core.train.out_of_memory import OutOfMemory
+from grpo_core.train.trainer import Trainer
 
 
 def install_stop_signals(trainer: Trainer):
@@ -34,7 +39,9 @@ def install_stop_signals(trainer: Trainer):
 
 def preflight(cfg: RunConfig):
     """What can be checked before a store exists and a model loads: every dataset row, the
-    custom metrics import, a local model folder. ConfigError names the field/line."""
+    custom metrics import, a local model folder, the run's own alert rules. ConfigError names
+    the field/line."""
+    user_rules(cfg.health)  # each rule parses, or one line naming the rule and the field
     make_task(cfg)
     names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
     build_metrics(names, cfg.reward.custom)
@@ -53,6 +60,7 @@ def open_run(args) -> tuple[RunConfig, RunStore]:
                               "(use --set, e.g. --set grpo.steps=400, to change a knob)")
         store = RunStore.open(runs_dir(args.runs_dir) / check_run_id(args.run_id))
         cfg = validate(from_dict(apply_overrides(store.config, overrides)))
+        user_rules(cfg.health)  # a --set health.rules=... on resume: one line, before the model loads
         return cfg, store
     cfg = load_config(args.config, overrides)
     preflight(cfg)  # bad dataset rows, metrics or model folder: one line, and no run is created
