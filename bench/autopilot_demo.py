@@ -30,8 +30,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grpo_core.analysis import (
+    ledger,  # noqa: E402
+    run_data,  # noqa: E402
+)
 from grpo_core.runs import names  # noqa: E402
-from grpo_core.analysis import report  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
 
 LAST = 20  # steps in the "final" window
@@ -89,7 +92,7 @@ def paired_se(off: dict, on: dict) -> float:
 
 
 def summarise(runs: Path, run_id: str) -> dict:
-    data = report.load_run(runs / run_id)
+    data = run_data.load_run(runs / run_id)
     w = data.wide
     tail = w.tail(LAST)
     init = {m: float(v) for m, v in ((data.config.get("reward") or {}).get("weights") or {}).items()}
@@ -100,7 +103,7 @@ def summarise(runs: Path, run_id: str) -> dict:
     tot = r[list(init)].to_numpy(np.float64) @ np.array(list(init.values()))
     per_group = np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy(), weights=tot) / \
         np.bincount(r.groupby(["step", "group"]).ngroup().to_numpy())
-    led = report.change_ledger(data, window=20)
+    led = ledger.change_ledger(data, window=20)
     moves = led[led["source"] == "autopilot"]
     meta = data.meta
     return {

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from grpo_core.analysis import charts
-
-from grpo_core.dashboard import live_view  # noqa: E402
-from grpo_core.runs.store import RunStore  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
+
+from grpo_core.analysis import charts
+from grpo_core.dashboard import advice, live_cards, live_view  # noqa: E402
+from grpo_core.runs.store import RunStore  # noqa: E402
 from tests.helpers_dashboard import process_tree, synth_run  # noqa: E402
 
 HEADING = "## Dashboard"
@@ -52,16 +52,16 @@ def build(root: Path) -> Path:
 
 def first_render(run_dir: Path):
     st = live_view.load(run_dir)
-    live_view.cards(st)
+    live_cards.cards(st)
     figs = charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
     cur = live_view.current_settings(st)
-    live_view.what_if(st, cur["weights"], cur["min_group_std"])
+    advice.what_if(st, cur["weights"], cur["min_group_std"])
     return st, figs
 
 
 def refresh(run_dir: Path, st):
     live_view.load(run_dir, st)
-    live_view.cards(st)
+    live_cards.cards(st)
     return charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
 
 
@@ -106,7 +106,9 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
     import socket
     import subprocess
     import urllib.request
+
     from playwright.sync_api import sync_playwright
+
     from grpo_core.dashboard import processes
     if port is None:
         with socket.socket() as sk:

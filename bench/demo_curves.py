@@ -28,8 +28,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core.runs import names  # noqa: E402
 from grpo_core.errors import StoreError
+from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
 
 WINDOW = 10

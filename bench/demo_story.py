@@ -27,9 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_core.runs import names
-
 from grpo_core.dashboard import processes  # noqa: E402
+from grpo_core.runs import names
 from grpo_core.runs.store import EV_ALERT, RunStore  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -147,7 +146,7 @@ def section(checks: list[dict], fig: dict, loads: tuple, started: float) -> str:
         f"the first fix was {fig['min_roll_before_fix']:.2f} (healthy > {HEALTHY:g}). Moves (rolling ratio just "
         f"before the move, and its best over the 150 steps after its first window):", "",
         "| step | change | source | ratio before | best after |", "|---|---|---|---|---|", *moves, "",
-        f"Step time (median): " + ", ".join(f"{k} {v:.3f} s" for k, v in fig["step_s"].items())
+        "Step time (median): " + ", ".join(f"{k} {v:.3f} s" for k, v in fig["step_s"].items())
         + f"; at the end: step {fig['last']}, status {fig['status']}.", "", END])
 
 
@@ -187,21 +186,18 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/demo.md as it is")
     args = ap.parse_args()
-    def on_term(signum, frame):  # `kill <pid>` still stops the server and the demo run (finally below)
+    def on_term(signum, frame):  # `kill <pid>` still stops the server, and with it the demo run (finally below)
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
     root = Path(tempfile.mkdtemp(prefix="demo-story-"))
     load0, t0 = os.getloadavg()[0], time.time()
     proc = serve(root, args.port)
-    rid = None
     try:
         rid, checks = watch(f"http://127.0.0.1:{args.port}", root, args.minutes, t0)
         fig = store_figures(root, rid)
     finally:
-        proc.send_signal(signal.SIGTERM)  # serve takes its Streamlit down; the trainer is ours to stop too
-        proc.wait(timeout=30)
-        if rid:
-            processes.terminate_run(rid, root=root, wait_s=30)
+        proc.send_signal(signal.SIGTERM)  # serve stops its Streamlit and the demo run it started (checkpoint first)
+        proc.wait(timeout=120)
     text = section(checks, fig, (load0, os.getloadavg()[0]), t0)
     print(text)
     if not args.no_write:

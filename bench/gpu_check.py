@@ -63,8 +63,9 @@ def noise(completion: str, example: dict) -> float:
 def build_model(root: Path, smoke: bool) -> Path:
     """A Hugging Face folder: the locally trained BPE tokenizer and a random-init Qwen2 of the
     chosen sizes (initialised on the GPU when there is one: a 0.5B init on CPU takes long)."""
-    from tests.real_model import build
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from tests.real_model import build
     tokenizer = AutoTokenizer.from_pretrained(build(root / "tokenizer", vocab_size=2048 if smoke else 8192,
                                                     hidden_size=32, layers=1, heads=2, kv_heads=1,
                                                     intermediate_size=64))
@@ -142,10 +143,11 @@ def memory_estimate(tr, cfg, prompt_len: int) -> dict:
 
 def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> dict:
     """One variant: the trainer's run of warm + steps steps, timed and measured."""
-    from grpo_core.train import grpo
     from grpo_core.runs import names
     from grpo_core.runs.store import RunStore
-    from grpo_core.train.trainer import Trainer, set_threads
+    from grpo_core.train import grpo
+    from grpo_core.train.models import set_threads
+    from grpo_core.train.trainer import Trainer
     cfg = make_config(path, smoke, lora, warm + steps)
     set_threads(cfg)
     store = RunStore.create("gpu-check-lora" if lora else "gpu-check-full", cfg.to_dict(),

@@ -19,8 +19,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from grpo_core.analysis import health  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, summary, table_row, timeit  # noqa: E402
+
+from grpo_core.analysis import (
+    reweighting,  # noqa: E402
+    rollout_stats,  # noqa: E402
+)
 
 HEADING = "## Health: what-if"
 TARGET_MS = 50.0
@@ -77,20 +81,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     frame = make_window()
-    arrays = health.rollout_arrays(frame, METRICS)
+    arrays = rollout_stats.rollout_arrays(frame, METRICS)
     n, k, groups = len(frame), len(METRICS), arrays.n_groups
     other = {**WEIGHTS, "exact": 0.05, "answer_f1": 0.65}
-    ratio_now, ratio_other = health.what_if(frame, WEIGHTS), health.what_if(frame, other)
+    ratio_now, ratio_other = reweighting.what_if(frame, WEIGHTS), reweighting.what_if(frame, other)
 
     res = {  # seconds per call
-        "what_if, store frame in (convert + compute)": timeit(lambda: health.what_if(frame, other), args.repeats),
-        "what_if, arrays prepared once (per slider move)": timeit(lambda: health.what_if(arrays, other), args.repeats),
-        "what_if_per_step, arrays": timeit(lambda: health.what_if_per_step(arrays, other), args.repeats),
-        "variance_contribution, arrays": timeit(lambda: health.variance_contribution(arrays, WEIGHTS), args.repeats),
-        "suggest_weights (n=3), arrays": timeit(lambda: health.suggest_weights(arrays, WEIGHTS), max(3, args.repeats // 4)),
+        "what_if, store frame in (convert + compute)": timeit(lambda: reweighting.what_if(frame, other), args.repeats),
+        "what_if, arrays prepared once (per slider move)": timeit(lambda: reweighting.what_if(arrays, other), args.repeats),
+        "what_if_per_step, arrays": timeit(lambda: reweighting.what_if_per_step(arrays, other), args.repeats),
+        "variance_contribution, arrays": timeit(lambda: rollout_stats.variance_contribution(arrays, WEIGHTS), args.repeats),
+        "suggest_weights (n=3), arrays": timeit(lambda: reweighting.suggest_weights(arrays, WEIGHTS), max(3, args.repeats // 4)),
         "context: RunStore.rollouts() read of the window": store_read_s(frame, max(3, args.repeats // 4)),
     }
-    sugg = health.suggest_weights(arrays, WEIGHTS)
+    sugg = reweighting.suggest_weights(arrays, WEIGHTS)
     headline = summary(res["what_if, store frame in (convert + compute)"])["median"] * 1000
     verdict = "meets" if headline < TARGET_MS else "MISSES"
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_TORCH_THREADS", "1")
 
-from perf_common import machine, summary, publish  # noqa: E402
+from perf_common import machine, publish, summary  # noqa: E402
 from profile_step import make_trainer  # noqa: E402
 
 HEADING = "## Monitoring overhead"

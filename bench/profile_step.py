@@ -39,7 +39,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_TORCH_THREADS", "1")
 
 import torch  # noqa: E402
-
 from perf_common import machine, summary, write_section  # noqa: E402
 
 HEADING = "## Where the time goes"
@@ -94,9 +93,12 @@ def reference_sample_tokens(model, prompt_ids, prompt_mask, group_size, *, max_n
 
 def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
     """The demo run's trainer (overrides: `section.key=value` strings, as `--set` takes them)."""
-    from grpo_core.runs.store import RunStore, new_run_id
-    from grpo_core.runs.config import load_config, validate
-    from grpo_core.train.trainer import Trainer, set_threads
+    from grpo_core.runs.config import validate
+    from grpo_core.runs.locations import new_run_id
+    from grpo_core.runs.store import RunStore
+    from grpo_core.tasks.loading import load_config
+    from grpo_core.train.models import set_threads
+    from grpo_core.train.trainer import Trainer
     cfg = load_config(None, list(overrides))
     cfg.grpo.steps = steps
     cfg.log.progress, cfg.log.checkpoint_every = False, 0
@@ -109,15 +111,15 @@ def make_trainer(runs_dir: str, steps: int, overrides: list[str] = ()):
 def instrument(tr, timers: Timers):
     """Stage timers on the functions the loop calls (looked up at call time, so patching the
     module attribute is enough)."""
-    from grpo_core.analysis import health
-    from grpo_core.train import grpo
+    from grpo_core.analysis import step_stats
     from grpo_core.tasks.rewards import CompositeReward
+    from grpo_core.train import grpo
     timers.wrap(grpo, "sample_tokens", "sampling pass")
     timers.wrap(grpo, "rollout", "_rollout")  # minus the sampling pass = tokenise + decode
     timers.wrap(grpo, "train_on", "forward/backward/update")
     timers.wrap(CompositeReward, "score", "scoring")
     for fn in ("group_stats", "step_scalars"):
-        timers.wrap(health, fn, "health")
+        timers.wrap(step_stats, fn, "health")
     timers.wrap(grpo, "advantages", "health")
     for m in ("new_alerts", "curriculum"):
         timers.wrap(tr, m, "alerts + curriculum")

@@ -156,9 +156,11 @@ def model_dir(args) -> Path:
 
 
 def our_trainer(args, path: Path, mode: str, root: Path, extra: list[str] = ()):
-    from grpo_core.runs.config import load_config
-    from grpo_core.runs.store import RunStore, new_run_id
-    from grpo_core.train.trainer import Trainer, set_threads
+    from grpo_core.runs.locations import new_run_id
+    from grpo_core.runs.store import RunStore
+    from grpo_core.tasks.loading import load_config
+    from grpo_core.train.models import set_threads
+    from grpo_core.train.trainer import Trainer
     cfg = load_config(None, [f"model.path={path}", "model.dtype=float32", f"grpo.prompts_per_step={P}",
                              f"grpo.group_size={G}", f"grpo.max_new_tokens={NEW_TOKENS}", f"grpo.lr={LR}",
                              "grpo.beta=0", f"grpo.seed={args.seed}", f"task.seed={args.seed}",
@@ -175,9 +177,9 @@ def trl_trainer(args, path: Path, cfg, steps: int, out: Path, callbacks=()):
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_core.train import models
     from grpo_core.tasks import make_task
-    from grpo_core.train.trainer import set_threads
+    from grpo_core.train import models
+    from grpo_core.train.models import set_threads
     g = cfg.grpo
     rows = make_task(cfg).batch(P * steps)  # the prompts ours draws, in the same order
     data = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
@@ -234,7 +236,7 @@ def run_timing(args, path: Path) -> dict:
 
     from grpo_core.runs import names
     root = Path(tempfile.mkdtemp(prefix="real-bench-runs-"))
-    from grpo_core.runs.config import load_config
+    from grpo_core.tasks.loading import load_config
     ours, cfg, store = our_trainer(args, path, "equal", root)
     knobs = {m: {k: getattr(load_config(None, MODE_SETS[m]).grpo, k) for k in KNOBS} for m in MODES}
     rec = {"ours": {m: [] for m in MODES}, "trl": []}  # per step: dict(mode, round, s, ...)
@@ -330,7 +332,8 @@ def worker(args) -> dict:
         extra = {"ratio": ratio}
     else:
         from transformers import TrainerCallback
-        from grpo_core.runs.config import load_config
+
+        from grpo_core.tasks.loading import load_config
 
         class Measure(TrainerCallback):
             def on_step_begin(self, a, state, control, **kw):
@@ -351,9 +354,9 @@ def probe_cell(args) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_core.train import grpo
     from grpo_core.runs.config import GRPOConfig
-    from grpo_core.train.trainer import set_threads
+    from grpo_core.train import grpo
+    from grpo_core.train.models import set_threads
     set_threads()
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=args.probe_vocab, hidden_size=args.probe_hidden, intermediate_size=args.probe_hidden * 3,

@@ -43,7 +43,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_TORCH_THREADS", "1")
 
 import numpy as np  # noqa: E402
-
 from perf_common import machine, publish  # noqa: E402
 
 HEADING = "## Skip before sampling"
@@ -76,7 +75,8 @@ def write_data(folder: Path, n_train: int, level: int) -> tuple[Path, Path]:
 
 def run_config(train: Path, held: Path, seed: int, steps: int, skip: bool, dynamic: bool, eval_every: int,
                extra: list[str]):
-    from grpo_core.runs.config import DEMO_WEIGHTS, load_config
+    from grpo_core.runs.config import DEMO_WEIGHTS
+    from grpo_core.tasks.loading import load_config
     sets = ["task.name=jsonl", f"task.dataset={train}", f"eval.dataset={held}", f"eval.every={eval_every}",
             f"eval.prompts={HELD_OUT}", f"grpo.steps={steps}", f"grpo.seed={seed}", f"task.seed={seed}",
             "log.progress=false", "log.checkpoint_every=0", f"grpo.skip_zero_variance={str(skip).lower()}",

@@ -14,7 +14,7 @@ Measured on it (targets in brackets):
   what-if of the sliders (bench/dashboard_bench.first_render) [< 1 s]
 - live page refresh after one new step (dashboard_bench.refresh) [< 100 ms]
 - analysis report: report.build_report(run) [< 5 s]
-- what-if on the last 50 steps, reading them from the store: RunStore.rollouts + health.what_if
+- what-if on the last 50 steps, reading them from the store: RunStore.rollouts + reweighting.what_if
   [< 50 ms]; the window's read alone (without and with the texts) and the bytes per rollout of
   its step_scores arrays, as context. (Up to store version 1 this also timed the same window
   read from the rollouts' JSON scores; version 2 keeps the scores as step_scores arrays only,
@@ -46,13 +46,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from perf_common import fmt_ms, machine, publish, summary, timeit  # noqa: E402
 
-from grpo_core.analysis import health  # noqa: E402
+from grpo_core.analysis import (
+    reweighting,  # noqa: E402
+    step_stats,  # noqa: E402
+)
+from grpo_core.errors import StoreError
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import FINISHED, SCHEMA_VERSION, RunStore  # noqa: E402
-from perf_common import fmt_ms, machine, summary, timeit, publish  # noqa: E402
+from grpo_core.runs.run_meta import FINISHED  # noqa: E402
+from grpo_core.runs.schema import SCHEMA_VERSION  # noqa: E402
+from grpo_core.runs.store import RunStore  # noqa: E402
 
 HEADING = "## Store at scale"
 METRICS = list(DEMO_WEIGHTS)
@@ -116,8 +121,8 @@ def build(path: Path, steps: int, P: int, G: int, keep_text: str, seed: int = 0)
         scores = synth_scores(rng, P, G, step, steps)
         w = np.array([weights[m] for m in METRICS])
         totals = scores @ w
-        stats = health.group_stats(totals, scores, min_group_std=0.01)
-        sc = health.step_scalars(stats, scores, METRICS, weights, cs, ct)
+        stats = step_stats.group_stats(totals, scores, min_group_std=0.01)
+        sc = step_stats.step_scalars(stats, scores, METRICS, weights, cs, ct)
         cs, ct = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
         sc.update({names.LOSS_POLICY: float(rng.normal()), names.LOSS_KL: 0.0, names.LOSS_ENTROPY: 0.5, names.GRAD_NORM: 1.0,
                    names.CLIP_RATIO: 0.0, names.COMPLETION_MEAN_LENGTH: 9.5, names.TIME_STEP: 0.2, names.TIME_GENERATE: 0.1,
@@ -195,6 +200,7 @@ def window_read(run_dir: Path, n_steps: int, repeats: int) -> dict:
 
 def measure(run_dir: Path, repeats: int, P: int, G: int) -> dict:
     from dashboard_bench import first_render, refresh
+
     from grpo_core.analysis import report
     res = {}
     res["first"] = timeit(lambda: first_render(run_dir), repeats)
@@ -223,7 +229,7 @@ def measure(run_dir: Path, repeats: int, P: int, G: int) -> dict:
     def whatif():
         with RunStore.open(run_dir, readonly=True) as s:
             frame = s.rollouts(since_step=last - WHATIF_STEPS, with_text=False)
-        return health.what_if(frame, weights)
+        return reweighting.what_if(frame, weights)
     res["whatif"] = timeit(whatif, repeats)
     res["report"] = timeit(lambda: report.build_report(run_dir), max(2, (repeats + 1) // 2), warmup=0)
     rep = report.build_report(run_dir)
@@ -312,7 +318,7 @@ def main(argv=None) -> int:
         "(included in the sizes above). Store version 2 keeps the scores in this form only, so the comparison "
         "with the same window read from the rollouts' JSON scores (store version 1 kept both) is no longer "
         "measured here. A version-1 file is migrated in place by the first open that may write it, and read as it "
-        "is by a read-only one (`grpo_core/runs/store.py`); this bench rebuilds a cached store of another version "
+        "is by a read-only one (`grpo_core/runs/schema.py`); this bench rebuilds a cached store of another version "
         "instead of migrating it.",
         "",
     ]

@@ -45,8 +45,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers deprec
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-from perf_common import fmt_ms, machine, summary, publish  # noqa: E402
+from perf_common import fmt_ms, machine, publish, summary  # noqa: E402
 
 HEADING = "## Trainer vs TRL"
 TARGET_RATIO = 0.5
@@ -80,6 +79,7 @@ def trl_reward_funcs(weights: dict):
 def trl_dataset(cfg, n_prompts: int):
     """The prompts our trainer draws, in the same order (a fresh task with the same seed)."""
     from datasets import Dataset
+
     from grpo_core.tasks import make_task
     task = make_task(cfg)
     rows = task.batch(n_prompts)
@@ -109,9 +109,11 @@ def run(args) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_core.runs import names
+    from grpo_core.runs.locations import new_run_id
+    from grpo_core.runs.store import RunStore
     from grpo_core.train import models
-    from grpo_core.runs.store import RunStore, new_run_id
-    from grpo_core.train.trainer import Trainer, set_threads
+    from grpo_core.train.models import set_threads
+    from grpo_core.train.trainer import Trainer
 
     cfg = demo_config(args.steps, args.seed)
     set_threads(cfg)

@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.analysis import autopilot
-from grpo_core.analysis import health
-from grpo_core.runs.names import CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, TRAINABLE_RATIO
-from grpo_core.analysis import report
+from grpo_core.analysis import autopilot, ledger, reweighting, run_data, step_stats
 from grpo_core.runs.config import AutopilotConfig, HealthConfig
-from grpo_core.runs.store import APPLIED, EV_AUTOPILOT, RunStore, list_runs, status_label
+from grpo_core.runs.names import CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, TRAINABLE_RATIO
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.run_meta import status_label
+from grpo_core.runs.store import APPLIED, EV_AUTOPILOT, RunStore
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -42,8 +42,8 @@ def frames(scores: np.ndarray, weights: dict[str, float], first_step: int = 1, m
     for i, sc in enumerate(scores):
         step = first_step + i
         totals = sc @ w
-        stats = health.group_stats(totals, sc, min_group_std=min_group_std)
-        sca = health.step_scalars(stats, sc, names, weights, cs, ct)
+        stats = step_stats.group_stats(totals, sc, min_group_std=min_group_std)
+        sca = step_stats.step_scalars(stats, sc, names, weights, cs, ct)
         cs, ct = int(sca[CUM_GROUPS_SUBMITTED]), int(sca[CUM_GROUPS_TRAINABLE])
         rows[step] = sca
         P, G, _ = sc.shape
@@ -112,7 +112,7 @@ def test_reweight_moves_weight_to_the_metric_that_varies():
     assert 0.1 < w["b"] <= 0.2 and 0.45 <= w["a"] < 0.9  # inside the band: the user's weight / 2 .. x 2
     assert sum(w.values()) == pytest.approx(1.0, abs=1e-3)  # same total weight: no gaming the threshold
     # the prediction is the what-if of exactly these weights on the window, and it is a real gain
-    assert mv.predicted_ratio == pytest.approx(health.what_if(ro[ro["step"] > 2], w, 0.01))
+    assert mv.predicted_ratio == pytest.approx(reweighting.what_if(ro[ro["step"] > 2], w, 0.01))
     assert mv.predicted_ratio >= CFG.min_gain
     assert mv.before == {"weights": {"a": 0.9, "b": 0.1}}
     r = mv.payload["reason"]
@@ -318,7 +318,7 @@ def test_a_move_that_did_not_raise_the_ratio_is_taken_back():
     assert (mv.move, mv.kind) == ("revert", "set_group_size")
     assert mv.payload["group_size"] == 8 and mv.payload["undo_of"] == 7 and mv.before == {"group_size": 16}
     assert mv.reason == ("autopilot move #7 did not help: ratio 0.24 -> 0.25 over 10 steps (needed >= 0.27): "
-                         "back to group size 8")
+                         "back to group_size 8")
     # it helped (0.25 >= 0.20 + 0.025): kept, and the policy goes on (here: G 16 x 8 is the budget, 2 x the
     # user's 8 x 8: a wider sampling temperature)
     st.trial, st.move_steps, st.settings["temperature"] = {**trial, "ratio": 0.20}, [], 1.0
@@ -338,7 +338,7 @@ def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_r
     st = autopilot.AutopilotState(settings({"exact": 1.0}, level=2), trial=trial)
     [mv] = autopilot.decide(wide, ro, st, CFG, HCFG)
     assert (mv.move, mv.payload["level"], mv.payload["undo_of"]) == ("revert", 1, 4)
-    assert "reward 0.90 -> 0.03 over 10 steps at the new level (< 50% of before: too big a step): back to level 1" \
+    assert "reward 0.90 -> 0.03 over 10 steps at the new level (< 50% of before: too big a step): back to difficulty level 1" \
         in mv.reason
     # a level the model still earns half its reward on stays
     st.trial = {**trial, "reward": 0.05}
@@ -496,9 +496,9 @@ max_group_size = 8
     at = int(first["applied_step"])
     assert set(groups.loc[groups["step"] < at, "size"]) == {4} and set(groups.loc[groups["step"] >= at, "size"]) == {8}
     assert list(aev["payload"].map(lambda p: p["request_id"])) == list(moves["id"])  # one event per move
-    led = report.change_ledger(report.load_run(runs_dir / "rare"), window=20)
+    led = ledger.change_ledger(run_data.load_run(runs_dir / "rare"), window=20)
     row = led[(led["source"] == "autopilot")].iloc[0]
-    assert (row["step"], row["kind"], row["change"]) == (at, "set_group_size", "group_size 4→8")
+    assert (row["step"], row["kind"], row["change"]) == (at, "set_group_size", "group_size 4 -> 8")
     assert row["reason"] == first["payload"]["reason"] and "minority rate" in row["reason"]
     assert row["n_before"] > 0 and row["n_after"] > 0 and np.isfinite(row["ratio_before"])
     assert np.isfinite(row["ratio_after"]) and np.isfinite(row["ratio_diff"])

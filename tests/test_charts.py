@@ -6,7 +6,6 @@ import plotly.graph_objects as go
 import pytest
 
 from grpo_core.analysis import charts
-
 from grpo_core.dashboard import live_view
 from grpo_core.runs import names
 from tests.helpers_dashboard import synth_run
@@ -130,6 +129,33 @@ def test_add_markers_on_a_figure_built_elsewhere(run):
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
     charts.add_markers(fig, run.changes())
     assert [s.x0 for s in fig.layout.shapes] == [12, 30]
+
+
+def test_the_reports_figures_are_valid_plotly_with_the_tables_numbers_and_the_ledgers_changes(run, monkeypatch):
+    """The analysis page's and the report's figures come from here too: built from a run's
+    tables, checked against plotly's schema, each setting change marked with its ledger text."""
+    from grpo_core.analysis import ledger, prompt_history, run_data, run_tables
+    monkeypatch.setattr(charts, "VALIDATE", True)
+    data = run_data.load_run(run)
+    steps = run_tables.steps_table(data)
+    changes = ledger.change_ledger(data, steps)
+    ratio = charts.trainability_chart(steps, changes)
+    np.testing.assert_allclose(_trace(ratio, "trainable ratio (step)").y, steps["ratio"].to_numpy())
+    np.testing.assert_allclose(_trace(ratio, "rolling ratio").y, steps["ratio_rolling"].to_numpy())
+    notes = [a for a in ratio.layout.annotations if (a.name or "").startswith("change:")]
+    assert [a.x for a in notes] == changes["step"].tolist() == [12, 30]
+    assert notes[1].hovertext == f"step 30: {changes['change'].iloc[1]}"  # the ledger's old -> new
+    reward = charts.reward_trend_chart(steps, run_tables.reward_trend(steps), changes)
+    assert [t.name for t in reward.data] == ["reward", "mean group reward std", "OLS fit"]
+    bottlenecks = run_tables.bottlenecks(data)
+    fig = charts.bottlenecks_chart(bottlenecks)
+    np.testing.assert_allclose(fig.data[0].y, bottlenecks["uniform_fraction"].to_numpy())
+    assert fig.layout.barmode == "group"
+    compare = charts.compare_ratio_chart({"a": steps["ratio_rolling"], "b": steps["ratio_rolling"] / 2}, 20)
+    assert [t.name for t in compare.data] == ["a", "b"]
+    assert charts.compare_eval_chart({"a": pd.DataFrame()}) is None
+    rates = charts.prompt_rates_chart(prompt_history.load(run))
+    assert rates.data[0].type == "histogram"
 
 
 def test_imported_run_shape_charts_what_it_has_and_nothing_else():

@@ -10,12 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from grpo_core.train import evaluation
-
-from grpo_core.runs import names
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import load_config
+from grpo_core.runs import names
 from grpo_core.runs.store import RunStore
+from grpo_core.tasks.loading import load_config
+from grpo_core.train import evaluation
 from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
@@ -77,7 +76,7 @@ def test_a_jsonl_task_without_a_held_out_file_is_told_how(tmp_path):
 
 
 def test_the_eval_curve_is_on_the_live_page_the_analysis_page_and_the_report(tmp_path, monkeypatch):
-    from grpo_core.analysis import report
+    from grpo_core.analysis import comparison, report
     from tests.helpers_dashboard import REPO, chart_specs, run_page
     run(tmp_path, "ev", ["eval.every=2", "eval.prompts=4"])
     run(tmp_path, "plain")
@@ -94,7 +93,7 @@ def test_the_eval_curve_is_on_the_live_page_the_analysis_page_and_the_report(tmp
     rep = report.build_report(tmp_path / "ev")
     assert rep.evaluation.index.tolist() == [1, 2, 4, 5] and list(rep.evaluation.columns) == ["reward", "pass@1"]
     assert "## Held-out evaluation" in report.to_markdown(rep) and 'id="fig-eval"' in report.to_html(rep)
-    summary, _ = report.compare_runs([tmp_path / "ev", tmp_path / "plain"])
+    summary, _ = comparison.compare_runs([tmp_path / "ev", tmp_path / "plain"])
     assert summary.loc["ev", "eval_reward_final"] == pytest.approx(rep.evaluation["reward"].iloc[-1])
     assert summary.loc["plain", "eval_reward_final"] is None or np.isnan(summary.loc["plain", "eval_reward_final"])
-    assert report.fig_compare_eval([tmp_path / "plain", tmp_path / "plain"]) is None
+    assert comparison.eval_figure([tmp_path / "plain", tmp_path / "plain"]) is None

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from grpo_core.train import models
 from grpo_core.errors import ConfigError
 from grpo_core.runs.config import ModelConfig
+from grpo_core.train import models
 
-torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
+torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see models.set_threads)
 SMALL = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, warm_start_steps=0)
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_core.analysis import health
-
+from grpo_core.analysis import step_stats
 from grpo_core.runs import names
-from grpo_core.runs.config import load_config
 from grpo_core.runs.store import RunStore
+from grpo_core.tasks.loading import load_config
 from grpo_core.train.trainer import Trainer
 
 KINDS = {"exact": "binary", "f1": "continuous", "length": "penalty", "mine": "custom"}
@@ -22,19 +21,19 @@ def test_outcomes_by_the_outcome_metric_and_by_the_totals_range():
     scores = np.stack([exact, length], axis=2)
     trainable = np.array([False, False, True, False])
     names_ = ["exact", "length"]
-    by_outcome = health.group_outcomes(trainable, exact, scores, names_, KINDS, {"exact": 1, "length": 1}, "exact")
-    assert by_outcome.tolist() == [health.SOLVED, health.UNSOLVED, health.MIXED, health.UNIFORM]
+    by_outcome = step_stats.group_outcomes(trainable, exact, scores, names_, KINDS, {"exact": 1, "length": 1}, "exact")
+    assert by_outcome.tolist() == [step_stats.SOLVED, step_stats.UNSOLVED, step_stats.MIXED, step_stats.UNIFORM]
     totals = exact + 0.5 * length  # range [-0.5, 1]: 1 at the top, -0.5 at the bottom
-    by_total = health.group_outcomes(trainable, totals, scores, names_, KINDS, {"exact": 1, "length": 0.5})
-    assert by_total.tolist() == [health.SOLVED, health.UNSOLVED, health.MIXED, health.UNIFORM]
-    unknown = health.group_outcomes(trainable, totals, scores, ["exact", "mine"], KINDS, {"exact": 1, "mine": 1})
-    assert unknown.tolist() == [health.UNIFORM, health.UNIFORM, health.MIXED, health.UNIFORM]  # custom: no range
-    assert health.outcome_counts(by_outcome) == {names.GROUPS_SOLVED: 1.0, names.GROUPS_UNSOLVED: 1.0}
+    by_total = step_stats.group_outcomes(trainable, totals, scores, names_, KINDS, {"exact": 1, "length": 0.5})
+    assert by_total.tolist() == [step_stats.SOLVED, step_stats.UNSOLVED, step_stats.MIXED, step_stats.UNIFORM]
+    unknown = step_stats.group_outcomes(trainable, totals, scores, ["exact", "mine"], KINDS, {"exact": 1, "mine": 1})
+    assert unknown.tolist() == [step_stats.UNIFORM, step_stats.UNIFORM, step_stats.MIXED, step_stats.UNIFORM]  # custom: no range
+    assert step_stats.outcome_counts(by_outcome) == {names.GROUPS_SOLVED: 1.0, names.GROUPS_UNSOLVED: 1.0}
 
 
 def test_wasted_compute_counts_the_tokens_of_groups_that_taught_nothing():
     tokens = np.array([[4, 6], [10, 10], [1, 1]])
-    out = health.wasted_compute(tokens, np.array([True, False, False]), 3.2, (100, 40))
+    out = step_stats.wasted_compute(tokens, np.array([True, False, False]), 3.2, (100, 40))
     assert out[names.WASTED_TOKENS] == 22 and out[names.WASTED_SAMPLING_S] == pytest.approx(3.2 * 22 / 32)
     assert out[names.CUM_SAMPLED_TOKENS] == 132 and out[names.CUM_WASTED_TOKENS] == 62
     assert out[names.WASTED_SHARE] == pytest.approx(62 / 132)
@@ -55,16 +54,16 @@ def test_the_trainer_logs_outcomes_per_group_and_wasted_compute_per_step(tmp_pat
     store = trained(tmp_path, "o")
     groups, wide = store.groups(), store.scalars_wide()
     assert groups["outcome"].notna().all()
-    assert (groups["outcome"] == health.MIXED).tolist() == groups["trainable"].tolist()
-    per_step = groups.groupby("step")["outcome"].apply(lambda o: float((o == health.SOLVED).sum()))
+    assert (groups["outcome"] == step_stats.MIXED).tolist() == groups["trainable"].tolist()
+    per_step = groups.groupby("step")["outcome"].apply(lambda o: float((o == step_stats.SOLVED).sum()))
     assert wide[names.GROUPS_SOLVED].tolist() == per_step.tolist()
     lengths = store.scalars_wide()[names.COMPLETION_MEAN_LENGTH] * 12
     assert wide[names.CUM_SAMPLED_TOKENS].tolist() == pytest.approx(lengths.cumsum().tolist())
     untrainable = 1 - wide[names.TRAINABLE_RATIO]
     assert ((wide[names.WASTED_TOKENS] > 0) == (untrainable > 0)).all()
     store.close()
-    from grpo_core.analysis import prompt_history
     from grpo_core.__main__ import main
+    from grpo_core.analysis import prompt_history
     table = prompt_history.load(tmp_path / "o")
     assert table["sampled"].sum() == 9 and table["prompt"].notna().all()
     out = tmp_path / "never.jsonl"
@@ -94,12 +93,12 @@ def test_the_prompt_table_counts_each_prompts_groups_and_exports_the_never_train
     from grpo_core.analysis import prompt_history
     groups = pd.DataFrame({"step": [1, 1, 2, 2, 3], "group": [0, 1, 0, 1, 0], "prompt_id": ["a", "b", "a", "c", "a"],
                            "trainable": [False, True, False, True, False],
-                           "outcome": [health.SOLVED, health.MIXED, health.SOLVED, health.MIXED, health.UNSOLVED]})
+                           "outcome": [step_stats.SOLVED, step_stats.MIXED, step_stats.SOLVED, step_stats.MIXED, step_stats.UNSOLVED]})
     table = prompt_history.prompt_table(groups, {"a": "2+2=", "b": "3+3="})
     assert table["prompt_id"].tolist() == ["a", "b", "c"]  # the never trainable first
     a = table.iloc[0]
     assert (a["sampled"], a["trainable"], a["all_solved"], a["none_solved"], a["last_outcome"], a["prompt"]) == \
-        (3, 0, 2, 1, health.UNSOLVED, "2+2=")
+        (3, 0, 2, 1, step_stats.UNSOLVED, "2+2=")
     lines = prompt_history.to_jsonl(prompt_history.never_trainable(table)).splitlines()
     assert [json.loads(x)["prompt_id"] for x in lines] == ["a"] and json.loads(lines[0])["sampled"] == 3
     assert prompt_history.prompt_table(groups.iloc[:0]).empty
@@ -121,12 +120,12 @@ def test_the_report_says_how_much_sampling_taught_nothing(tmp_path):
 def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_split(tmp_path, monkeypatch):
     """A real trainer run: the groups chart carries all-solved / none-solved, the live page
     the wasted share in words."""
-    from grpo_core.dashboard import live_view
+    from grpo_core.dashboard import live_cards, live_view
     from tests.helpers_dashboard import REPO, chart_specs, run_page
     store = trained(tmp_path, "lw")
     wide = store.scalars_wide()
     store.close()
-    text = live_view.wasted_text(live_view.load(tmp_path / "lw"))
+    text = live_cards.wasted_text(live_view.load(tmp_path / "lw"))
     share = wide[names.CUM_WASTED_TOKENS].iloc[-1] / wide[names.CUM_SAMPLED_TOKENS].iloc[-1]
     assert text.startswith(f"{share:.0%} of this run's sampling taught nothing")
     monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))

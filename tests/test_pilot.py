@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.analysis import health
+from grpo_core.analysis import pilot, planner, reweighting, step_stats, windows
+from grpo_core.dashboard import pilot_start
 from grpo_core.runs import names
-from grpo_core.analysis import pilot
 from grpo_core.runs.config import RunConfig, from_dict
-from grpo_core.runs.store import RunStore, list_runs
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.store import RunStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,8 +35,8 @@ def make_pilot_store(run_id: str, scores: np.ndarray, metrics: list[str], weight
         cs = ct = 0
         for b in range(B):
             sc = scores[b]
-            stats = health.group_stats(sc @ w, sc, min_group_std=cfg["grpo"]["min_group_std"])
-            scal = health.step_scalars(stats, sc, metrics, weights, cs, ct)
+            stats = step_stats.group_stats(sc @ w, sc, min_group_std=cfg["grpo"]["min_group_std"])
+            scal = step_stats.step_scalars(stats, sc, metrics, weights, cs, ct)
             cs, ct = int(scal[names.CUM_GROUPS_SUBMITTED]), int(scal[names.CUM_GROUPS_TRAINABLE])
             groups = pd.DataFrame({"group": range(Pn), "prompt_id": [f"p{b}-{i}" for i in range(Pn)],
                                    "size": G, "reward_mean": stats.mean, "reward_std": stats.std,
@@ -72,7 +73,7 @@ def test_planner_curve_matches_formula_and_seeded_simulation(p):
 
 def test_planner_g_is_the_smallest_reaching_the_target():
     for p, target in [(0.9, 0.3), (0.9, 0.5), (0.97, 0.5), (0.5, 0.9)]:
-        g = health.min_group_size(p, target)
+        g = planner.min_group_size(p, target)
         curve = pilot.planner_curve(p, g_max=256).set_index("G")["p_trainable"]
         assert curve[g] >= target and (g == 2 or curve[g - 1] < target)
 
@@ -115,7 +116,7 @@ def test_binary_metric_at_p09_plans_a_larger_group(runs_dir):
     (plan,) = s.plans
     assert plan.metric == "coin" and plan.p == pytest.approx(sc.mean())
     assert plan.current_p_trainable == pytest.approx(1 - plan.p ** 2 - (1 - plan.p) ** 2)
-    assert plan.g_needed == health.min_group_size(plan.p, 0.3) and plan.g_needed > 2
+    assert plan.g_needed == planner.min_group_size(plan.p, 0.3) and plan.g_needed > 2
     # The measured ratio is the pilot's groups; the planner's prediction at G=2 agrees with it.
     assert abs(s.ratio - plan.current_p_trainable) < 4 * np.sqrt(0.2 * 0.8 / 256)
     assert s.verdict.actions[0].kind == "group_size"
@@ -162,7 +163,7 @@ def test_weights_first_when_a_suggestion_reaches_the_target(runs_dir):
     first = s.verdict.actions[0]
     assert first.kind == "weights" and first.predicted_ratio >= 0.3
     assert first.settings["weights"]["answer_f1"] > 0.005
-    assert health.what_if(s.values, first.settings["weights"]) == pytest.approx(first.predicted_ratio)
+    assert reweighting.what_if(s.values, first.settings["weights"]) == pytest.approx(first.predicted_ratio)
 
 
 def test_temperature_when_completions_repeat(runs_dir):
@@ -219,7 +220,7 @@ def test_training_defaults_carry_the_chosen_settings(runs_dir):
     assert d["group_size"] == 12 and d["level"] == 3 and d["temperature"] == 0.8
     assert d["weights"] == {"answer_f1": 0.7, "exact": 0.3} and d["from_pilot"] == "d"
     # The --set form of the same loads into a config with exactly these values.
-    from grpo_core.runs.config import load_config
+    from grpo_core.tasks.loading import load_config
     cfg = load_config(None, d["overrides"])
     assert cfg.grpo.group_size == 12 and cfg.task.level == 3 and cfg.grpo.temperature == 0.8
     assert cfg.reward.weights["answer_f1"] == 0.7 and cfg.reward.weights["exact"] == 0.3
@@ -274,25 +275,25 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     assert abs(plan.p - 0.9) < 3 * np.sqrt(0.09 / 2048)  # the measured success rate
     assert abs(s.ratio - plan.current_p_trainable) < 3 * np.sqrt(0.18 * 0.82 / 1024)
     g = plan.g_needed
-    assert g == health.min_group_size(0.9, 0.3) == 4
+    assert g == planner.min_group_size(0.9, 0.3) == 4
     assert s.verdict.actions[0].settings == {"group_size": g}
     assert "loss/policy" not in RunStore.open(rid).scalar_names()  # nothing was trained
 
     # The second pilot goes through start_pilot (the page's path): a detached process.
-    from grpo_core.runs.config import load_config
+    from grpo_core.tasks.loading import load_config
     cfg = load_config(_coin_config(tmp_path / "g.toml", g), ["grpo.steps=8"])
     monkeypatch.setenv("PILOT_COIN_P", "0.9")
     monkeypatch.setenv("PILOT_COIN_SEED", "2")
     monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
     monkeypatch.chdir(ROOT)
-    rid = pilot.start_pilot(cfg)
+    rid = pilot_start.start_pilot(cfg)
     deadline = time.time() + 300
     while (s2 := pilot.pilot_summary(rid, target=0.3)).status in ("created", "running") and time.time() < deadline:
         time.sleep(0.5)
     assert s2.status == "finished", (s2.status, s2.error)
     assert s2.group_size == g and s2.submitted == 1024
     assert s2.ratio >= 0.3, s2.ratio
-    assert abs(s2.ratio - health.p_trainable_binary(0.9, g)) < 3 * np.sqrt(0.34 * 0.66 / 1024)
+    assert abs(s2.ratio - planner.p_trainable_binary(0.9, g)) < 3 * np.sqrt(0.34 * 0.66 / 1024)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -317,7 +318,8 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monke
 
     import torch
 
-    from grpo_core.runs.config import load_config
+    from grpo_core.tasks.loading import load_config
+    from grpo_core.train.pilot import cli_pilot
     monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
     threads = torch.get_num_threads()
     cfg = load_config(_coin_config(tmp_path / "c.toml", 2), ["grpo.steps=50"])
@@ -330,7 +332,7 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monke
     import signal
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        assert pilot.cli_pilot(args) == 0
+        assert cli_pilot(args) == 0
     finally:  # the pilot installs its stop handlers and sets torch threads: give pytest its own back
         for sig, h in saved.items():
             signal.signal(sig, h)
@@ -377,9 +379,9 @@ def level1_expert(tmp_path_factory):
     depends on the float kernels."""
     import torch
 
-    from grpo_core.train import models
     from grpo_core.runs.config import ModelConfig
     from grpo_core.tasks.demo import DemoTask
+    from grpo_core.train import models
     path = tmp_path_factory.mktemp("expert") / "level1"
     tok = models.build_tokenizer()
     model = models.build_tiny_model(ModelConfig(), tok, seed=0)
@@ -444,7 +446,7 @@ def test_demo_pilot_easy_vs_harder_level_and_the_first_training_steps(runs_dir, 
 
     _run("train", "train", "task.level=2", f"grpo.steps={FIRST_STEPS}", "log.checkpoint_every=0", *common)
     with RunStore.open("train") as t, RunStore.open("hard") as h:
-        measured, _, submitted, steps = health.window_ratio(t.scalars_wide(), FIRST_STEPS)
+        measured, _, submitted, steps = windows.window_ratio(t.scalars_wide(), FIRST_STEPS)
         assert steps == FIRST_STEPS and submitted == PROMPTS * FIRST_STEPS
         g_train, g_pilot = t.groups(until_step=1), h.groups(until_step=1)
         r_train, r_pilot = t.rollouts(step=1), h.rollouts(step=1)

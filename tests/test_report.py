@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.analysis import health
-from grpo_core.runs import names
-from grpo_core.analysis import report
+from grpo_core.analysis import comparison, inspector, ledger, report, run_data, run_tables, step_stats
 from grpo_core.errors import ConfigError
+from grpo_core.runs import names
 from grpo_core.runs.config import RunConfig
 from grpo_core.runs.store import RunStore
 
@@ -65,9 +64,9 @@ def make_run(run_id: str, *, steps: int, weights: dict, scores, changes=(), min_
         raw = np.array([[[scores(step, g, i)[m] for m in metrics] for i in range(group_size)]
                         for g in range(groups)], dtype=float)  # [P, G, K]
         totals = raw @ np.array([w[m] for m in metrics])
-        stats = health.group_stats(totals, raw, min_group_std=thr,
+        stats = step_stats.group_stats(totals, raw, min_group_std=thr,
                                    outcome_index=metrics.index(outcome) if outcome else None)
-        sc = health.step_scalars(stats, raw, metrics, w, cum_s, cum_t)
+        sc = step_stats.step_scalars(stats, raw, metrics, w, cum_s, cum_t)
         sc[names.MIN_GROUP_STD], sc[names.DIFFICULTY] = thr, level
         sc[names.TIME_STEP] = 0.5
         cum_s, cum_t = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
@@ -157,7 +156,7 @@ def test_weight_change_at_50_lifts_ratio_and_is_marked_reuse():
     assert (row["step"], row["kind"], row["source"]) == (50, "set_weights", "ui")
     assert (row["before"], row["after"], row["n_before"], row["n_after"]) == ("30–49", "50–69", 20, 20)
     assert row["old"] == {"exact": 1.0, "f1": 0.0} and row["new"] == {"exact": 0.5, "f1": 0.5}
-    assert row["change"] == "exact 1→0.500, f1 0→0.500"
+    assert row["change"] == "weights exact 1 -> 0.5, f1 0 -> 0.5"
     assert row["ratio_before"] == pytest.approx(0.25) and row["ratio_after"] == pytest.approx(0.75)
     assert row["ratio_diff"] == pytest.approx(0.5)
     assert row["reward_before"] == pytest.approx(0.625) and row["reward_after"] == pytest.approx(0.71875)
@@ -169,7 +168,7 @@ def test_weight_change_at_50_lifts_ratio_and_is_marked_reuse():
     assert row["reward_diff_same_weights"] == pytest.approx(0.0, abs=1e-12)
     assert bool(row["reuse"])
     # a narrower window: 5 steps on each side
-    row5 = report.change_ledger(report.load_run(run), window=5).iloc[0]
+    row5 = ledger.change_ledger(run_data.load_run(run), window=5).iloc[0]
     assert (row5["before"], row5["after"]) == ("45–49", "50–54")
 
 
@@ -183,12 +182,12 @@ def test_windows_clip_at_neighbouring_changes_and_run_end():
     assert list(led["before"]) == ["30–49", "50–59", "60–69", "75–94"]
     assert list(led["after"]) == ["50–59", "60–69", "70–89", "95–99"]
     thr = led.iloc[1]
-    assert thr["change"] == "min_group_std 0.010→0.200"
+    assert thr["change"] == "min_group_std 0.01 -> 0.2"
     # threshold 0.2: only g0 (std 0.2795) stays trainable -> 3/4 to 1/4, the change is not a reuse
     assert thr["ratio_before"] == pytest.approx(0.75) and thr["ratio_after"] == pytest.approx(0.25)
     assert not bool(thr["reuse"])
     assert not bool(led.iloc[2]["reuse"])  # a pause is never a reuse, whatever the numbers
-    assert led.iloc[3]["change"] == "level 1→2"
+    assert led.iloc[3]["change"] == "difficulty level 1 -> 2"
 
 
 def test_curriculum_change_recorded_a_step_early_is_placed_where_it_took_effect():
@@ -196,7 +195,7 @@ def test_curriculum_change_recorded_a_step_early_is_placed_where_it_took_effect(
     changes = [(29, "set_difficulty", {"level": 2}, "curriculum")]
     run = make_run("cur", steps=50, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, changes=changes)
     row = report.build_report(run).ledger.iloc[0]
-    assert (row["step"], row["source"], row["change"]) == (30, "curriculum", "level 1→2")
+    assert (row["step"], row["source"], row["change"]) == (30, "curriculum", "difficulty level 1 -> 2")
     assert (row["before"], row["after"]) == ("10–29", "30–49")
     assert row["note"] == "recorded at step 29; the logged setting changes at step 30"
 
@@ -204,7 +203,7 @@ def test_curriculum_change_recorded_a_step_early_is_placed_where_it_took_effect(
 def test_ledger_rejects_bad_window():
     run = make_run("w", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores)
     with pytest.raises(ConfigError, match="window"):
-        report.change_ledger(report.load_run(run), window=0)
+        ledger.change_ledger(run_data.load_run(run), window=0)
 
 
 # ---- 4. reward trend ------------------------------------------------------------------------
@@ -215,15 +214,15 @@ def test_reward_trend_rising_and_short():
     t = rep.trend["run"]
     assert t.sign == 1 and t.slope == pytest.approx(0.01, abs=0.002) and t.p_value < 0.05
     assert rep.trend["run_text"].startswith("rising: slope +0.01")
-    short = report.reward_trend(rep.steps.head(3))
+    short = run_tables.reward_trend(rep.steps.head(3))
     assert short["run"].sign == 0 and "at least 5 steps" in short["run_text"]
 
 
 # ---- 5. rollout inspector -------------------------------------------------------------------
 def test_inspector_trainable_and_not_trainable():
     run = make_run("insp", steps=12, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores)
-    data = report.load_run(run)
-    tr = report.inspect_group(data, 10, 0)
+    data = run_data.load_run(run)
+    tr = inspector.inspect_group(data, 10, 0)
     assert tr.trainable and not tr.phantom
     assert list(tr.table["total"]) == [1.0, 1.0, 0.0, 0.0] and list(tr.table["idx"]) == [1, 3, 0, 2]
     assert list(tr.table["rank"]) == [1, 2, 3, 4]
@@ -232,28 +231,28 @@ def test_inspector_trainable_and_not_trainable():
     assert tr.explanation.startswith("Trainable: the total-reward std 0.5000 of its 4 completions is above "
                                      "the threshold 0.01")
     assert "exact (std 0.500)" in tr.explanation and "f1 (std 0.112)" in tr.explanation
-    no = report.inspect_group(data, 10, 1)  # exact all 0, f1 varies but has weight 0
+    no = inspector.inspect_group(data, 10, 1)  # exact all 0, f1 varies but has weight 0
     assert no.trainable is False
     assert no.explanation.startswith("Not trainable: all 4 completions got the same total reward 0.0000")
     assert "f1 (std 0.112)" in no.explanation and "carry no weight" in no.explanation
-    with pytest.raises(report.ReportError, match="step 99, group 0 is not in run insp"):
-        report.inspect_group(data, 99, 0)
+    with pytest.raises(run_data.ReportError, match="step 99, group 0 is not in run insp"):
+        inspector.inspect_group(data, 99, 0)
 
 
 def test_inspector_small_std_and_phantom():
     def scores(step, g, i):
         return {"exact": float(i % 2) if g == 0 else 1.0, "f1": [0.1 * i, 0.01 * i, 0.1 * i, 0.0][g]}
     run = make_run("insp2", steps=2, weights={"exact": 0.5, "f1": 0.5}, scores=scores, outcome="exact")
-    data = report.load_run(run)
-    ph = report.inspect_group(data, 1, 2)  # exact uniform 1, f1 varies: std 0.0559 > 0.01 but the outcome gate fails
+    data = run_data.load_run(run)
+    ph = inspector.inspect_group(data, 1, 2)  # exact uniform 1, f1 varies: std 0.0559 > 0.01 but the outcome gate fails
     assert ph.phantom and not ph.trainable
     assert ph.explanation.startswith("Not trainable (phantom variance): the total-reward std 0.0559 passes")
     assert "outcome metric 'exact' was uniform (every completion scored 1)" in ph.explanation
     assert ph.explanation.endswith("shaping terms: f1.")
-    small = report.inspect_group(data, 1, 1)  # 0.5 * std(0, .01, .02, .03) = 0.0056 <= 0.01
+    small = inspector.inspect_group(data, 1, 1)  # 0.5 * std(0, .01, .02, .03) = 0.0056 <= 0.01
     assert not small.trainable and not small.phantom
     assert small.explanation.startswith("Not trainable: the total-reward std 0.0056 is at or below the threshold 0.01")
-    gated = report.inspect_group(data, 1, 0)
+    gated = inspector.inspect_group(data, 1, 0)
     assert gated.trainable and "the outcome metric 'exact' varied" in gated.explanation
 
 
@@ -262,7 +261,7 @@ def test_comparison_shows_only_differing_config_keys():
     a = make_run("cmp-a", steps=8, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores)
     b = make_run("cmp-b", steps=12, weights={"answer_f1": 0.5, "exact": 0.5}, scores=bottleneck_scores,
                  config={"grpo.lr": 5e-3, "task.level": 3})
-    summary, diff = report.compare_runs([a, b])
+    summary, diff = comparison.compare_runs([a, b])
     assert set(diff.index) == {"grpo.lr", "grpo.steps", "task.level"}
     assert diff.loc["grpo.lr"].tolist() == [RunConfig().grpo.lr, 5e-3]  # a keeps the default
     assert diff.loc["task.level"].tolist() == [1, 3]
@@ -270,8 +269,8 @@ def test_comparison_shows_only_differing_config_keys():
     assert summary.loc["cmp-a", "ratio"] == 1.0
     assert summary.loc["cmp-b", "train_time_s"] == pytest.approx(6.0)  # 12 steps x time/step_s 0.5
     assert summary.loc["cmp-a", "reward_final"] == pytest.approx(0.5 * (0.15 + 0.075))  # mean f1 0.15, g 0.075
-    with pytest.raises(report.ReportError, match="at least two runs"):
-        report.compare_runs([a])
+    with pytest.raises(run_data.ReportError, match="at least two runs"):
+        comparison.compare_runs([a])
 
 
 # ---- run states: each a clear message, never a traceback -------------------------------
@@ -365,7 +364,7 @@ def test_markdown_and_csv():
     rep = report.build_report(run)
     md = report.to_markdown(rep)
     assert md.startswith("# GRPO Health report: md")
-    assert "| 50 | set_weights | ui | exact 1→0.500, f1 0→0.500 | 30–49 | 50–59 |" in md
+    assert "| 50 | set_weights | ui | weights exact 1 -> 0.5, f1 0 -> 0.5 | 30–49 | 50–59 |" in md
     csv = pd.read_csv(io.StringIO(report.steps_csv(rep)), index_col="step")
     assert len(csv) == 60 and csv.loc[49, "ratio"] == 0.25 and csv.loc[50, "ratio"] == 0.75
     assert csv.loc[50, names.metric_weight("f1")] == 0.5  # every logged scalar comes along

@@ -11,25 +11,40 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_core.train import grpo, models
-
 from grpo_core.analysis import health
-
 from grpo_core.runs import lifecycle
-from grpo_core.runs.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY, FRAC_REWARD_ZERO_STD,
-                             GRAD_NORM, GROUPS_SUBMITTED, GROUPS_TRAINABLE, LOSS_POLICY, MIN_GROUP_STD,
-                             PHANTOM_GROUPS, REWARD, REWARD_STD, SAMPLING_BATCHES, SCORING_ERRORS,
-                             STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO, metric_group_std, metric_mean,
-                             metric_weight)
-from grpo_core.runs.store import (EV_ALERT, EV_LIFECYCLE, FAILED, FINISHED, PAUSED, RUNNING, RunMeta, RunStore, STOPPED,
-                             steps_budget)
-from grpo_core.train import trainer
+from grpo_core.runs.config import GRPOConfig, ModelConfig, RunConfig
+from grpo_core.runs.names import (
+    CUM_GROUPS_SUBMITTED,
+    CUM_GROUPS_TRAINABLE,
+    DIFFICULTY,
+    FRAC_REWARD_ZERO_STD,
+    GRAD_NORM,
+    GROUPS_SUBMITTED,
+    GROUPS_TRAINABLE,
+    LOSS_POLICY,
+    MIN_GROUP_STD,
+    PHANTOM_GROUPS,
+    REWARD,
+    REWARD_STD,
+    SAMPLING_BATCHES,
+    SCORING_ERRORS,
+    STEP_SCALARS,
+    TIME_LOG,
+    TRAINABLE_RATIO,
+    metric_group_std,
+    metric_mean,
+    metric_weight,
+)
+from grpo_core.runs.run_meta import FAILED, FINISHED, PAUSED, RUNNING, STOPPED, RunMeta, steps_budget
+from grpo_core.runs.store import EV_ALERT, EV_LIFECYCLE, RunStore
+from grpo_core.tasks.loading import load_config
+from grpo_core.train import grpo, models, trainer
 from grpo_core.train.checkpoints import latest_checkpoint
-from grpo_core.runs.config import GRPOConfig, ModelConfig, RunConfig, load_config
 from grpo_core.train.grpo import ADV_EPS, advantages, completion_mask, grpo_loss, rollout, train_on, trim
 from grpo_core.train.trainer import Trainer
 
-torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see trainer.set_threads)
+torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see models.set_threads)
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.prompts_per_step=3", "grpo.group_size=4", "grpo.max_new_tokens=10",
@@ -654,16 +669,16 @@ def test_thread_rule(monkeypatch):
     old = torch.get_num_threads()
     try:
         monkeypatch.delenv("GRPO_TORCH_THREADS", raising=False)
-        trainer.set_threads(RunConfig())
+        models.set_threads(RunConfig())
         assert torch.get_num_threads() == 1  # built-in model: one thread
-        trainer.set_threads()
+        models.set_threads()
         assert torch.get_num_threads() == 1
         cfg = RunConfig()
         cfg.model.path = "/some/model"
-        trainer.set_threads(cfg)
+        models.set_threads(cfg)
         assert torch.get_num_threads() == max(1, min(4, __import__("os").cpu_count() or 1))
         monkeypatch.setenv("GRPO_TORCH_THREADS", "2")
-        trainer.set_threads(RunConfig())
+        models.set_threads(RunConfig())
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(old)
@@ -674,13 +689,31 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
     raise every alert kind (and on healthy ones) that must not change a single alert."""
     import numpy as np
     import pandas as pd
+
     from grpo_core.analysis import health
-    from grpo_core.runs.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, DIFFICULTY,
-                                 FRAC_REWARD_ZERO_STD, GRAD_NORM, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
-                                 LOSS_POLICY, MIN_GROUP_STD, PHANTOM_GROUPS, REWARD, REWARD_STD,
-                                 SAMPLING_BATCHES, SCORING_ERRORS, STEP_SCALARS, TIME_LOG, TRAINABLE_RATIO,
-                                 metric_group_std, metric_mean, metric_weight)
     from grpo_core.runs.config import HealthConfig
+    from grpo_core.runs.names import (
+        CUM_GROUPS_SUBMITTED,
+        CUM_GROUPS_TRAINABLE,
+        DIFFICULTY,
+        FRAC_REWARD_ZERO_STD,
+        GRAD_NORM,
+        GROUPS_SUBMITTED,
+        GROUPS_TRAINABLE,
+        LOSS_POLICY,
+        MIN_GROUP_STD,
+        PHANTOM_GROUPS,
+        REWARD,
+        REWARD_STD,
+        SAMPLING_BATCHES,
+        SCORING_ERRORS,
+        STEP_SCALARS,
+        TIME_LOG,
+        TRAINABLE_RATIO,
+        metric_group_std,
+        metric_mean,
+        metric_weight,
+    )
     rng = np.random.default_rng(0)
     cfg = HealthConfig()
     n = 30
@@ -708,6 +741,7 @@ def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
     messages) on windows that raise each kind, near each threshold, and at random."""
     import numpy as np
     import pandas as pd
+
     from grpo_core.analysis import health
     from grpo_core.runs.config import HealthConfig
     rng = np.random.default_rng(1)

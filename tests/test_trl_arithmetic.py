@@ -19,11 +19,10 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from grpo_core.analysis import health
-
-from grpo_core.train import models
-from grpo_core.runs.config import GRPOConfig, ModelConfig
+from grpo_core.analysis import step_stats
 from grpo_core.integrations.trl import trl_rewards
+from grpo_core.runs.config import GRPOConfig, ModelConfig
+from grpo_core.train import models
 from grpo_core.train.grpo import advantages, grpo_loss, token_logprobs, train_on, trim
 
 # Our loss types and the TRL loss types they equal (dapo: on one process, one accumulation step).
@@ -174,7 +173,7 @@ def test_the_callbacks_reward_arithmetic_is_trls():
     assert 1e-8 < std[1] < 1e-7  # permuted credits: float32 rounding alone, and TRL trains the group
     # The store's view of the same groups: TRL's verdict, and the float-noise count beside it.
     totals = rewards.numpy().astype(np.float64).reshape(4, 4)
-    stats = health.group_stats(totals, scores.numpy().astype(np.float64).reshape(4, 4, 3), min_group_std=0.0,
+    stats = step_stats.group_stats(totals, scores.numpy().astype(np.float64).reshape(4, 4, 3), min_group_std=0.0,
                                nonzero=~zero.numpy())
     assert stats.trainable.tolist() == [False, True, False, True]
     assert stats.noise.tolist() == [False, True, False, False]
@@ -221,9 +220,9 @@ def test_activation_checkpointing_gives_the_same_gradient(policy64):
     group's prompt is forwarded per row, which moves sums at the float32 level of the model's
     RMSNorm, so the comparison is row by row both ways), train_on runs with it, and sampling
     keeps its KV cache (eval mode)."""
+    from grpo_core.tasks.demo import DemoTask
     from grpo_core.train import models
     from grpo_core.train.grpo import mode, rollout
-    from grpo_core.tasks.demo import DemoTask
     model, tok = policy64
     torch.manual_seed(2)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=10)

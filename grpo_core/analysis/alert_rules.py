@@ -1,7 +1,8 @@
-"""Alert rules as data: the built-in ones in alert_rules.toml, a run's own in its config
-([[health.rules]]), one evaluator for all of them. health.py computes the inputs over a
-window (streaks and ratios in trainer steps, the ratio's trend, ...); a rule compares one of
-them, or a stat of any logged scalar, with a threshold and writes its message."""
+"""Alert rules as data: the built-in ones (alert_rules.toml), a run's own ([[health.rules]]), and one evaluator for all.
+
+health.py computes the inputs over a window (streaks and ratios in trainer steps, the
+ratio's trend, ...); a rule compares one of them, or a stat of any logged scalar, with a
+threshold and writes its message."""
 from __future__ import annotations
 
 import operator

@@ -14,7 +14,7 @@ change fails its trainable-ratio check, drawn at `autopilot.target_ratio` (0.6 b
 above the verdict's alarm line health.min_trainable_ratio = 0.3, so it acts while the run
 still learns rather than after the signal is gone). It then tries,
 in the order practice recommends (cheapest and least intrusive first):
-  1. weights     - move weight toward metrics that vary inside groups (health.suggest_weights
+  1. weights     - move weight toward metrics that vary inside groups (reweighting.suggest_weights
                    on the window, floors honoured), if the what-if ratio gains >= min_gain;
   2. group_size  - raise G (x group_size_factor, capped by max_group_size), if the binary
                    planner predicts a gain, within a compute budget: G x prompts stays within
@@ -51,12 +51,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from grpo_core.analysis import health
-from grpo_core.runs import names
+from grpo_core.analysis import health, planner, reweighting, rollout_stats, step_stats, windows
+from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import AutopilotConfig, HealthConfig
-from grpo_core.runs.live_settings import (SET_AUTOPILOT, SET_DIFFICULTY, SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS,
-                                     SET_TEMPERATURE, SET_WEIGHTS)
-from grpo_core.runs.store import CHECKPOINT, EV_AUTOPILOT, STOP
+from grpo_core.runs.live_settings import (
+    CHECKPOINT,
+    SET_AUTOPILOT,
+    SET_DIFFICULTY,
+    SET_GROUP_SIZE,
+    SET_PROMPTS,
+    SET_STEPS,
+    SET_TEMPERATURE,
+    SET_WEIGHTS,
+    STOP,
+)
+from grpo_core.runs.store import EV_AUTOPILOT
 
 SOURCE = "autopilot"
 LEVEL_CHECK_STEPS = 2  # steps on a raised level before its reward is judged (see review)
@@ -185,7 +194,7 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
                 and len(ev) >= min(LEVEL_CHECK_STEPS, cfg.window) and rew < cfg.level_keep_reward * trial["reward"])
     if len(ev) < cfg.window and not too_hard:
         return None
-    after, _, _, k = health.window_ratio(ev, cfg.window)
+    after, _, _, k = windows.window_ratio(ev, cfg.window)
     need = trial["ratio"] + cfg.min_gain / 2
     if after is None or (after >= need and not too_hard):
         return None
@@ -193,24 +202,12 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
     if inv is None:
         return None
     kind, payload = inv
-    back = request_summary(kind, payload)
+    back = live_settings.describe(kind, payload)
     why = (f"reward {trial['reward']:.2f} -> {rew:.2f} over {len(ev.tail(cfg.window))} steps at the new level "
            f"(< {cfg.level_keep_reward:.0%} of before: too big a step)" if too_hard else
            f"ratio {trial['ratio']:.2f} -> {after:.2f} over {k} steps (needed >= {need:.2f})")
     reason = f"autopilot move #{trial['request_id']} did not help: {why}: back to {back}"
     return Move("revert", kind, {**payload, "reason": reason}, reason, dict(trial.get("after") or {}), None, after)
-
-
-def request_summary(kind: str, payload: dict) -> str:
-    if kind == SET_WEIGHTS:
-        return "weights " + ", ".join(f"{m}={w:.2f}" for m, w in (payload.get("weights") or {}).items())
-    if kind == SET_GROUP_SIZE:
-        return f"group size {payload.get('group_size')}"
-    if kind == SET_TEMPERATURE:
-        return f"temperature {payload.get('temperature'):g}"
-    if kind == SET_DIFFICULTY:
-        return f"level {payload.get('level')}"
-    return kind
 
 
 def _order(moves: list[str], ro: pd.DataFrame, s: dict, cfg: AutopilotConfig) -> list[str]:
@@ -228,7 +225,7 @@ def _order(moves: list[str], ro: pd.DataFrame, s: dict, cfg: AutopilotConfig) ->
 def _arrays(ro: pd.DataFrame, metrics: list[str]):
     if ro is None or ro.empty or any(m not in ro.columns for m in metrics):
         return None
-    a = health.rollout_arrays(ro, metrics)
+    a = rollout_stats.rollout_arrays(ro, metrics)
     return a if a.n_groups else None
 
 
@@ -245,7 +242,7 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
     if a is None:
         return None, "no rollout scores in the window"
     thr, outcome, ustd = s.get("min_group_std", 0.01), s.get("outcome_metric") or None, s.get("uniform_std", 1e-3)
-    cur = health.what_if(a, weights, thr, outcome, ustd)
+    cur = reweighting.what_if(a, weights, thr, outcome, ustd)
     user = {m: float(v) for m, v in (s.get("user_weights") or weights).items()}
     total = sum(weights.values())
     lo = {m: max(float(cfg.min_weights.get(m, 0.0)), user.get(m, 0.0) / cfg.weight_band) for m in weights}
@@ -253,19 +250,19 @@ def try_weights(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: s
     if sum(lo.values()) > total + 1e-9 or sum(hi.values()) < total - 1e-9:
         return None, f"no room inside the weight bands (total {total:g})"
     cands = []
-    for sg in health.suggest_weights(a, weights, thr, floor=cfg.weight_floor, n=8, outcome_metric=outcome,
+    for sg in reweighting.suggest_weights(a, weights, thr, floor=cfg.weight_floor, n=8, outcome_metric=outcome,
                                      uniform_std=ustd):
         w = bound_weights(sg["weights"], lo, hi, total)
         if w is None or all(abs(w[m] - weights[m]) < 1e-4 for m in w):
             continue
-        pred = health.what_if(a, w, thr, outcome, ustd)
+        pred = reweighting.what_if(a, w, thr, outcome, ustd)
         if pred >= cur + cfg.min_gain - 1e-12:
             cands.append((pred, sum(abs(w[m] - weights[m]) for m in w), w))
     if not cands:
         return None, f"no reweighting inside the bands gains {cfg.min_gain:g} (what-if on {a.n_groups} groups)"
     best = max(c[0] for c in cands)
     pred, _, w = min((c for c in cands if c[0] - cur >= (best - cur) * 2 / 3 - 1e-12), key=lambda c: c[1])
-    uf = dict(zip(a.metric_names, health.uniform_fraction(a, ustd)))
+    uf = dict(zip(a.metric_names, rollout_stats.uniform_fraction(a, ustd)))
     donors = sorted((m for m in w if w[m] < weights[m] - 1e-9), key=lambda m: w[m] - weights[m])
     uni = ", ".join(f"{m} uniform in {uf[m]:.0%} of groups" for m in donors[:2])
     changed = sorted((m for m in w if abs(w[m] - weights[m]) > 1e-9), key=lambda m: -abs(w[m] - weights[m]))
@@ -318,7 +315,7 @@ def predicted_ratio_gain(ro: pd.DataFrame, g_old: int, g_new: int) -> tuple[floa
         return 0.0, 0.0
     pooled = float(m.mean())
     p = (m + pooled) / 2
-    gain = float(np.mean(health.p_trainable_binary(p, g_new) - health.p_trainable_binary(p, g_old)))
+    gain = float(np.mean(planner.p_trainable_binary(p, g_new) - planner.p_trainable_binary(p, g_old)))
     return gain, pooled
 
 
@@ -388,7 +385,7 @@ def solved_share(ro: pd.DataFrame, s: dict, frac: float) -> tuple[float, float]:
     if best <= 0:
         return 0.0, best
     g = ro.groupby(["step", "group"])["total"]
-    uniform = g.std(ddof=0) <= max(float(s.get("min_group_std", 0.01)), health.STD_EPS)
+    uniform = g.std(ddof=0) <= max(float(s.get("min_group_std", 0.01)), step_stats.STD_EPS)
     return float((uniform & (g.mean() >= frac * best)).mean()), best
 
 

@@ -1,6 +1,6 @@
-"""Plotly figures for the live monitor and the analysis page.
+"""Every plotly figure: the live monitor's charts, the analysis page's and the report's, and the pilot page's.
 
-Every builder takes a wide frame (index step, columns names.*: `RunStore.scalars_wide()`
+The live builders take a wide frame (index step, columns names.*: `RunStore.scalars_wide()`
 or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and returns a
 `plotly.graph_objects.Figure`, or None when the run logged nothing the chart needs (an
 imported run has no group counts: the page says so instead of drawing an empty chart).
@@ -9,7 +9,8 @@ chart, labelled at the top, so a change in a curve can be read against its cause
 A measured series is drawn as faint raw points under a smoothed line (`smoothing`, W&B's
 debiased EMA, `ema`): a per-step ratio over 8 groups jumps by 1/8 from step to step, and the
 trend is what a reader acts on; the raw points stay so that no smoothing hides a step.
-The pilot page's figures (at the end) take a pilot.PilotSummary's tables and plans instead.
+The analysis page's and the report's figures take a run's tables (run_tables.py) and its
+change ledger; the pilot page's (at the end) a pilot.PilotSummary's tables and plans.
 """
 from __future__ import annotations
 
@@ -20,10 +21,24 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from grpo_core.runs import live_settings
-from grpo_core.runs.names import (CUM_TRAINABLE_RATIO, EVAL_PASS, EVAL_REWARD, FRAC_REWARD_ZERO_STD, GROUPS_SOLVED,
-                             GROUPS_SUBMITTED, GROUPS_UNSOLVED,
-                             GROUPS_TRAINABLE, NOISE_GROUPS, PHANTOM_GROUPS, REWARD, REWARD_STD, TRAINABLE_RATIO,
-                             metric_group_std, metric_mean, metric_weight)
+from grpo_core.runs.names import (
+    CUM_TRAINABLE_RATIO,
+    EVAL_PASS,
+    EVAL_REWARD,
+    FRAC_REWARD_ZERO_STD,
+    GROUPS_SOLVED,
+    GROUPS_SUBMITTED,
+    GROUPS_TRAINABLE,
+    GROUPS_UNSOLVED,
+    NOISE_GROUPS,
+    PHANTOM_GROUPS,
+    REWARD,
+    REWARD_STD,
+    TRAINABLE_RATIO,
+    metric_group_std,
+    metric_mean,
+    metric_weight,
+)
 
 # One colour per metric, stable across charts and pages (plotly's qualitative palette).
 PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880",
@@ -66,9 +81,9 @@ def ema(values, smoothing: float) -> np.ndarray:
     if s == 0.0 or not finite.any():
         return np.where(finite, y, np.nan)
     # pandas' adjusted EWM is the same average: sum of s^i x_(t-i) over sum of s^i, which is
-    # last / (1 - s^n); ignore_na: the weights count finite points only. In C: the page redraws
-    # every series of a long run every 2 s, and a Python loop over the points kept the server
-    # busy enough to lag the sliders (tests/test_browser_live.py).
+    # last / (1 - s^n); ignore_na: the weights count finite points only. It runs in C: the page
+    # redraws every series of a long run at every refresh, and a Python loop here would hold
+    # the server up while sliders wait.
     smoothed = pd.Series(np.where(finite, y, np.nan)).ewm(alpha=1.0 - s, adjust=True, ignore_na=True).mean()
     return np.where(finite, smoothed.to_numpy(), np.nan)
 
@@ -92,9 +107,8 @@ def _series(df: pd.DataFrame, name: str, label: str, colour: str | None, smoothi
 
 RAW_OPACITY = 0.3
 # The last steps drawn as raw points (at most live.RECENT_STEPS, the steps the page keeps raw).
-# Each point is an SVG element every chart redraws at every refresh: with 500 per series, two
-# pages of a fast run on 2 cores lagged enough to drop a slider's key presses
-# (tests/test_browser_live.py, the two-sessions test); 100 keep the recent scatter readable.
+# Each point is an SVG element every chart redraws at every refresh, so they are few: enough
+# to read the recent scatter, not so many that the browser lags a slider (docs/benchmarks.md).
 RAW_POINTS = 100
 DEFAULT_SMOOTHING = 0.6  # the live page's slider starts here (TensorBoard's default)
 
@@ -126,14 +140,7 @@ def _figure(traces: list[dict], title: str, y_title: str, y_range=None, key: str
 
 VALIDATE = False  # tests switch it on to check every spec against plotly's schema
 def change_text(kind: str, request: dict) -> str:
-    if kind == "set_weights":
-        return "weights " + ", ".join(f"{m}={w:g}" for m, w in (request.get("weights") or {}).items())
-    if kind == "set_threshold":
-        return f"min_group_std {request.get('min_group_std')}"
-    if kind == "set_difficulty":
-        return f"difficulty level {request.get('level')}"
-    shown = {k: v for k, v in request.items() if k not in ("reason", "undo_of")}  # the why is in the ledger
-    return f"{kind.removeprefix('set_').replace('_', ' ')} " + ", ".join(f"{k}={v}" for k, v in shown.items())
+    return live_settings.describe(kind, request)
 
 
 def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict], list[dict]]:
@@ -153,8 +160,13 @@ def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict]
         notes.append({"x": step, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom",
                       "text": MARKER_LABELS.get(kind, kind), "showarrow": False,
                       "font": {"size": 9, "color": colour}, "name": f"change:{kind}",
-                      "hovertext": f"step {int(step)}: {change_text(kind, getattr(row, 'request') or {})}"})
+                      "hovertext": f"step {int(step)}: {_hover(row, kind)}"})
     return shapes, notes
+
+
+def _hover(row, kind: str) -> str:
+    """What a marker's label says on hover: a ledger row's own text (old -> new), else the request's."""
+    return getattr(row, "change", None) or change_text(kind, getattr(row, "request", None) or {})
 
 
 def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> go.Figure:
@@ -193,7 +205,7 @@ def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
     raw, line = _series(df, GROUPS_TRAINABLE, "trainable", PALETTE[2], smoothing)
     traces = [raw, {**line, "fill": "tozeroy"}, _line(df, GROUPS_SUBMITTED, "submitted", "#555555", dash="dash")]
     for name, label, colour in ((GROUPS_SOLVED, "all solved", PALETTE[0]), (GROUPS_UNSOLVED, "none solved", PALETTE[1])):
-        if _has(df, name):  # why the others taught nothing (health.group_outcomes)
+        if _has(df, name):  # why the others taught nothing (step_stats.group_outcomes)
             traces += _series(df, name, label, colour, smoothing, dash="dot")
     top = max(1.0, float(df[GROUPS_SUBMITTED].max()) * 1.1)
     return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
@@ -299,6 +311,81 @@ CHART_HELP = {
     "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
                "counted trainable whose reward spread is float rounding (TRL trains those).",
 }
+
+
+# ---- a run's tables: the analysis page and the report ------------------------------------------
+# These take run_tables' frames (index step) and a change ledger (ledger.change_ledger), whose
+# setting changes are marked as on the live charts.
+def trainability_chart(steps: pd.DataFrame, ledger: pd.DataFrame | None = None) -> go.Figure:
+    """The trainable ratio per step (bars), pooled over the trailing window, and cumulative."""
+    bars = {"type": "bar", "x": steps.index.to_numpy(), "y": steps["ratio"].to_numpy(),
+            "name": "trainable ratio (step)", "marker": {"color": "#9ecae1"}}
+    traces = [bars, _line(steps, "ratio_rolling", "rolling ratio", "#08519c"),
+              _line(steps, "cum_ratio", "cumulative ratio", "#636363", dash="dot")]
+    return _figure(traces, "Trainable ratio over time", "trainable groups / groups", [0, 1.05], "an_ratio",
+                   changes=ledger)
+
+
+def reward_trend_chart(steps: pd.DataFrame, trend: dict | None = None,
+                       ledger: pd.DataFrame | None = None) -> go.Figure:
+    """The reward and the mean group reward std per step, with the whole run's OLS fit
+    (run_tables.reward_trend's "run" Trend)."""
+    traces = [_line(steps, "reward", "reward", "#31a354"), _line(steps, "reward_std", "mean group reward std", "#fd8d3c")]
+    fit = (trend or {}).get("run")
+    reward = steps["reward"].dropna()
+    if fit is not None and fit.slope is not None and len(reward) >= 2:
+        x = reward.index.to_numpy(np.float64)
+        y0 = float(reward.mean()) - fit.slope * float(x.mean())
+        traces.append({"type": "scatter", "mode": "lines", "x": [x[0], x[-1]],
+                       "y": [y0 + fit.slope * x[0], y0 + fit.slope * x[-1]], "name": "OLS fit",
+                       "line": {"color": "#006d2c", "dash": "dash"}})
+    return _figure(traces, "Reward and within-group reward std", "reward", key="an_reward", changes=ledger)
+
+
+def bottlenecks_chart(bottlenecks: pd.DataFrame) -> go.Figure:
+    """Per metric: the share of groups in which it was uniform (red: a bottleneck) and its share
+    of the within-group variance (run_tables.bottlenecks)."""
+    metrics = bottlenecks["metric"].to_numpy()
+    traces = [{"type": "bar", "x": metrics, "y": bottlenecks["uniform_fraction"].to_numpy(),
+               "name": "share of groups where uniform",
+               "marker": {"color": ["#de2d26" if b else "#bdbdbd" for b in bottlenecks["bottleneck"]]}},
+              {"type": "bar", "x": metrics, "y": bottlenecks["contribution"].to_numpy(),
+               "name": "share of within-group variance", "marker": {"color": "#3182bd"}}]
+    fig = _figure(traces, "Per-metric variance (red: bottleneck)", "share", [0, 1.05], "an_bottlenecks")
+    fig.layout.barmode = "group"
+    fig.layout.xaxis.title.text = "metric"
+    return fig
+
+
+def compare_ratio_chart(ratios: dict[str, pd.Series], window: int) -> go.Figure:
+    """Runs side by side: each run's trainable ratio pooled over `window` steps (run id -> series)."""
+    traces = [{"type": "scatter", "mode": "lines", "x": s.index.to_numpy(), "y": s.to_numpy(), "name": run,
+               "line": {"color": PALETTE[i % len(PALETTE)]}} for i, (run, s) in enumerate(ratios.items())]
+    return _figure(traces, f"Trainable ratio (rolling {window} steps)", "trainable groups / groups", [0, 1.05],
+                   "an_compare")
+
+
+def compare_eval_chart(evaluations: dict[str, pd.DataFrame]) -> go.Figure | None:
+    """Each run's held-out reward (solid) and pass@1 (dashed), run id -> run_tables.eval_table;
+    None when no run evaluated."""
+    traces = []
+    for i, (run, table) in enumerate(evaluations.items()):
+        for col, dash in (("reward", None), ("pass@1", "dash")):
+            if col in table.columns:
+                s = table[col].dropna()
+                traces.append({"type": "scatter", "mode": "lines+markers", "x": s.index.to_numpy(), "y": s.to_numpy(),
+                               "name": f"{run} {col}", "line": {"color": PALETTE[i % len(PALETTE)], "dash": dash}})
+    return _figure(traces, "Held-out evaluation", "reward / pass@1", key="an_compare_eval") if traces else None
+
+
+def prompt_rates_chart(prompts: pd.DataFrame) -> go.Figure:
+    """How many prompts train how often: the distribution of per-prompt trainable rates
+    (prompt_history.prompt_table)."""
+    trace = {"type": "histogram", "x": prompts["trainable_rate"].to_numpy(),
+             "xbins": {"start": 0, "end": 1.0001, "size": 0.1}, "marker": {"color": "#3182bd"}, "name": "prompts"}
+    fig = _figure([trace], "Prompts by how often their group was trainable", "prompts", key="an_prompts")
+    fig.layout.xaxis.title.text = "trainable rate"
+    return fig
 
 
 # ---- the pilot page --------------------------------------------------------------------------------

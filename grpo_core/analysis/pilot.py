@@ -1,4 +1,4 @@
-"""Pilot: sample and score with the current model *before* training, and plan from it.
+"""The pilot's summary, verdict and planner: from a pilot store, whether training would get a learning signal, and what to change first.
 
 A pilot is a training run without the update: G completions for N prompts, scored by the
 same composite reward, logged into a run store of kind "pilot" in exactly the format the
@@ -8,26 +8,24 @@ ratio (the prediction for the first training steps), which metrics are uniform i
 groups, how large G must be for a binary metric to vary (1 - p^G - (1-p)^G), which
 weights would do better, and a verdict: ready to train, or what to change first.
 
-This module is imported by the Streamlit page: no torch at the top level. `cli_pilot`
-imports the trainer (torch) lazily; `start_pilot` runs it as a detached process.
+Pure numpy/pandas over the store: the pilot process is grpo_core/train/pilot.py, starting one
+from the dashboard grpo_core/dashboard/pilot_start.py.
 """
 from __future__ import annotations
 
-import os
-import sys
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from grpo_core.analysis.health import (metric_columns, min_group_size, p_trainable_binary, per_metric_group_std,
-                              rollout_arrays, suggest_weights, trainable_ratio, uniform_fraction)
-from grpo_core.runs.config import RunConfig
-from grpo_core.analysis.report import MOST_GROUPS
+from grpo_core.analysis.planner import min_group_size, p_trainable_binary
+from grpo_core.analysis.reweighting import suggest_weights
+from grpo_core.analysis.rollout_stats import metric_columns, per_metric_group_std, rollout_arrays, uniform_fraction
+from grpo_core.analysis.run_tables import MOST_GROUPS
+from grpo_core.analysis.step_stats import trainable_ratio
+from grpo_core.runs.run_meta import RunMeta, display_status
+from grpo_core.runs.store import RunStore
 from grpo_core.tasks.rewards import KINDS
-from grpo_core.runs.store import RunStore, check_run_id, new_run_id, runs_dir
 
 DEFAULT_BATCHES = 8  # pilot batches unless --set grpo.steps=N (a config's steps is its training length)
 PLANNER_G_MAX = 64  # the planner's curve runs G = 2 .. this; a G beyond it is a difficulty problem
@@ -39,9 +37,6 @@ KIND_LABEL = {"weights": "the reward weights", "group_size": "the group size",
               "difficulty": "the task difficulty", "temperature": "the sampling temperature"}
 
 
-# =============================================================================================
-# Summary of a pilot store (pure numpy/pandas; the page and the tests call this)
-# =============================================================================================
 @dataclass
 class Plan:
     """Group-size planner for one binary metric."""
@@ -98,7 +93,7 @@ class PilotSummary:
     key_metric: str | None
     diversity: float | None  # mean share of distinct completions in a group
     plans: list[Plan]
-    suggestions: list[dict]  # health.suggest_weights
+    suggestions: list[dict]  # reweighting.suggest_weights
     verdict: PilotVerdict = field(default_factory=lambda: PilotVerdict(False, "no pilot data yet", [], []))
 
 
@@ -107,7 +102,7 @@ def _metric_names(rollouts: pd.DataFrame, weights: dict) -> list[str]:
     return [m for m in weights if m in cols] + [c for c in cols if c not in weights]
 
 
-def _is_binary(name: str, values: np.ndarray) -> bool:
+def is_binary(name: str, values: np.ndarray) -> bool:
     if name in KINDS:
         return KINDS[name] == "binary"
     return len(values) > 0 and bool(np.isin(values, (0.0, 1.0)).all())
@@ -120,7 +115,7 @@ def _within_group(arrays, uniform_std: float):
 
 
 def planner_curve(p: float, g_max: int = PLANNER_G_MAX) -> pd.DataFrame:
-    """P(a group of G has both outcomes) for G = 2 .. g_max, from health.p_trainable_binary."""
+    """P(a group of G has both outcomes) for G = 2 .. g_max, from planner.p_trainable_binary."""
     g = np.arange(2, g_max + 1)
     return pd.DataFrame({"G": g, "p_trainable": np.asarray(p_trainable_binary(p, g), dtype=float)})
 
@@ -149,7 +144,6 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
     """Everything the pilot page shows, from a pilot store (RunStore, run dir, db or run id).
 
     target: the trainable ratio to plan for (default: health.min_trainable_ratio)."""
-    from grpo_core.runs.store import RunMeta, display_status
     s, owned = _open(store)
     try:
         meta = s.get_meta()
@@ -181,13 +175,13 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
     arrays = rollout_arrays(rollouts, metrics)  # ragged groups allowed (imported runs)
     vals = arrays.scores  # [N, K], missing scores as 0 (as the trainer scores a failed metric)
     wstd, ufrac = _within_group(arrays, uniform_std)
-    binary = [_is_binary(m, vals[:, k]) for k, m in enumerate(metrics)]
+    binary = [is_binary(m, vals[:, k]) for k, m in enumerate(metrics)]
     table = pd.DataFrame({
         "kind": [KINDS.get(m, "binary" if b else "continuous") for m, b in zip(metrics, binary)],
         "weight": [weights.get(m, 0.0) for m in metrics],
         "mean": vals.mean(axis=0), "min": vals.min(axis=0), "max": vals.max(axis=0),
         "within_group_std": wstd, "uniform_fraction": ufrac,
-        "uniform": (ufrac > MOST_GROUPS) | (wstd <= uniform_std),  # report.bottlenecks' rule
+        "uniform": (ufrac > MOST_GROUPS) | (wstd <= uniform_std),  # run_tables.bottlenecks' rule
         "success_rate": np.where(binary, vals.mean(axis=0), np.nan),
     }, index=pd.Index(metrics, name="metric"))
     out.metric_table = table
@@ -217,9 +211,6 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
     return out
 
 
-# =============================================================================================
-# Verdict: ready to train, or what to change first
-# =============================================================================================
 def _fmt_weights(w: dict) -> str:
     return ", ".join(f"{k}={v:.2f}" for k, v in w.items())
 
@@ -347,10 +338,10 @@ def _std_actions(s: PilotSummary, min_std: float) -> list[Action]:
     t = s.metric_table
     varying = (t["within_group_std"] * t["weight"].where(t["weight"] > 0, 0)).sort_values(ascending=False)
     top = [m for m in varying.index[:2] if varying[m] > 0] or list(t["within_group_std"].nlargest(2).index)
-    out.append(Action("weights", f"give more weight to the metrics that vary inside groups ("
+    out.append(Action("weights", "give more weight to the metrics that vary inside groups ("
                       + ", ".join(f"{m}: within-group std {t.at[m, 'within_group_std']:.3f}" for m in top)
                       + f"): the mean group reward std {s.reward_std:.3f} is at or below {min_std:g}, and it is "
-                      f"measured on the weighted total", {}))
+                      "measured on the weighted total", {}))
     return out
 
 
@@ -391,144 +382,3 @@ def training_defaults(s: PilotSummary, weights: dict | None = None, group_size: 
             **{f"reward.weights.{k}": v for k, v in out["weights"].items()}}
     out["overrides"] = [f"{k}={v}" for k, v in sets.items() if v != ""]
     return out
-
-
-# =============================================================================================
-# Starting a pilot: the form's config, and a detached `python -m grpo_core pilot` process
-# =============================================================================================
-def pilot_config(level: int = 1, model_path: str = "", group_size: int = 8, prompts: int = 8,
-                 batches: int = DEFAULT_BATCHES, temperature: float = 1.0, weights: dict | None = None,
-                 base: RunConfig | dict | None = None) -> RunConfig:
-    """The page's form -> a validated RunConfig (grpo.steps = pilot batches). Bad values
-    raise ConfigError naming the field."""
-    from grpo_core.runs.config import DEMO_WEIGHTS, from_dict, validate
-    cfg = from_dict(base) if isinstance(base, dict) else (base or RunConfig())
-    cfg.task.level, cfg.model.path = int(level), str(model_path or "").strip()
-    cfg.grpo.group_size, cfg.grpo.prompts_per_step, cfg.grpo.steps = int(group_size), int(prompts), int(batches)
-    cfg.grpo.temperature = float(temperature)
-    cfg.reward.weights = dict(DEMO_WEIGHTS if weights is None else weights)
-    cfg.log.progress = False  # a detached process: no terminal for a progress bar
-    return validate(cfg)
-
-
-def pilot_command(run_dir: Path, run_id: str, root: Path, batches: int) -> list[str]:
-    from grpo_core.dashboard.processes import CONFIG_NAME
-    return [sys.executable, "-m", "grpo_core", "pilot", "--config", str(run_dir / CONFIG_NAME),
-            "--run-id", run_id, "--runs-dir", str(root), "--set", f"grpo.steps={int(batches)}"]
-
-
-def start_pilot(cfg: RunConfig | dict | None = None, run_id: str | None = None, root=None,
-                untrusted: bool = False) -> str:
-    """Validate, create the pilot store (status created) and config.toml, spawn
-    `python -m grpo_core pilot` detached exactly as processes.start_run spawns a trainer (own
-    session, output to trainer.log, pid recorded, child reaped, a start-up crash recorded);
-    return the run id. The page polls the store for progress."""
-    from grpo_core.dashboard import processes
-    from grpo_core.dashboard.processes import CONFIG_NAME, _as_config
-    cfg = _as_config(cfg)  # bad input stops here: no store, no process
-    root = runs_dir(root)
-    if untrusted:  # from the pilot page's form: no custom code, typed paths inside the allowed folders
-        from grpo_core.dashboard.access import check_ui_config
-        cfg = check_ui_config(cfg, root)
-    run_id = check_run_id(run_id or new_run_id("pilot"))
-    run_dir = root / run_id
-    with RunStore.create(run_id, cfg.to_dict(), root=root, kind="pilot") as store:
-        (run_dir / CONFIG_NAME).write_text(cfg.to_toml())
-        store.set_meta(launched=time.time())
-    return processes.spawn(run_dir, run_id, root, pilot_command(run_dir, run_id, root, cfg.grpo.steps))
-
-
-# =============================================================================================
-# The pilot process: `python -m grpo_core pilot` (imports torch through the trainer)
-# =============================================================================================
-def _explicit_steps(overrides: list[str]) -> bool:
-    return any(o.split("=", 1)[0].strip() == "grpo.steps" for o in overrides)
-
-
-def _pilot_failed(e: BaseException, store, batch: int) -> int:
-    """The exit code of a pilot that failed at `batch` (its store says failed already)."""
-    import traceback
-
-    from grpo_core.runs.store import storage_problem
-    if isinstance(e, KeyboardInterrupt):
-        return 130
-    if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
-        raise e
-    why = storage_problem(e)
-    if why:  # disk full / read-only: one line (meta.error has the traceback)
-        print(f"error: cannot write to {store.run_dir} ({why}): the pilot stopped after batch {batch}; free space "
-              "and pilot again", file=sys.stderr)
-    else:
-        traceback.print_exception(e)
-    return 1
-
-
-def cli_pilot(args) -> int:
-    """Sample and score grpo.steps batches (DEFAULT_BATCHES unless --set grpo.steps=N) of
-    grpo.prompts_per_step prompts x grpo.group_size completions with the model the trainer
-    would start from (same loading, warm-start cache, seeds, rollout and scoring: the
-    trainer's own code), no update; log each batch as a step of a "pilot" run store."""
-    import copy
-    import traceback
-
-    from grpo_core.runs.config import load_config
-    from grpo_core.runs.lifecycle import RunSession
-    from grpo_core.runs.store import FAILED, FINISHED, STOP, STOPPED
-
-    overrides = list(getattr(args, "overrides", None) or [])
-    steps = load_config(args.config, overrides).grpo.steps  # bad input: one line, before torch loads
-    if not _explicit_steps(overrides):  # a training config's steps is its length, not the pilot's
-        overrides.append(f"grpo.steps={min(steps, DEFAULT_BATCHES)}")
-    from grpo_core.train import launch
-    from grpo_core.train.trainer import Trainer, set_threads
-
-    args = copy.copy(args)
-    args.overrides, args.resume = overrides, False
-    args.run_id = args.run_id or new_run_id("pilot")  # not "demo-...": that prefix is the live demo run's
-    cfg, store = launch.open_run(args)  # new store, or the one start_pilot created
-    # kind, and our pid before the (maybe long) model load: a pilot killed while starting shows stale.
-    store.set_meta(kind="pilot", pid=os.getpid(), host=os.uname().nodename)
-    set_threads(cfg)
-    print(f"pilot {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
-    sampling = copy.deepcopy(cfg)
-    sampling.grpo.beta = 0.0  # no update: a reference model would only cost memory
-    try:
-        trainer = Trainer(sampling, store)
-    except BaseException as e:
-        store.reject_open_requests("pilot failed to start")
-        store.set_status(FAILED, error=str(e) if isinstance(e, ValueError) else traceback.format_exc())
-        raise
-    launch.install_stop_signals(trainer)  # SIGTERM / Ctrl-C: finish the batch, status stopped
-
-    def stop(req):
-        trainer.stop_reason = f"stop request {req['id']}"
-        return True, trainer.step, f"stopping after batch {trainer.step}"
-
-    def refuse(req):  # a pilot changes nothing mid-way: only a stop applies
-        return False, trainer.step, "a pilot takes no changes: start a new pilot with the new settings"
-
-    session = RunSession(store, {STOP: stop}, refuse)
-    session.start(0, {"event": "started", "pilot": True, "batches": cfg.grpo.steps, "model": trainer.model_info},
-                  metric_names=trainer.reward.names, metric_kinds=trainer.metric_kinds, model=trainer.model_info,
-                  device=str(trainer.device))
-    try:
-        while trainer.step < cfg.grpo.steps and not trainer.stop_reason:
-            session.serve()
-            if trainer.stop_reason:
-                break
-            scalars, groups, rollouts = trainer.train_step(update=False)
-            trainer.step += 1
-            store.log_step(trainer.step, scalars, groups, rollouts)
-    except BaseException as e:
-        session.fail(traceback.format_exc(), trainer.step, f"{type(e).__name__}: {e}", at="pilot failed at batch {step}")
-        return _pilot_failed(e, store, trainer.step)
-    status = STOPPED if trainer.stop_reason else FINISHED
-    session.finish(status, trainer.step, trainer.stop_reason, at="pilot {status} at batch {step}")
-    s = pilot_summary(store)
-    if s.ratio is not None:
-        print(f"pilot {store.run_id} {status}: {s.submitted} groups of {s.group_size}, trainable ratio "
-              f"{s.ratio:.2f}; {s.verdict.headline}", file=sys.stderr)
-        for a in s.verdict.actions[:1]:
-            print(f"  {a.text}", file=sys.stderr)
-    store.close()
-    return 0

@@ -1,9 +1,10 @@
-"""Trainability per prompt: how often each prompt was sampled, how often its group taught
-something, and how its last group ended (health.group_outcomes: mixed, all solved, none
-solved, uniform). A prompt that is never trainable costs sampling every time it is drawn:
-the export lists them, one JSON object per line, to filter a dataset or order a curriculum.
-Everything comes from the store's groups (and the prompts table for the text), so an imported
-run whose groups carry prompt ids works the same."""
+"""Trainability per prompt: how often each prompt was sampled, how often its group taught something, how its last group ended.
+
+The last outcome is step_stats.group_outcomes' (mixed, all solved, none solved, uniform). A
+prompt that is never trainable costs sampling every time it is drawn: the export lists them,
+one JSON object per line, to filter a dataset or order a curriculum (charts.prompt_rates_chart
+draws the rates). Everything comes from the store's groups (and the prompts table for the
+text), so an imported run whose groups carry prompt ids works the same."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from grpo_core.analysis import health
+from grpo_core.analysis import step_stats
 from grpo_core.runs.store import RunStore
 
 COLUMNS = ["prompt_id", "sampled", "trainable", "trainable_rate", "all_solved", "none_solved", "first_step",
@@ -24,7 +25,7 @@ def prompt_table(groups: pd.DataFrame, texts: dict[str, str] | None = None) -> p
         return pd.DataFrame(columns=COLUMNS)
     g = groups.sort_values(["step", "group"])
     outcome = g["outcome"] if "outcome" in g else pd.Series(None, index=g.index)
-    table = g.assign(solved=outcome == health.SOLVED, unsolved=outcome == health.UNSOLVED,
+    table = g.assign(solved=outcome == step_stats.SOLVED, unsolved=outcome == step_stats.UNSOLVED,
                      outcome=outcome).groupby("prompt_id").agg(
         sampled=("step", "size"), trainable=("trainable", "sum"), all_solved=("solved", "sum"),
         none_solved=("unsolved", "sum"), first_step=("step", "min"), last_step=("step", "max"),
@@ -61,12 +62,3 @@ def to_jsonl(table: pd.DataFrame) -> str:
     rows = [{k: plain(r[k]) for k in COLUMNS} for _, r in table.iterrows()]
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
-
-def rate_histogram(table: pd.DataFrame):
-    """The distribution of per-prompt trainable rates (how many prompts train how often)."""
-    import plotly.graph_objects as go
-    fig = go.Figure(go.Histogram(x=table["trainable_rate"], xbins=dict(start=0, end=1.0001, size=0.1),
-                                 marker_color="#3182bd"))
-    fig.update_layout(title="Prompts by how often their group was trainable", xaxis_title="trainable rate",
-                      yaxis_title="prompts", height=320, margin=dict(l=50, r=20, t=50, b=40))
-    return fig

@@ -1,6 +1,8 @@
-"""Checkpoints: a temporary folder renamed into place, so a half-written one is never
-loaded; the last CKPT_KEEP complete ones are kept. What goes into a checkpoint's state is the
-trainer's business (Trainer.save_checkpoint); the folder rules are here."""
+"""Checkpoint folders: each written to a temporary folder, then renamed into place.
+
+So a half-written one is never loaded; the last CKPT_KEEP complete ones are kept. What goes
+into a checkpoint's state is the trainer's business (Trainer.save_checkpoint); the folder
+rules are here."""
 from __future__ import annotations
 
 import os
@@ -11,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grpo_core.runs.run_meta import pid_alive
 from grpo_core.train import models
-from grpo_core.runs.store import pid_alive
 
 CKPT_PREFIX = "step-"
 CKPT_KEEP = 2  # complete checkpoints kept on disk

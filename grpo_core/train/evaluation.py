@@ -1,5 +1,7 @@
-"""Held-out evaluation: the policy on prompts it never trains on, after step 1, every
-eval.every steps and after the last one, logged as eval/... scalars of that step.
+"""Held-out evaluation: the policy on prompts it never trains on, logged as eval/... scalars.
+
+It runs after step 1, every eval.every steps and after the last one, and its scalars are
+logged with the step they follow.
 
 The same prompts each time (a held-out file's first eval.prompts rows, or, on the demo task,
 prompts from a stream of their own), so the curve moves with the policy and not with the

@@ -1,12 +1,15 @@
-"""The GRPO step's math: rollout -> advantages -> loss -> update, small functions over tensors
-and arrays, each tested on its own (tests/test_trainer.py, and against TRL's own code in
+"""The GRPO step's math: rollout -> advantages -> loss -> update, as small functions over tensors.
+
+Each is tested on its own (tests/test_trainer.py, and against TRL's own code in
 tests/test_trl_arithmetic.py). The run machinery (requests, checkpoints, heartbeat, the store)
-is in trainer.py and session.py.
+is in trainer.py and runs/lifecycle.py.
 
 Facts the code relies on:
-- One update per batch, so the "old" policy is the current one: old log-probs are the
-  detached current log-probs (TRL with num_iterations=1). The importance ratio is 1 in
-  value and the clipped surrogate reduces to the policy gradient, with one forward pass.
+- With one update per batch (grpo.num_iterations = 1, the default) the "old" policy is the
+  current one: old log-probs are the detached current log-probs (as TRL with
+  num_iterations=1). The importance ratio is 1 in value and the clipped surrogate reduces to
+  the policy gradient, with one forward pass. With N updates per batch the old log-probs are
+  the sampling policy's, computed once before the first, so the ratio and clipping act.
 - Non-trainable groups get advantage 0 (docs/design.md), and with beta = 0 a zero-advantage
   row has zero gradient, so by default they are dropped from the forward/backward batch:
   a step costs in proportion to its trainable ratio. A step with no trainable group does

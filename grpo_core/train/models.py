@@ -1,5 +1,7 @@
-"""Models: the built-in tiny model (built locally, no download) and loading any local
-or hub Hugging Face causal LM.
+"""Models: the built-in tiny model (built locally, no download) and loading any Hugging Face causal LM.
+
+Any local folder, or a hub id where there is network; LoRA adapters (peft); the device and
+compute dtype; the built-in model's supervised warm-start; torch's CPU threads.
 
 The built-in model is a character-level tokenizer (`tokenizers` WordLevel over single
 characters, space included, wrapped in `PreTrainedTokenizerFast`) and a small Llama
@@ -25,12 +27,10 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerFast)
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from grpo_core.errors import ConfigError
-
 from grpo_core.runs.config import ModelConfig, RunConfig
 
 hf_logging.disable_progress_bar()  # the trainer has its own progress bar; shard bars are noise

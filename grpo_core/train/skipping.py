@@ -1,6 +1,7 @@
-"""Skip before sampling (grpo.skip_zero_variance): a prompt whose last groups taught nothing
-is likely to teach nothing again, so it is skipped before any completion is sampled for it,
-and another prompt is drawn in its place.
+"""Skip before sampling (grpo.skip_zero_variance): PromptSkipper, GRESO's rule for prompts that taught nothing.
+
+A prompt whose last groups taught nothing is likely to teach nothing again, so it is skipped
+before any completion is sampled for it, and another prompt is drawn in its place.
 
 The rule is GRESO's (arXiv 2506.02177, "Act Only When It Pays"): a prompt whose last z groups
 in a row were not trainable (zero reward variance, or no outcome spread under the outcome
@@ -89,7 +90,7 @@ class PromptSkipper:
         return {"rng": self.rng.getstate(), "streaks": dict(self.streaks), "cum_skipped": self.cum_skipped}
 
     def load_state_dict(self, state: dict | None):
-        if not state:  # a checkpoint from before skipping existed: nothing skipped yet
+        if not state:  # a checkpoint written without the skipper's state: nothing skipped yet
             return
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))

@@ -19,29 +19,22 @@ import numpy as np
 import pandas as pd
 import torch
 
-from grpo_core.analysis import autopilot
-from grpo_core.tasks import chat
-from grpo_core.train import checkpoints
-from grpo_core.train import evaluation
-from grpo_core.train import grpo
-from grpo_core.analysis import health
-from grpo_core.runs import live_settings
-from grpo_core.train import models
-from grpo_core.runs import names
-from grpo_core.train import out_of_memory
-from grpo_core.train.models import set_threads  # noqa: F401 (launch, pilot and benches import it from here)
-from grpo_core.train.skipping import PromptSkipper
-from grpo_core.runs.live_settings import SET_DIFFICULTY
-from grpo_core.runs.store import (APPLIED, CHECKPOINT, CONTROL_KINDS, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY,
-                             EV_REJECTED, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, RunMeta, RunStore, STOP,
-                             STOPPED, StepGroups, StepRollouts, storage_problem)
+from grpo_core.analysis import autopilot, health, step_stats
 from grpo_core.errors import ConfigError
+from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import RunConfig
-from grpo_core.runs.requests import validate_request
-from grpo_core.tasks.rewards import CompositeReward
 from grpo_core.runs.lifecycle import RunSession
-from grpo_core.tasks import build_metrics, make_task
+from grpo_core.runs.live_settings import CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, SET_DIFFICULTY, STOP
+from grpo_core.runs.locations import storage_problem
+from grpo_core.runs.requests import validate_request
+from grpo_core.runs.run_meta import FINISHED, PAUSED, RUNNING, STOPPED, RunMeta
+from grpo_core.runs.step_columns import StepGroups, StepRollouts
+from grpo_core.runs.store import APPLIED, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY, EV_REJECTED, RunStore
 from grpo_core.runs.writer import BatchedWrites
+from grpo_core.tasks import build_metrics, chat, make_task
+from grpo_core.tasks.rewards import CompositeReward
+from grpo_core.train import checkpoints, evaluation, grpo, models, out_of_memory
+from grpo_core.train.skipping import PromptSkipper
 
 ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
 
@@ -144,7 +137,7 @@ class Trainer:
             if not g.dynamic_sampling or batches >= g.dynamic_max_batches:
                 break
             # The step's own rule: with an outcome gate, a phantom group does not count toward the target.
-            st = health.group_stats(scored.totals.reshape(-1, g.group_size), scored.raw.reshape(-1, g.group_size,
+            st = step_stats.group_stats(scored.totals.reshape(-1, g.group_size), scored.raw.reshape(-1, g.group_size,
                                     scored.raw.shape[1]), min_group_std=g.min_group_std,
                                     outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
             trainable_so_far += int(st.trainable.sum())
@@ -209,7 +202,7 @@ class Trainer:
         t0 = time.perf_counter()
         totals = self.reward.totals(raw).reshape(P, G)
         scores = raw.reshape(P, G, K)
-        stats = health.group_stats(totals, scores, min_group_std=g.min_group_std,
+        stats = step_stats.group_stats(totals, scores, min_group_std=g.min_group_std,
                                    outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
         adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std)
         t_score += time.perf_counter() - t0
@@ -221,15 +214,15 @@ class Trainer:
             dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
         t_train = time.perf_counter() - t0
 
-        scalars = health.step_scalars(stats, scores, self.reward.names, self.reward.weights,
+        scalars = step_stats.step_scalars(stats, scores, self.reward.names, self.reward.weights,
                                       self.cum_submitted, self.cum_trainable)
         self.cum_submitted, self.cum_trainable = (int(scalars[names.CUM_GROUPS_SUBMITTED]),
                                                   int(scalars[names.CUM_GROUPS_TRAINABLE]))
-        outcomes = health.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
+        outcomes = step_stats.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
                                          self.reward.weights, self.cfg.reward.outcome_metric or None)
-        scalars.update(health.outcome_counts(outcomes))
+        scalars.update(step_stats.outcome_counts(outcomes))
         scalars.update(self.skipper.after_step(roll.examples[::G], stats.trainable))
-        scalars.update(health.wasted_compute(roll.completion_mask.sum(-1).reshape(P, G).numpy(), stats.trainable,
+        scalars.update(step_stats.wasted_compute(roll.completion_mask.sum(-1).reshape(P, G).numpy(), stats.trainable,
                                              t_gen, self.cum_tokens))
         self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
         n_tokens = int(roll.completion_mask.sum())
