@@ -23,14 +23,15 @@ art = pytest.importorskip("art")
 # pytest process would fail. Nothing here runs a model, so the original goes back.
 masking_utils._preprocess_mask_arguments = _MASK_ARGUMENTS
 
-from grpo_core.runs import requests
-
-from grpo_core.dashboard import live_view
-
-from grpo_core.runs import names  # noqa: E402
+from grpo_core.dashboard import advice, live_cards, live_view
 from grpo_core.errors import ConfigError
-from grpo_core.integrations.art import REWARD_METRIC, ArtMonitor  # noqa: E402
+from grpo_core.integrations.art import ArtMonitor  # noqa: E402
+from grpo_core.integrations.art_steps import REWARD_METRIC  # noqa: E402
 from grpo_core.integrations.importers import import_path  # noqa: E402
+from grpo_core.runs import (
+    names,  # noqa: E402
+    requests,
+)
 from grpo_core.runs.store import RunStore  # noqa: E402
 
 G = 4  # trajectories per group
@@ -105,16 +106,16 @@ def test_groups_rollouts_and_scalars_match_arts_own_counts(art_run):
 def test_live_page_shows_the_run_with_what_if_at_the_recorded_ratio(art_run):
     run, _ = art_run
     state = live_view.load(str(run))
-    caps = live_view.capabilities(state)
+    caps = live_cards.capabilities(state)
     assert caps["what_if"] and not caps["imported"] and state.metrics[:1] == [REWARD_METRIC]
     cur = live_view.current_settings(state)
-    wi = live_view.what_if(state, cur["weights"], cur["min_group_std"])
+    wi = advice.what_if(state, cur["weights"], cur["min_group_std"])
     with RunStore.open(run, readonly=True) as s:
         wide = s.scalars_wide(since_step=state.last_step - wi["steps"])
     recorded = wide[names.GROUPS_TRAINABLE].sum() / wide[names.GROUPS_SUBMITTED].sum()
     assert wi["available"] and wi["now"] == pytest.approx(recorded)
     # what the format metric alone would have given: it varies in every group
-    assert live_view.what_if(state, {"format": 1.0}, 0.0)["predicted"] == 1.0
+    assert advice.what_if(state, {"format": 1.0}, 0.0)["predicted"] == 1.0
 
 
 def test_a_weight_request_recomputes_trajectory_reward_from_the_named_metrics(runs_dir):
@@ -257,7 +258,7 @@ def test_trajectory_files_and_the_output_dir_import_with_groups(tmp_path, runs_d
     with RunStore.open(runs_dir / rid, readonly=True) as s:
         assert len(s.groups()) == 15 and len(s.rollouts()) == 15 * G and s.get_meta()["lacks"] == []
     state = live_view.load(str(runs_dir / rid))
-    assert live_view.what_if(state, {"reward": 1.0}, 0.0)["available"]
+    assert advice.what_if(state, {"reward": 1.0}, 0.0)["available"]
 
 
 def test_a_wrong_art_file_is_refused_with_one_line(tmp_path):

@@ -3,10 +3,14 @@ offering only those controls: a TRL run's callback applies weights, threshold, p
 stop and checkpoint, and rejects the rest, so the page does not offer the rest."""
 from __future__ import annotations
 
-from grpo_core.runs import requests
+from types import SimpleNamespace
 
-from grpo_core.dashboard import live_view
-from grpo_core.runs.store import CONTROL_KINDS, RunStore
+import torch
+
+from grpo_core.dashboard import live_cards, live_view
+from grpo_core.runs import requests
+from grpo_core.runs.live_settings import CONTROL_KINDS
+from grpo_core.runs.store import RunStore
 
 TRL = ("set_weights", "set_threshold", "pause", "resume", "stop", "checkpoint")
 
@@ -31,6 +35,7 @@ def test_the_trl_callback_rejects_exactly_the_kinds_it_does_not_accept(runs_dir)
     trl = pytest.importorskip("grpo_core.integrations.trl")
     cb = trl.GRPOHealthCallback.__new__(trl.GRPOHealthCallback)
     cb.store, cb.names, cb._paused = RunStore.create("t", {}, kind="trl"), ["a"], False
+    cb.trainer, cb.min_group_std = SimpleNamespace(reward_weights=torch.tensor([0.5])), 0.0  # what the handlers read
     cb.session = cb._new_session(cb.store)
     assert cb.session.accepts == TRL
     payloads = {"set_weights": {"weights": {"a": 1.0}}, "set_threshold": {"min_group_std": 0.02},
@@ -51,7 +56,7 @@ def test_live_capabilities_treat_a_trl_run_as_live_and_steerable(runs_dir):
     from tests.helpers_dashboard import synth_run
     store = synth_run(runs_dir, "t", 6)
     store.set_meta(kind="trl", source="trl")
-    caps = live_view.capabilities(live_view.load(store.run_dir))
+    caps = live_cards.capabilities(live_view.load(store.run_dir))
     assert not caps["imported"] and caps["steer"] and caps["accepts"] == TRL and "GRPOConfig" in caps["accepts_note"]
     store.close()
 

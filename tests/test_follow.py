@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core.runs import names
 from grpo_core.__main__ import main
 from grpo_core.errors import ConfigError
-from grpo_core.integrations import follow
-from grpo_core.runs.store import FINISHED, RUNNING, RunStore
-from tests.test_importers import FIXTURE, _history_record, _wandb_log
+from grpo_core.integrations import follow, trl_state
+from grpo_core.runs import names
+from grpo_core.runs.run_meta import FINISHED, RUNNING
+from grpo_core.runs.store import RunStore
+from tests.test_importers import FIXTURE, history_record, wandb_log
 
 
 def test_a_trl_output_dir_is_read_from_its_newest_checkpoint(tmp_path):
@@ -33,14 +34,14 @@ def test_a_trl_output_dir_is_read_from_its_newest_checkpoint(tmp_path):
 
 
 def test_a_wandb_run_that_has_ended_finishes_the_watched_run(tmp_path):
-    from wandb.proto import wandb_internal_pb2 as pb
-    exit_record = pb.Record()
+    from wandb.proto import wandb_internal_pb2
+    exit_record = wandb_internal_pb2.Record()
     exit_record.exit.exit_code = 0
-    recs = [_history_record(s, {"train/reward": s / 10, "_step": s}) for s in range(1, 4)]
+    recs = [history_record(s, {"train/reward": s / 10, "_step": s}) for s in range(1, 4)]
     run_dir = tmp_path / "wandb" / "offline-run-1"
     run_dir.mkdir(parents=True)
-    (run_dir / "run-1.wandb").write_bytes(_wandb_log(recs + [exit_record.SerializeToString()]))
-    rid = follow.follow("wandb", run_dir, follow.READERS["wandb"], root=tmp_path / "runs", log=lambda m: None)
+    (run_dir / "run-1.wandb").write_bytes(wandb_log(recs + [exit_record.SerializeToString()]))
+    rid = follow.follow("wandb", run_dir, root=tmp_path / "runs", log=lambda m: None)
     with RunStore.open(tmp_path / "runs" / rid, readonly=True) as s:
         assert s.get_meta()["status"] == FINISHED and s.scalars_wide()[names.REWARD].tolist() == [0.1, 0.2, 0.3]
 
@@ -51,4 +52,4 @@ def test_watch_errors_are_one_line(tmp_path, capsys):
     assert main(["watch", "trl", str(tmp_path / "missing")]) == 2
     assert "no such file or folder to watch" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="no trainer_state.json yet and no completions"):
-        follow.read_trl(Path(tmp_path))
+        trl_state.read_trl_path(Path(tmp_path))

@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core.runs import names
 from grpo_core.__main__ import main
 from grpo_core.errors import ConfigError
-from grpo_core.integrations.importers import import_path, import_run, parse
-from grpo_core.runs.store import RunStore, list_runs
+from grpo_core.integrations.importers import import_path, import_run
+from grpo_core.integrations.kinds import parse
+from grpo_core.runs import names
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.store import RunStore
 
 # A real TRL run's state, copied unchanged from shared/fixtures (see tests/fixtures/README.md).
 FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
@@ -196,7 +198,7 @@ def test_csv_with_two_runs_is_refused(runs):
 
 
 # ---- W&B run file: the reader on crafted files (the real format is tested in test_wandb_mirror) -----
-def _wandb_log(records: list[bytes]) -> bytes:
+def wandb_log(records: list[bytes]) -> bytes:
     """Write records in W&B's transaction-log format (LevelDB log: 32 KiB blocks)."""
     out = bytearray(struct.pack("<4sHB", b":W&B", 0xBEE1, 0))
     for data in records:
@@ -215,9 +217,9 @@ def _wandb_log(records: list[bytes]) -> bytes:
     return bytes(out)
 
 
-def _history_record(step: int, values: dict) -> bytes:
-    from wandb.proto import wandb_internal_pb2 as pb
-    r = pb.Record()
+def history_record(step: int, values: dict) -> bytes:
+    from wandb.proto import wandb_internal_pb2
+    r = wandb_internal_pb2.Record()
     r.history.step.num = step
     for k, v in values.items():
         item = r.history.item.add()
@@ -228,9 +230,9 @@ def _history_record(step: int, values: dict) -> bytes:
 
 def test_wandb_reader_spans_blocks_and_reports_a_torn_tail(runs):
     big = "x" * 70000  # a record across three blocks
-    recs = [_history_record(s, {"train/reward": s / 10, "health/trainable_ratio": 0.5, "note": big if s == 2 else "",
+    recs = [history_record(s, {"train/reward": s / 10, "health/trainable_ratio": 0.5, "note": big if s == 2 else "",
                                 "_step": s}) for s in range(5)]
-    data = _wandb_log(recs)
+    data = wandb_log(recs)
     rid = import_run("wandb", data, "run-abc.wandb")
     with _open(runs, rid) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
@@ -258,8 +260,8 @@ def test_parse_reports_every_name_mapping():
 
 
 def _run_record(config: dict) -> bytes:
-    from wandb.proto import wandb_internal_pb2 as pb
-    r = pb.Record()
+    from wandb.proto import wandb_internal_pb2
+    r = wandb_internal_pb2.Record()
     r.run.run_id = "abc"
     for k, v in config.items():
         item = r.run.config.update.add()
@@ -275,10 +277,10 @@ def test_trl_in_wandb_uses_the_run_config(runs, scale, ratio):
     cfg = {"num_generations": 4, "generation_batch_size": 16, "gradient_accumulation_steps": 2,
            "steps_per_generation": 2, "num_iterations": 1, "scale_rewards": scale, "max_steps": 2,
            "reward_weights": None, "logging_steps": 1}
-    recs = [_run_record(cfg)] + [_history_record(s, {"train/global_step": s, "train/reward": 0.5,
+    recs = [_run_record(cfg)] + [history_record(s, {"train/global_step": s, "train/reward": 0.5,
                                                       "train/frac_reward_zero_std": f, "train/rewards/fmt/mean": 0.5})
                                  for s, f in ((1, 0.5), (2, 0.0))]
-    rid = import_run("wandb", _wandb_log(recs), "run-abc.wandb")
+    rid = import_run("wandb", wandb_log(recs), "run-abc.wandb")
     with _open(runs, rid) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
     assert meta["config"]["grpo"]["group_size"] == 4 and meta["config"]["reward"]["weights"] == {"fmt": 1.0}
@@ -307,20 +309,20 @@ def test_old_trl_names_are_per_function_metrics(runs, tmp_path):
 
 # ---- the report on imported runs (issue 19, item 5) ---------------------------------------------------
 def test_fractional_counts_stay_floats_and_match_the_cumulative(runs):
-    from grpo_core.analysis import health, report
+    from grpo_core.analysis import report, run_tables, windows
     rid = import_path("trl", FIXTURE, groups_per_step=2)
     rep = report.build_report(runs / rid)
     with _open(runs, rid) as s:
         wide = s.scalars_wide()
     cum_s, cum_t = wide[names.CUM_GROUPS_SUBMITTED].iloc[-1], wide[names.CUM_GROUPS_TRAINABLE].iloc[-1]
     assert rep.summary["submitted"] == cum_s == 400 and rep.summary["trainable"] == pytest.approx(cum_t)
-    ratio, t, s_, k = health.window_ratio(wide, 20)
+    ratio, t, s_, k = windows.window_ratio(wide, 20)
     assert k == 4 and s_ == 40 and t == pytest.approx(wide[names.GROUPS_TRAINABLE].iloc[-4:].sum())
     steps = rep.steps.iloc[:2].copy()
     steps[["submitted", "trainable"]] = [[4.0, 2.5], [4.0, 0.25]]
-    assert report.trainability(steps)["trainable"] == 2.75  # int(sum) said 2
+    assert run_tables.trainability(steps)["trainable"] == 2.75  # int(sum) said 2
     two = wide.iloc[:2].assign(**{names.GROUPS_SUBMITTED: [4.0, 4.0], names.GROUPS_TRAINABLE: [2.5, 0.25]})
-    assert health.window_ratio(two, 20)[1:3] == (2.75, 8.0)
+    assert windows.window_ratio(two, 20)[1:3] == (2.75, 8.0)
 
 
 def test_windows_are_trainer_steps_with_the_entries_stated(runs):
@@ -351,17 +353,17 @@ def test_zero_trainable_streak_counts_trainer_steps(runs):
 
 
 def _exit_record(code: int) -> bytes:
-    from wandb.proto import wandb_internal_pb2 as pb
-    r = pb.Record()
+    from wandb.proto import wandb_internal_pb2
+    r = wandb_internal_pb2.Record()
     r.exit.exit_code = code
     return r.SerializeToString()
 
 
 def _trl_wandb(steps, max_steps=350, tail=()):
     cfg = {"num_generations": 4, "generation_batch_size": 8, "max_steps": max_steps, "logging_steps": 1}
-    recs = [_run_record(cfg)] + [_history_record(s, {"train/global_step": s, "train/reward": 0.5,
+    recs = [_run_record(cfg)] + [history_record(s, {"train/global_step": s, "train/reward": 0.5,
                                                       "train/frac_reward_zero_std": 0.25}) for s in steps]
-    return _wandb_log(recs + list(tail))
+    return wandb_log(recs + list(tail))
 
 
 def test_status_from_the_source(runs):
@@ -389,8 +391,8 @@ def test_status_from_the_source(runs):
 
 
 def test_a_row_with_only_a_step_key_is_not_a_step(runs):
-    tail = [_history_record(201, {"train/global_step": 201, "train/epoch": 1.0}),  # transformers' last row
-            _history_record(202, {"_step": 202}), _exit_record(0)]
+    tail = [history_record(201, {"train/global_step": 201, "train/epoch": 1.0}),  # transformers' last row
+            history_record(202, {"_step": 202}), _exit_record(0)]
     rid = import_run("wandb", _trl_wandb(range(1, 201), max_steps=200, tail=tail), "run-tail.wandb")
     with _open(runs, rid) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
@@ -406,15 +408,15 @@ def test_the_docs_name_table_is_names_py():
     table = doc.split(NAMES_BEGIN)[1].split(NAMES_END)[0].strip()
     assert table == name_table_markdown(), (
         "docs/integrations.md's name table differs from names.py: regenerate it with "
-        "python -c 'from grpo_core.integrations.importers import name_table_markdown as t; print(t())'")
+        "python -c 'from grpo_core.integrations.importers import name_table_markdown; print(name_table_markdown())'")
 
 
 def test_the_runs_pages_upload_form_offers_every_file_kind():
     from streamlit.testing.v1 import AppTest
 
-    from grpo_core.integrations.importers import FILE_KINDS, PARSERS
+    from grpo_core.integrations.kinds import KINDS, file_kinds
     from tests.helpers_dashboard import REPO
-    assert set(FILE_KINDS) <= set(PARSERS)  # each is readable from bytes
+    assert all(KINDS[k].parse is not None for k in file_kinds())  # each is readable from bytes
     at = AppTest.from_file(str(REPO / "pages" / "runs.py"), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.selectbox(key="import_kind").options == [FILE_KINDS[k] for k in FILE_KINDS]
+    assert at.selectbox(key="import_kind").options == list(file_kinds().values())

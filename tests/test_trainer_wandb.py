@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from grpo_core.runs import names
 from grpo_core.integrations.importers import import_path
+from grpo_core.runs import names
 from grpo_core.runs.store import RunStore
 
 pytestmark = pytest.mark.slow

@@ -27,7 +27,8 @@ W1 = {"has_e": 1.0, "length": 0.0}  # sent after step 3: from step 4 the total i
 def build_tiny_model(path: Path) -> Path:
     """The built-in char-level tokenizer and a 1-layer Llama, saved like any hub model."""
     from grpo_core.runs.config import ModelConfig
-    from grpo_core.train.models import build_tiny_model as build, build_tokenizer, save_pretrained
+    from grpo_core.train.models import build_tiny_model as build
+    from grpo_core.train.models import build_tokenizer, save_pretrained
     tok = build_tokenizer()
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     save_pretrained(build(cfg, tok, seed=0), tok, path)
@@ -105,8 +106,10 @@ def trl_run(tmp_path_factory):
         trainer, cb = run_trl.run(str(model_dir), str(tmp / "runs"), str(tmp), "trl-run", per_device=12, steps=6,
                                   send_at=3, weights=W1, report_to="wandb")
         import time
+
         import wandb
-        from grpo_core.integrations.importers import wandb_file_finished
+
+        from grpo_core.integrations.wandb_file import wandb_file_finished
         sync_file = wandb.run.settings.sync_file
         wandb.finish()  # transformers' WandbCallback leaves the run open until the process exits
         deadline = time.monotonic() + 10  # wandb-core writes the file's end just after finish()
@@ -239,7 +242,8 @@ def test_two_processes_one_store_groups_cover_both(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["num_processes"] for r in ranks] == [2, 2]
     assert all(r["weights"] == [W1[f] for f in FNS] for r in ranks), "both processes must apply the request"
-    from grpo_core.runs.store import RunStore, list_runs
+    from grpo_core.runs.run_index import list_runs
+    from grpo_core.runs.store import RunStore
     assert list_runs(runs)["run_id"].tolist() == ["ddp"]  # one store
     history = json.loads((tmp_path / "trainer_state_rank0.json").read_text())["log_history"]
     logged = _logged(history)
@@ -330,9 +334,11 @@ def test_control_requests_threshold_pause_resume_difficulty_stop(trl_run, tmp_pa
     """Every request kind on a TRL run: applied at a step boundary, or rejected with a reason."""
     import threading
     import time
+
     from transformers import TrainerCallback
-    from grpo_core.runs import requests
+
     from grpo_core.integrations.trl import GRPOHealthCallback
+    from grpo_core.runs import requests
     from grpo_core.runs.store import RunStore
     run = tmp_path / "runs" / "ctl"
 
@@ -385,6 +391,7 @@ def test_trls_edge_cases_give_trls_ratio_every_step(trl_run, tmp_path):
     plain one. The store's ratio must be 1 - TRL's frac_reward_zero_std at every step."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
+
     from grpo_core.integrations.trl import GRPOHealthCallback
     from grpo_core.runs.store import RunStore
     G = 4

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core.runs import names
 from grpo_core.__main__ import main
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.importers import import_path, import_run
+from grpo_core.runs import names
 from grpo_core.runs.store import RunStore
 
 pytest.importorskip("trl")
@@ -153,10 +153,10 @@ def test_completions_parquet_gives_groups_rollouts_and_the_ratio(trl_out, runs):
 
 
 def test_completions_run_works_in_what_if_and_the_inspector(trl_out, runs):
-    from grpo_core.analysis import report
+    from grpo_core.analysis import inspector, report, run_data
     rid = import_path("trl-completions", trl_out["out"] / "completions")
-    data = report.load_run(runs / rid)
-    view = report.inspect_group(data, 1, 0)
+    data = run_data.load_run(runs / rid)
+    view = inspector.inspect_group(data, 1, 0)
     assert len(view.table) == 4 and data.metrics == ["has_e", "length"]
     rep = report.build_report(runs / rid)
     assert not any("No per-group" in n.text for n in rep.notices)
@@ -194,11 +194,10 @@ def test_watch_follows_a_trl_output_dir_and_its_tensorboard_logdir(trl_out, runs
     saved, so no trainer_state yet); `watch tensorboard OUT/runs`: the scalars. Both give
     TRL's ratio at every step."""
     from grpo_core.integrations import follow
-    rid = follow.follow("trl", trl_out["out"], follow.READERS["trl"], run_id="watched", root=runs, max_polls=1,
-                        log=lambda m: None)
+    rid = follow.follow("trl", trl_out["out"], run_id="watched", root=runs, max_polls=1, log=lambda m: None)
     wide, meta, groups, rollouts = _load(runs, rid)
     _check_ratio(wide, trl_out["hist"], exact=False)
     assert len(groups) and len(rollouts) and meta["lacks"] == []
-    tb = follow.follow("tensorboard", trl_out["out"] / "runs", follow.READERS["tensorboard"], run_id="tb",
-                       root=runs, max_polls=1, log=lambda m: None)
+    tb = follow.follow("tensorboard", trl_out["out"] / "runs", run_id="tb", root=runs, max_polls=1,
+                       log=lambda m: None)
     _check_ratio(_load(runs, tb)[0], trl_out["hist"], exact=False)

@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core.runs import names
 from grpo_core.errors import ConfigError
 from grpo_core.integrations import follow, verl
-from grpo_core.runs.store import RunStore, list_runs
+from grpo_core.runs import names
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import REPO, wait_for
 
 VERL = REPO / ".venv" / "verl-src" / "verl"
@@ -104,19 +105,18 @@ def test_verls_file_log_console_log_and_dumps_read_as_one_run(tmp_path):
 
 
 def test_a_verl_import_works_on_the_live_page_with_what_if(tmp_path):
-    from grpo_core.dashboard import live_view
+    from grpo_core.dashboard import advice, live_view
     root, _ = make_outputs(tmp_path / "job")
-    rid = follow.follow("verl", root, follow.READERS["verl"], run_id="v", root=tmp_path / "runs", max_polls=1,
-                        log=lambda m: None)
+    rid = follow.follow("verl", root, run_id="v", root=tmp_path / "runs", max_polls=1, log=lambda m: None)
     with RunStore.open(tmp_path / "runs" / rid, readonly=True) as store:
         assert store.last_step() == STEPS and len(store.rollouts()) == STEPS * PROMPTS * N
         assert store.prompt_texts([store.groups()["prompt_id"].iloc[0]])
     state = live_view.load(tmp_path / "runs" / rid)
     assert state.last_step == STEPS
     recorded = np.mean([(PROMPTS - 1) / PROMPTS] * STEPS)
-    wi = live_view.what_if(state, {"score": 1.0, "acc": 0.0}, 0.0)
+    wi = advice.what_if(state, {"score": 1.0, "acc": 0.0}, 0.0)
     assert wi["available"] and wi["now"] == pytest.approx(recorded)
-    assert live_view.what_if(state, {"score": 0.0, "acc": 1.0}, 0.0)["predicted"] == pytest.approx(recorded)  # acc = score
+    assert advice.what_if(state, {"score": 0.0, "acc": 1.0}, 0.0)["predicted"] == pytest.approx(recorded)  # acc = score
 
 
 def test_python_m_grpo_core_import_verl_writes_a_finished_run(tmp_path):

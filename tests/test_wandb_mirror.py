@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.runs import names
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.importers import import_path
 from grpo_core.integrations.wandb import WandbMirror
+from grpo_core.runs import names
 from grpo_core.runs.store import RunStore
 
 METRICS = ["answer_f1", "exact"]
@@ -80,8 +80,10 @@ def test_offline_mirror_round_trip(tmp_path):
 
 def test_mirror_logs_trl_names_for_the_same_numbers(tmp_path):
     """The TRL-named aliases are in the W&B history itself (read with the importer's reader)."""
-    from grpo_core.integrations.importers import ImportReport, _history_row, wandb_records
-    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.proto import wandb_internal_pb2
+
+    from grpo_core.integrations.base import ImportReport
+    from grpo_core.integrations.wandb_file import history_row, wandb_records
 
     mirror = WandbMirror("offline", "p", "alias-run", tmp_path, {})
     mirror.log_step(1, {names.REWARD: 0.25, names.REWARD_STD: 0.125, names.FRAC_REWARD_ZERO_STD: 0.5})
@@ -89,10 +91,10 @@ def test_mirror_logs_trl_names_for_the_same_numbers(tmp_path):
     data = next(tmp_path.glob("wandb/offline-run-*/run-alias-run.wandb")).read_bytes()
     rows = []
     for blob in wandb_records(data, "f", ImportReport("wandb", "f")):
-        rec = pb.Record()
+        rec = wandb_internal_pb2.Record()
         rec.ParseFromString(blob)
         if rec.WhichOneof("record_type") == "history":
-            rows.append(_history_row(rec.history.item, None))
+            rows.append(history_row(rec.history.item))
     assert len(rows) == 1
     assert rows[0]["reward"] == 0.25 and rows[0]["reward_std"] == 0.125 and rows[0]["frac_reward_zero_std"] == 0.5
 

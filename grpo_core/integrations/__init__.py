@@ -1,0 +1,1 @@
+"""Other trainers' runs: TRL and ART monitors, importers, `watch`, the W&B mirror."""

@@ -1,5 +1,6 @@
-"""Watch an OpenPipe ART run live, and import what ART wrote, with the same store, health
-metrics and live weights as the embedded trainer.
+"""ArtMonitor: an OpenPipe ART run watched live, with the embedded trainer's store, health and weights.
+
+Importing what ART wrote afterwards is art_files.py.
 
     monitor = ArtMonitor(run_id="my-run", apply_weights=True, drop_untrainable=True)
     for step in range(await model.get_step(), 50):
@@ -34,19 +35,14 @@ set_threshold, pause (blocks in step/astep, before the step trains, until resume
 stop (`should_stop` turns True; that step is not recorded, as it is not trained). ART saves a
 checkpoint every train step by itself: checkpoint requests are refused.
 
-No `art` import at module level: the product works without openpipe-art; only the functions
-that read ART's parquet files need pyarrow.
+No `art` import at module level: the product works without openpipe-art.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
-import hashlib
-import json
 import math
-import re
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,103 +50,29 @@ import numpy as np
 import pandas as pd
 
 from grpo_core.analysis import health
-
-from grpo_core.runs import names
 from grpo_core.errors import ConfigError
+from grpo_core.integrations.art_steps import (
+    NOT_SCORES,
+    REWARD_METRIC,
+    Group,
+    Rollout,
+    metric_scores,
+    prompt_key,
+    split_prompt,
+    step_rows,
+)
+from grpo_core.integrations.base import number
+from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import HealthConfig
-from grpo_core.runs.requests import validate_request
-from grpo_core.integrations.importers import ImportReport, Parsed, _derive_counts, _number, _put
-from grpo_core.runs.live_settings import SET_THRESHOLD, SET_WEIGHTS
 from grpo_core.runs.lifecycle import RunSession
-from grpo_core.runs.store import (EV_ALERT, FINISHED, PAUSE, PAUSED, RESUME, RUNNING, STOP, STOPPED,
-                             RunStore, StepGroups, StepRollouts, new_run_id)
-from grpo_core.runs.store import runs_dir as resolve_runs_dir
+from grpo_core.runs.live_settings import PAUSE, RESUME, SET_THRESHOLD, SET_WEIGHTS, STOP
+from grpo_core.runs.locations import new_run_id
+from grpo_core.runs.locations import runs_dir as resolve_runs_dir
+from grpo_core.runs.requests import validate_request
+from grpo_core.runs.run_meta import FINISHED, PAUSED, RUNNING, STOPPED
+from grpo_core.runs.store import EV_ALERT, RunStore
 
-REWARD_METRIC = "reward"  # the rollout function's own trajectory.reward, kept as a score
-NOT_SCORES = ("completion_tokens",)  # ART adds it to trajectory.metrics itself (gather.record_metrics)
 PAUSE_POLL_S = 0.5
-
-
-# ---- one step's groups -> store rows (the live monitor and the trajectory importer share it) ----------
-@dataclass
-class Rollout:
-    total: float  # the reward ART trains on
-    scores: dict  # metric -> float | None (None: missing); REWARD_METRIC included
-    text: str | None = None
-
-
-@dataclass
-class Group:
-    prompt_id: str
-    rollouts: list[Rollout]
-    exceptions: int = 0  # trajectories that raised (ART's group.exceptions): not rollouts
-    prompt: str | None = None
-
-
-def art_trainable(rewards: list[float]) -> bool:
-    """ART's rule (metrics_taxonomy._group_is_trainable), exact comparison included."""
-    return len(rewards) > 1 and len(set(rewards)) > 1
-
-
-def _score(v) -> float:
-    x = _number(v) if not isinstance(v, bool) else float(v)
-    return np.nan if x is None or not math.isfinite(x) else x
-
-
-def _arrays(groups: list[Group], metrics: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """totals [P, G] and scores [P, G, K], NaN-padded: ART's groups differ in size."""
-    g = max([len(grp.rollouts) for grp in groups] + [1])
-    totals = np.full((len(groups), g), np.nan)
-    scores = np.full((len(groups), g, len(metrics)), np.nan)
-    for i, grp in enumerate(groups):
-        for j, r in enumerate(grp.rollouts):
-            totals[i, j] = _score(r.total)
-            scores[i, j] = [_score(r.scores.get(m)) for m in metrics]
-    return totals, scores
-
-
-def _empty_step(cum: tuple) -> dict:
-    return {names.GROUPS_SUBMITTED: 0, names.GROUPS_TRAINABLE: 0, names.CUM_GROUPS_SUBMITTED: cum[0],
-            names.CUM_GROUPS_TRAINABLE: cum[1], names.TRAINABLE_RATIO: 0.0,
-            names.CUM_TRAINABLE_RATIO: health.trainable_ratio(*cum)}
-
-
-def step_rows(groups: list[Group], metrics: list[str], weights: dict, cum: tuple = (0, 0),
-              min_group_std: float = 0.0, uniform_std: float = 1e-3):
-    """-> (scalars, StepGroups, StepRollouts, trainable [P]) for one step, in ART's counts."""
-    if not groups:
-        return _empty_step(cum), None, None, np.zeros(0, bool)
-    totals, scores = _arrays(groups, metrics)
-    nonzero = np.array([art_trainable([r.total for r in grp.rollouts]) for grp in groups], bool)
-    stats = health.group_stats(totals, scores, min_group_std=min_group_std, uniform_std=uniform_std,
-                               nonzero=nonzero)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        scalars = health.step_scalars(stats, scores, metrics, weights, *cum)
-        scalars[names.REWARD] = float(np.nanmean(totals))  # ART's train/reward: over every trajectory
-    scalars[names.FRAC_REWARD_ZERO_STD] = float(1 - nonzero.mean())  # ART's rule, not std > 1e-8
-    scalars[names.MIN_GROUP_STD] = float(min_group_std)
-    scalars[names.SCORING_ERRORS] = sum(grp.exceptions for grp in groups) + int(
-        sum(not math.isfinite(_score(r.total)) for grp in groups for r in grp.rollouts))
-    step_groups = StepGroups(np.arange(len(groups)), [grp.prompt_id for grp in groups],
-                             [len(grp.rollouts) for grp in groups], stats.mean, stats.std, stats.trainable,
-                             stats.phantom, prompt_text=_prompt_texts(groups))
-    return scalars, step_groups, _step_rollouts(groups, metrics, scores), stats.trainable
-
-
-def _prompt_texts(groups: list[Group]) -> list[str] | None:
-    texts = [grp.prompt for grp in groups]
-    return None if any(t is None for t in texts) else texts
-
-
-def _step_rollouts(groups: list[Group], metrics: list[str], scores: np.ndarray) -> StepRollouts:
-    where = [(i, j) for i, grp in enumerate(groups) for j in range(len(grp.rollouts))]
-    rows = [groups[i].rollouts[j] for i, j in where]
-    errors = [", ".join(f"{m}: not in trajectory.metrics" for m in metrics if r.scores.get(m) is None) or None
-              for r in rows]
-    flat = scores[tuple(zip(*where))] if where else np.zeros((0, len(metrics)))
-    return StepRollouts(metrics, [w[0] for w in where], [w[1] for w in where], [r.total for r in rows], flat,
-                        [r.text for r in rows], errors)
 
 
 # ---- ART objects -> Group ---------------------------------------------------------------------------
@@ -161,35 +83,17 @@ def _messages(trajectory) -> list[dict]:
         return [{"role": "?", "content": str(m)} for m in getattr(trajectory, "messages_and_choices", [])]
 
 
-def _split_prompt(messages: list[dict]) -> tuple[str, str]:
-    """(prompt: every message up to the first user message, completion: the rest), as text."""
-    first = next((k for k, m in enumerate(messages) if m.get("role") == "user"), -1) + 1
-    show = lambda ms: "\n".join(f"{m.get('role')}: {m.get('content') or ''}" for m in ms)  # noqa: E731
-    return show(messages[:first]), show(messages[first:])
-
-
-def _prompt_id(metadata: dict, prompt: str) -> str:
-    if metadata.get("scenario_id") is not None:  # ART's own scenario key (metrics_taxonomy)
-        return str(metadata["scenario_id"])
-    return hashlib.sha1(prompt.encode()).hexdigest()[:12]
-
-
-def _metric_scores(metrics: dict, names_: list[str], base: float) -> dict:
-    out = {m: (None if metrics.get(m) is None else _score(metrics[m])) for m in names_ if m != REWARD_METRIC}
-    return {REWARD_METRIC: base, **out}
-
-
 def to_group(group, metrics: list[str], base: dict | None = None, keep_text: bool = True) -> Group:
     """An art.TrajectoryGroup -> Group. base: id(trajectory) -> the reward the rollout function
     gave (before any weights were applied), else trajectory.reward."""
     base = base or {}
     rollouts, prompt, meta = [], "", dict(getattr(group, "metadata", {}) or {})
     for t in group.trajectories:
-        prompt, text = _split_prompt(_messages(t))
+        prompt, text = split_prompt(_messages(t))
         own = base.get(id(t), (None, t.reward))[1]
-        rollouts.append(Rollout(float(t.reward), _metric_scores(t.metrics, metrics, own), text if keep_text else None))
+        rollouts.append(Rollout(float(t.reward), metric_scores(t.metrics, metrics, own), text if keep_text else None))
         meta = meta or dict(t.metadata or {})
-    return Group(_prompt_id(meta, prompt), rollouts, len(getattr(group, "exceptions", []) or []), prompt or None)
+    return Group(prompt_key(meta, prompt), rollouts, len(getattr(group, "exceptions", []) or []), prompt or None)
 
 
 def metric_names(groups, known: list[str] = ()) -> list[str]:
@@ -198,7 +102,7 @@ def metric_names(groups, known: list[str] = ()) -> list[str]:
     for group in groups:
         for t in group.trajectories:
             for k, v in (t.metrics or {}).items():
-                if k not in out and k not in NOT_SCORES and _number(float(v) if isinstance(v, bool) else v) is not None:
+                if k not in out and k not in NOT_SCORES and number(float(v) if isinstance(v, bool) else v) is not None:
                     out.append(k)
     return out
 
@@ -394,7 +298,7 @@ class ArtMonitor:
         for group in groups:
             for t in group.trajectories:
                 own = self._staged.base.setdefault(id(t), (t, float(t.reward)))[1]
-                scores = _metric_scores(t.metrics, self.metrics, own)
+                scores = metric_scores(t.metrics, self.metrics, own)
                 t.reward = float(sum(w * scores[m] for m, w in self.weights.items()
                                      if w and scores.get(m) is not None and math.isfinite(scores[m])))
 
@@ -441,13 +345,14 @@ class ArtMonitor:
         return handle
 
     def _set_weights(self, payload):
-        at = self.last_step + 1
-        self.weights = {m: float(payload["weights"].get(m, 0.0)) for m in self.metrics}
-        return True, at, f"trajectory.reward = weighted sum {self.weights} from step {at}"
+        setting, at, old = live_settings.BY_KIND[SET_WEIGHTS], self.last_step + 1, dict(self.weights)
+        self.weights = setting.after(old, setting.value(payload))  # the metrics a request does not name keep theirs
+        return True, at, setting.applied_text(self, old, self.weights, at) + " (trajectory.reward = the weighted sum)"
 
     def _set_threshold(self, payload):
-        self.min_group_std = payload["min_group_std"]
-        return True, self.last_step + 1, f"min_group_std {self.min_group_std} from step {self.last_step + 1}"
+        setting, at, old = live_settings.BY_KIND[SET_THRESHOLD], self.last_step + 1, self.min_group_std
+        self.min_group_std = setting.value(payload)
+        return True, at, setting.applied_text(self, old, self.min_group_std, at)
 
     def _stop_req(self, payload):
         if self._paused:
@@ -475,218 +380,3 @@ class ArtMonitor:
                "checkpoint": "ART saves a checkpoint at every model.train step itself"}
         return False, self.last_step + 1, why.get(req["kind"], f"{req['kind']} is not supported for ART runs "
                                                                 "(group size, prompts and sampling are the loop's)")
-
-
-# ---- importing what ART wrote ------------------------------------------------------------------------
-# Where ART 0.5.18 writes (art.Model.log): <base_path>/<project>/models/<name>/history.jsonl, one JSON
-# object a line ({<split>/<metric> or <section>/<metric>: value, "step", "training_step",
-# "recorded_at"}, NaN left out), and trajectories/<split>/<step:04d>.parquet; ART before the
-# parquet files wrote trajectories/<split>/<step:04d>.jsonl (trajectory_migration.serialize_
-# trajectory_groups: one group a line, {"trajectories": [{reward, metrics, metadata,
-# messages_and_choices, ...}]}).
-HISTORY_SKIP = ("step", "training_step", "recorded_at", "time/wall_clock_sec")
-_STEP_FILE = re.compile(r"(\d+)\.(jsonl|parquet)$")
-
-
-def map_art_key(key: str) -> str:
-    """An ART history key -> the stored name: ART_NAMES, then ART's per-metric train means as
-    reward/<metric>/mean, then ART's section names that are ours as they are, else art/<key>."""
-    if key in names.ART_NAMES:
-        return names.ART_NAMES[key]
-    if key.startswith("train/") and key.count("/") == 1 and key[6:] not in NOT_SCORES + ("exception_rate",):
-        return names.metric_mean(key[6:])
-    if key.startswith("data/step_num_groups") or key.startswith("data/cum/num_groups"):
-        return key
-    return names.foreign("art", key)
-
-
-def parse_art_history(data: bytes, filename: str) -> Parsed:
-    report = ImportReport("art", filename)
-    rows: dict = {}
-    for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        report.entries += 1
-        entry = _json_line(line, filename, n, "an ART history.jsonl (one JSON object a line, with a 'step')")
-        step = entry.get("step", entry.get("training_step"))
-        if isinstance(step, bool) or not isinstance(step, int):
-            report.skip("history line", "no integer 'step'")
-            continue
-        for key, v in entry.items():
-            _history_value(rows, step, key, v, report)
-    _fill_cumulative(rows)
-    _derive_counts(rows, "art", report)
-    config = {"source": "art", "grpo": {"steps": max(rows) if rows else None}, "reward": {"metrics": sorted(
-        {p[0] for r in rows.values() for k in r if (p := names.parse_metric_name(k))})}}
-    return Parsed(rows, config, report)
-
-
-def _json_line(line: str, filename: str, n: int, want: str) -> dict:
-    try:
-        entry = json.loads(line)
-    except json.JSONDecodeError:
-        raise ConfigError(f"{filename}: line {n} is not JSON; expected {want}") from None
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{filename}: line {n} is a {type(entry).__name__}; expected {want}")
-    return entry
-
-
-def _history_value(rows: dict, step: int, key: str, v, report: ImportReport):
-    if key in HISTORY_SKIP:
-        return
-    x = _number(v)
-    if x is None:
-        report.skip(f"art key {key}", "not a number")
-        return
-    name = map_art_key(key)
-    if name != key:
-        report.mapped[key] = name
-    _put(rows, step, name, x, report)
-
-
-def _fill_cumulative(rows: dict):
-    """Cumulative group counts where ART's history lacks them (older ART): summed per step."""
-    cum = [0.0, 0.0]
-    for step in sorted(rows):
-        r = rows[step]
-        if names.GROUPS_SUBMITTED not in r or names.GROUPS_TRAINABLE not in r:
-            continue
-        cum = [cum[0] + r[names.GROUPS_SUBMITTED], cum[1] + r[names.GROUPS_TRAINABLE]]
-        r.setdefault(names.CUM_GROUPS_SUBMITTED, cum[0])
-        r.setdefault(names.CUM_GROUPS_TRAINABLE, cum[1])
-        cum = [r[names.CUM_GROUPS_SUBMITTED], r[names.CUM_GROUPS_TRAINABLE]]
-
-
-def _jsonl_groups(data: bytes, filename: str) -> list[dict]:
-    want = "ART trajectory groups (one {\"trajectories\": [...]} object a line)"
-    groups = []
-    for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if line.strip():
-            entry = _json_line(line, filename, n, want)
-            if not isinstance(entry.get("trajectories"), list):
-                raise ConfigError(f"{filename}: line {n} has no 'trajectories' list; expected {want}")
-            groups.append(entry)
-    return groups
-
-
-def _parquet_groups(source) -> list[dict]:
-    """ART's trajectories/<split>/<step>.parquet (utils.trajectory_logging; a path or a file
-    object) -> group dicts as the legacy JSONL has them."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ConfigError("reading ART's parquet trajectory files needs pyarrow (pip install pyarrow)") from None
-    by_group: dict[int, dict] = {}
-    for row in pq.read_table(source).to_pylist():
-        grp = by_group.setdefault(row["group_index"], {"trajectories": [], "metadata": json.loads(
-            row.get("group_metadata") or "{}")})
-        grp["trajectories"].append({"reward": row["reward"], "metrics": json.loads(row.get("metrics") or "{}"),
-                                    "metadata": json.loads(row.get("metadata") or "{}"),
-                                    "messages_and_choices": row.get("messages") or []})
-    return [by_group[k] for k in sorted(by_group)]
-
-
-def _dict_group(d: dict, metrics: list[str], filename: str) -> Group:
-    rollouts, prompt, meta = [], "", dict(d.get("metadata") or {})
-    for t in d["trajectories"]:
-        reward = _number(t.get("reward"))
-        if reward is None:
-            raise ConfigError(f"{filename}: a trajectory's reward is {t.get('reward')!r}; ART writes a number")
-        msgs = [m.get("message", m) if isinstance(m, dict) else {} for m in t.get("messages_and_choices") or []]
-        prompt, text = _split_prompt(msgs)
-        rollouts.append(Rollout(reward, _metric_scores(t.get("metrics") or {}, metrics, reward), text))
-        meta = meta or dict(t.get("metadata") or {})
-    return Group(_prompt_id(meta, prompt), rollouts, prompt=prompt or None)
-
-
-def _dict_metrics(groups: list[dict]) -> list[str]:
-    out = [REWARD_METRIC]
-    for g in groups:
-        for t in g["trajectories"]:
-            out += [k for k, v in (t.get("metrics") or {}).items() if k not in out and k not in NOT_SCORES
-                    and _number(float(v) if isinstance(v, bool) else v) is not None]
-    return out
-
-
-def trajectory_steps(files: dict[int, list[dict]], filename: str, report: ImportReport):
-    """{step: group dicts} -> (scalars by step, step_data, metrics) in ART's counts."""
-    metrics = _dict_metrics([g for gs in files.values() for g in gs])
-    weights = {m: float(m == REWARD_METRIC) for m in metrics}
-    rows, step_data, cum = {}, {}, (0, 0)
-    for step in sorted(files):
-        groups = [_dict_group(d, metrics, filename) for d in files[step]]
-        scalars, step_groups, rollouts, _ = step_rows(groups, metrics, weights, cum)
-        cum = (int(scalars[names.CUM_GROUPS_SUBMITTED]), int(scalars[names.CUM_GROUPS_TRAINABLE]))
-        rows[step], step_data[step] = scalars, (step_groups, rollouts)
-        report.entries += len(groups)
-    return rows, step_data, metrics
-
-
-def _step_of(filename: str) -> int:
-    m = _STEP_FILE.search(Path(filename).name)
-    if not m:
-        raise ConfigError(f"{filename}: an ART trajectory file is named after its step (e.g. 0003.jsonl, as ART "
-                          "writes trajectories/train/<step>.jsonl); rename it so")
-    return int(m.group(1))
-
-
-def _art_parsed(rows, step_data, metrics, report, extra_config: dict | None = None) -> Parsed:
-    report.note("trainable = ART's rule: more than one trajectory and rewards not all equal; ratio = "
-                "trainable / submitted groups; frac_reward_zero_std = 1 - ratio")
-    report.note(f"scores per trajectory: {', '.join(metrics)} ('reward' is trajectory.reward itself)")
-    config = {"source": "art", "grpo": {"steps": max(rows) if rows else None},
-              "reward": {"weights": {m: float(m == REWARD_METRIC) for m in metrics}, "outcome_metric": ""},
-              **(extra_config or {})}
-    # step_data: step -> (StepGroups, StepRollouts), so what-if and the inspector work on the import.
-    return Parsed(rows, config, report, step_data=step_data, lacks=[] if step_data else ["groups", "rollouts"])
-
-
-def parse_art(data: bytes, filename: str) -> Parsed:
-    """The import kind `art`: an ART history.jsonl, or one trajectory file (legacy JSONL or
-    parquet) named after its step. Which one: from the content."""
-    if data[:4] == b"PAR1":
-        import io
-        files = {_step_of(filename): _parquet_groups(io.BytesIO(data))}
-    else:
-        first = next((ln for ln in data.decode("utf-8", errors="replace").splitlines() if ln.strip()), "")
-        if '"trajectories"' not in first:
-            return parse_art_history(data, filename)
-        files = {_step_of(filename): _jsonl_groups(data, filename)}
-    report = ImportReport("art", filename)
-    rows, step_data, metrics = trajectory_steps(files, filename, report)
-    return _art_parsed(rows, step_data, metrics, report)
-
-
-def parse_art_dir(path: str | Path) -> Parsed:
-    """An ART model output dir (<base_path>/<project>/models/<name>): history.jsonl for ART's
-    own numbers, trajectories/train/* for the groups and rollouts (what-if, inspector). Where
-    both give group counts, history's are kept (ART's own; a group every trajectory of which
-    raised is in history's count but not in the trajectory files)."""
-    root = Path(path)
-    traj = sorted(p for p in (root / "trajectories" / "train").glob("*") if _STEP_FILE.search(p.name))
-    hist = root / "history.jsonl"
-    if not hist.is_file() and not traj:
-        raise ConfigError(f"{root}: expected an ART model output dir (history.jsonl and/or trajectories/train/"
-                          "<step>.jsonl|parquet), found neither")
-    report = ImportReport("art", str(root))
-    files = {_step_of(p.name): (_parquet_groups(p) if p.suffix == ".parquet" else
-                                _jsonl_groups(p.read_bytes(), str(p))) for p in traj}
-    rows, step_data, metrics = trajectory_steps(files, str(root), report) if files else ({}, {}, [REWARD_METRIC])
-    if hist.is_file():
-        history = parse_art_history(hist.read_bytes(), str(hist))
-        _merge_history(rows, history, report)
-    return _art_parsed(rows, step_data, metrics, report, {"art": {"output_dir": str(root)}})
-
-
-def _merge_history(rows: dict, history: Parsed, report: ImportReport):
-    report.entries += history.report.entries
-    report.mapped.update(history.report.mapped)
-    for what, n in history.report.skipped.items():
-        report.skipped[what] = report.skipped.get(what, 0) + n
-    for step, hrow in history.rows.items():
-        row = rows.setdefault(step, {})
-        for name in (names.GROUPS_SUBMITTED, names.GROUPS_TRAINABLE):
-            if name in row and name in hrow and row[name] != hrow[name]:
-                report.note(f"step {step}: history.jsonl says {name} {hrow[name]:g}, the trajectory file has "
-                            f"{row[name]:g} groups with trajectories; history's counts kept")
-        row.update(hrow)

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 from grpo_core.errors import ConfigError
+from grpo_core.integrations.base import ImportReport, SourceRun
+from grpo_core.integrations.scalar_history import detect_style, finish_rows
 
 
 def _accumulator(path: str, filename: str):
@@ -47,7 +49,7 @@ def _args_text(ea) -> dict:
     return out if isinstance(out, dict) else {}
 
 
-def read_scalars(ea, report) -> dict[int, dict]:
+def read_scalars(ea, report: ImportReport) -> dict[int, dict]:
     """step -> {tag: value}; non-finite values are kept (NaN), other summaries reported."""
     raw: dict[int, dict] = {}
     tags = ea.Tags()
@@ -64,9 +66,8 @@ def read_scalars(ea, report) -> dict[int, dict]:
     return raw
 
 
-def parse_accumulators(accs: list, label: str):
-    """Event accumulators of one run -> Parsed (TRL's names when the tags are TRL's)."""
-    from grpo_core.integrations.importers import ImportReport, Parsed, _finish_rows, detect_style
+def parse_accumulators(accs: list, label: str) -> SourceRun:
+    """Event accumulators of one run -> SourceRun (TRL's names when the tags are TRL's)."""
     report = ImportReport("tensorboard", label)
     raw: dict[int, dict] = {}
     args: dict = {}
@@ -78,7 +79,7 @@ def parse_accumulators(accs: list, label: str):
         raise ConfigError(f"{label}: a TensorBoard file with no scalars; nothing to import")
     style = detect_style({k for r in raw.values() for k in r})
     summary: dict = {}
-    rows = _finish_rows(raw, style, report, args, summary)
+    rows = finish_rows(raw, style, report, args, summary)
     if args:
         report.note("training arguments read from the file's args/text_summary (transformers writes them)")
     planned = args.get("max_steps") if isinstance(args.get("max_steps"), int) and args.get("max_steps") > 0 else None
@@ -86,15 +87,15 @@ def parse_accumulators(accs: list, label: str):
     config = {"source": "tensorboard", "grpo": {"steps": planned or (max(rows) if rows else None),
                                                 "group_size": args.get("num_generations")},
               "reward": {"metrics": fns}, "tensorboard": {"style": style, "args": args}}
-    return Parsed(rows, config, report, summary, finished=True if summary else None,
-                  last_step=max(raw), planned=planned)
+    return SourceRun(rows, config, report, summary, finished=True if summary else None,
+                     last_step=max(raw), planned=planned)
 
 
 def event_files(path: Path) -> list[Path]:
     return sorted(p for p in Path(path).rglob("*tfevents*") if p.is_file())
 
 
-def parse_logdir(path: Path):
+def parse_logdir(path) -> SourceRun:
     """A logdir (TRL's <output_dir>/runs/<date_host>/, or its parent holding one run) or an
     event file. Several event files of one run directory (a resumed run) are merged; a
     logdir with several runs is refused: import one run at a time."""
@@ -109,7 +110,7 @@ def parse_logdir(path: Path):
     return parse_accumulators([_accumulator(str(f), str(f)) for f in files], str(p))
 
 
-def parse_event_bytes(data: bytes, filename: str):
+def parse_event_bytes(data: bytes, filename: str) -> SourceRun:
     """One event file's bytes (the upload form): written to a temporary file for the reader."""
     if len(data) < 12:
         raise ConfigError(f"{filename}: expected a TensorBoard event file (events.out.tfevents.*); too short")

@@ -1,5 +1,6 @@
-"""Watch a TRL GRPOTrainer run with the same store, health metrics and live weights as
-the embedded trainer: the way to use GRPO Health at scale (accelerate, DeepSpeed, many GPUs).
+"""GRPOHealthCallback: a TRL GRPOTrainer run watched with the embedded trainer's store, health and weights.
+
+The way to use GRPO Health at scale (accelerate, DeepSpeed, many GPUs).
 
     trainer = GRPOTrainer(model=..., reward_funcs=[f1, f2], args=GRPOConfig(...), train_dataset=ds)
     GRPOHealthCallback.attach(trainer, run_id="my-run")
@@ -22,7 +23,7 @@ Where it hooks, and why there (TRL 1.16, trl/trainer/grpo_trainer.py):
 sums, unscorable completions left out, the Bessel std's isclose-to-0 test), so the store's
 trainable ratio equals 1 - TRL's logged frac_reward_zero_std at every step; pass
 min_group_std > 0 for the stricter product rule on top. Beside it, `health/float_noise_groups`
-counts the groups TRL trains whose spread is float rounding (health.float_noise).
+counts the groups TRL trains whose spread is float rounding (step_stats.float_noise).
 """
 from __future__ import annotations
 
@@ -38,16 +39,18 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 
-from grpo_core.runs import names
-from grpo_core.analysis import health
+from grpo_core.analysis import health, step_stats
 from grpo_core.errors import ConfigError
+from grpo_core.integrations.base import ImportReport
+from grpo_core.integrations.trl_state import is_trl_summary, map_trl_entry
+from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import HealthConfig
-from grpo_core.runs.requests import validate_request
 from grpo_core.runs.lifecycle import RunSession
-from grpo_core.integrations.importers import is_trl_summary, map_trl_entry, ImportReport
-from grpo_core.runs.live_settings import SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS
-from grpo_core.runs.store import (CHECKPOINT, EV_ALERT, EV_LIFECYCLE, FINISHED, PAUSE, PAUSED, RESUME, RUNNING,
-                             STOP, RunStore, new_run_id, runs_dir)
+from grpo_core.runs.live_settings import CHECKPOINT, PAUSE, RESUME, SET_DIFFICULTY, SET_THRESHOLD, SET_WEIGHTS, STOP
+from grpo_core.runs.locations import new_run_id, runs_dir
+from grpo_core.runs.requests import validate_request
+from grpo_core.runs.run_meta import FINISHED, PAUSED, RUNNING
+from grpo_core.runs.store import EV_ALERT, EV_LIFECYCLE, RunStore
 
 PAUSE_POLL_S = 0.5
 
@@ -279,14 +282,18 @@ class GRPOHealthCallback(TrainerCallback):
         return handle
 
     def _set_weights(self, payload):
-        step, w = self._at[0], payload["weights"]
-        self._decision["weights"] = [w.get(n, 0.0) for n in self.names]  # unnamed metrics: 0, as CompositeReward
-        return True, step, f"reward_weights {dict(zip(self.names, self._decision['weights']))} applied from step {step}"
+        setting, step = live_settings.BY_KIND[SET_WEIGHTS], self._at[0]
+        old = self._decision.get("weights") or list(map(float, self.trainer.reward_weights.tolist()))
+        old = dict(zip(self.names, old))
+        new = setting.after(old, setting.value(payload))  # the metrics a request does not name keep their weight
+        self._decision["weights"] = [new[n] for n in self.names]
+        return True, step, setting.applied_text(self, old, new, step)
 
     def _set_threshold(self, payload):
-        step, v = self._at[0], payload["min_group_std"]
-        self._decision["min_group_std"] = v
-        return True, step, f"min_group_std {v} from step {step}"
+        setting, step = live_settings.BY_KIND[SET_THRESHOLD], self._at[0]
+        old, new = self._decision.get("min_group_std", self.min_group_std), setting.value(payload)
+        self._decision["min_group_std"] = new
+        return True, step, setting.applied_text(self, old, new, step)
 
     def _stop(self, payload):
         last, paused, self._paused = self._at[1], self._paused, False
@@ -343,11 +350,11 @@ class GRPOHealthCallback(TrainerCallback):
         errors = [None if np.isfinite(s).all() else ", ".join(
             f"{n}: returned None" for n, v in zip(self.names, s) if not np.isfinite(v)) for s in scores]
         p = scores.shape[0] // g
-        stats = health.group_stats(totals.reshape(p, g), scores.reshape(p, g, -1), min_group_std=self.min_group_std,
+        stats = step_stats.group_stats(totals.reshape(p, g), scores.reshape(p, g, -1), min_group_std=self.min_group_std,
                                    outcome_index=self.outcome_index, uniform_std=self.health_cfg.uniform_std,
                                    nonzero=~zero)
         wdict = dict(zip(self.names, map(float, weights)))
-        scalars = health.step_scalars(stats, scores.reshape(p, g, -1), self.names, wdict, *self._cum)
+        scalars = step_stats.step_scalars(stats, scores.reshape(p, g, -1), self.names, wdict, *self._cum)
         self._cum = [int(scalars[names.CUM_GROUPS_SUBMITTED]), int(scalars[names.CUM_GROUPS_TRAINABLE])]
         with warnings.catch_warnings():  # a step no function could score: NaN, as TRL logs it
             warnings.simplefilter("ignore", RuntimeWarning)

@@ -21,20 +21,21 @@ than log_extra columns (default: every numeric column between `completion` and
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import math
-import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from grpo_core.analysis import health
-
-from grpo_core.runs import names
+from grpo_core.analysis import step_stats
 from grpo_core.errors import ConfigError
+from grpo_core.integrations.base import ImportReport, SourceRun
+from grpo_core.runs import names
+from grpo_core.runs.step_columns import StepGroups, StepRollouts
 
 FIXED = ("step", "prompt", "completion", "advantage")
-_FILE = re.compile(r"completions_(\d+)\.parquet$")
 
 
 def read_frames(path: Path) -> list[tuple[str, object]]:
@@ -46,15 +47,14 @@ def read_frames(path: Path) -> list[tuple[str, object]]:
         if not files:
             raise ConfigError(f"{p}: no completions_*.parquet (TRL writes them to <output_dir>/completions/ "
                               "with log_completions=True)")
-        return [(str(f), _frame(f.read_bytes(), str(f))) for f in files]
+        return [(str(f), read_frame(f.read_bytes(), str(f))) for f in files]
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    return [(str(p), _frame(p.read_bytes(), str(p)))]
+    return [(str(p), read_frame(p.read_bytes(), str(p)))]
 
 
-def _frame(data: bytes, filename: str):
+def read_frame(data: bytes, filename: str) -> pd.DataFrame:
     try:
-        import pandas as pd
         import pyarrow  # noqa: F401 - pandas reads parquet through it
     except ImportError:
         raise ConfigError(f"{filename}: reading parquet needs pyarrow (pip install pyarrow; TRL's datasets "
@@ -125,7 +125,6 @@ def trl_zero_std(totals32: np.ndarray) -> np.ndarray:
 
 def step_data(df, fns: list[str], weights: dict, g: int, report, cum: list[float]):
     """One step's rows -> (scalars, StepGroups, StepRollouts), TRL's rule for trainable."""
-    from grpo_core.runs.store import StepGroups, StepRollouts
     scores = df[fns].to_numpy(np.float64)
     w = np.array([weights.get(f, 1.0) for f in fns], np.float32)
     s32 = scores.astype(np.float32)
@@ -134,15 +133,15 @@ def step_data(df, fns: list[str], weights: dict, g: int, report, cum: list[float
     p = len(df) // g
     zero = trl_zero_std(totals.reshape(p, g))
     t64 = totals.astype(np.float64)
-    stats = health.group_stats(t64.reshape(p, g), scores.reshape(p, g, -1), min_group_std=0.0, nonzero=~zero)
-    scalars = health.step_scalars(stats, scores.reshape(p, g, -1), fns, {f: float(x) for f, x in zip(fns, w)},
+    stats = step_stats.group_stats(t64.reshape(p, g), scores.reshape(p, g, -1), min_group_std=0.0, nonzero=~zero)
+    scalars = step_stats.step_scalars(stats, scores.reshape(p, g, -1), fns, {f: float(x) for f, x in zip(fns, w)},
                                   *cum)
     cum[:] = [scalars[names.CUM_GROUPS_SUBMITTED], scalars[names.CUM_GROUPS_TRAINABLE]]
     scalars[names.FRAC_REWARD_ZERO_STD] = float(zero.mean())
     with np.errstate(all="ignore"):
         scalars[names.REWARD] = float(np.nanmean(t64)) if np.isfinite(t64).any() else math.nan
     prompts = [str(x) for x in df["prompt"].tolist()]
-    groups = StepGroups(np.arange(p), [_pid(prompts[i * g]) for i in range(p)], g, stats.mean, stats.std,
+    groups = StepGroups(np.arange(p), [prompt_hash(prompts[i * g]) for i in range(p)], g, stats.mean, stats.std,
                         stats.trainable, stats.phantom, prompt_text=[prompts[i * g] for i in range(p)])
     errors = [None if np.isfinite(r).all() else ", ".join(f"{f}: returned None" for f, v in zip(fns, r)
                                                            if not np.isfinite(v)) for r in scores]
@@ -151,8 +150,7 @@ def step_data(df, fns: list[str], weights: dict, g: int, report, cum: list[float
     return scalars, groups, rollouts
 
 
-def _pid(prompt: str) -> str:
-    import hashlib
+def prompt_hash(prompt: str) -> str:
     return hashlib.sha1(prompt.encode()).hexdigest()[:12]
 
 
@@ -169,10 +167,22 @@ def _text(x) -> str:
     return str(x)
 
 
+def parse_completions_file(data: bytes, filename: str, group_size: int | None = None,
+                           reward_funcs: list[str] | None = None, reward_weights: dict | None = None) -> SourceRun:
+    """One completions_*.parquet's bytes (the upload form) -> SourceRun."""
+    return parse_completions([(filename, read_frame(data, filename))], filename, group_size, reward_funcs,
+                             reward_weights)
+
+
+def read_completions(path, group_size: int | None = None, reward_funcs: list[str] | None = None,
+                     reward_weights: dict | None = None) -> SourceRun:
+    """A completions_*.parquet, a completions/ folder or a TRL output dir -> SourceRun."""
+    return parse_completions(read_frames(path), str(path), group_size, reward_funcs, reward_weights)
+
+
 def parse_completions(frames: list, label: str, group_size_: int | None = None,
-                      reward_funcs: list[str] | None = None, reward_weights: dict | None = None):
-    """[(file, frame)] -> Parsed with per-step groups and rollouts (Parsed.step_data)."""
-    from grpo_core.integrations.importers import ImportReport, Parsed
+                      reward_funcs: list[str] | None = None, reward_weights: dict | None = None) -> SourceRun:
+    """[(file, frame)] -> SourceRun with per-step groups and rollouts (SourceRun.groups)."""
     report = ImportReport("trl-completions", label)
     rows, data, cum, fns, g = {}, {}, [0.0, 0.0], None, None
     for filename, df in frames:
@@ -194,7 +204,7 @@ def parse_completions(frames: list, label: str, group_size_: int | None = None,
     _notes(report, fns, reward_weights, g, len(rows))
     config = {"source": "trl-completions", "grpo": {"steps": max(rows) if rows else None, "group_size": g},
               "reward": {"metrics": fns, "weights": {f: float((reward_weights or {}).get(f, 1.0)) for f in fns}}}
-    return Parsed(rows, config, report, step_data=data, lacks=[])
+    return SourceRun(rows, config, report, groups=data, lacks=[])
 
 
 def _notes(report, fns, reward_weights, g, n_steps):

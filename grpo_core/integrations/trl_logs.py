@@ -16,6 +16,10 @@ from __future__ import annotations
 import ast
 import re
 
+from grpo_core.errors import ConfigError
+from grpo_core.integrations.base import ImportReport, SourceRun
+from grpo_core.integrations.trl_state import parse_trl_history
+
 _DICT = re.compile(r"\{\s*['\"][^{}]*\}", re.S)
 _PANEL_STEP = re.compile(r"[─━-]\s*Step\s+(\d+)\s*[─━-]")
 _BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
@@ -120,10 +124,8 @@ def assign_steps(entries, report, logging_steps: int | None, bar_last: int | Non
 
 
 def parse_transcript(data: bytes, filename: str, groups_per_step: int | None = None,
-                     logging_steps: int | None = None):
-    """Terminal text -> Parsed, through the trainer_state path (same names, same notes)."""
-    from grpo_core.errors import ConfigError
-    from grpo_core.integrations.importers import ImportReport, parse_trl_history
+                     logging_steps: int | None = None) -> SourceRun:
+    """Terminal text -> SourceRun, through the trainer_state path (same names, same notes)."""
     text = data.decode("utf-8", errors="replace")
     if "\x00" in text:
         raise ConfigError(f"{filename}: expected a terminal transcript (text with TRL's printed log dicts); "

@@ -22,14 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_core.analysis import health
-
-from grpo_core.runs import names
+from grpo_core.analysis import step_stats
 from grpo_core.errors import ConfigError
-from grpo_core.integrations.follow import SourceRun
-from grpo_core.integrations.importers import ImportReport
-from grpo_core.runs.store import StepGroups, StepRollouts
-from grpo_core.tasks import prompt_id
+from grpo_core.integrations.base import ImportReport, SourceRun
+from grpo_core.runs import names
+from grpo_core.runs.step_columns import StepGroups, StepRollouts
+from grpo_core.tasks.task import prompt_id
 
 CONSOLE_LINE = re.compile(r"^step:(\d+) - (.*)$")
 SCORE = "score"  # the dump's total per rollout
@@ -120,8 +118,8 @@ def dump_step(rows: list[dict], step: int, cum: tuple[int, int], report: ImportR
     metrics = _metric_names(rows)
     scores = np.array([[[_num(r.get(m)) for m in metrics] for r in g] for g in groups])  # [P, G, K]
     totals = scores[:, :, 0]
-    stats = health.group_stats(totals, scores, min_group_std=0.0)
-    scalars = health.step_scalars(stats, scores, metrics, dict.fromkeys(metrics, 0.0) | {SCORE: 1.0}, *cum)
+    stats = step_stats.group_stats(totals, scores, min_group_std=0.0)
+    scalars = step_stats.step_scalars(stats, scores, metrics, dict.fromkeys(metrics, 0.0) | {SCORE: 1.0}, *cum)
     P = len(groups)
     step_groups = StepGroups(np.arange(P), [prompt_id(str(g[0].get("input", ""))) for g in groups], size,
                              stats.mean, stats.std, stats.trainable, stats.phantom,
@@ -200,4 +198,4 @@ def read_source(path) -> SourceRun:
     # verl's GRPO trains a group iff its scores are not all equal: min_group_std 0, as for ART and TRL
     config = {"reward": {"weights": dict.fromkeys(metrics, 0.0) | {SCORE: 1.0}},
               "grpo": {"min_group_std": 0.0, **({"group_size": sizes.pop()} if len(sizes) == 1 else {})}}
-    return SourceRun(scalars, config, report, groups, lacks=[] if groups else ["groups", "rollouts"])
+    return SourceRun(scalars, config, report, groups=groups, lacks=[] if groups else ["groups", "rollouts"])

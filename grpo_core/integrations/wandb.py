@@ -27,8 +27,9 @@ import warnings
 
 import pandas as pd
 
-from grpo_core.runs import names
 from grpo_core.errors import ConfigError
+from grpo_core.integrations.wandb_file import wandb_file_finished
+from grpo_core.runs import names
 
 MODES = ("offline", "online")
 TRL_ALIASES = {names.REWARD: "reward", names.REWARD_STD: "reward_std"}  # frac_reward_zero_std is already TRL's name
@@ -112,7 +113,6 @@ class WandbMirror:
             try:
                 sync_file = run.settings.sync_file
                 run.finish(exit_code=exit_code)
-                from grpo_core.integrations.importers import wandb_file_finished
                 deadline = time.monotonic() + wait_s
                 while sync_file and not wandb_file_finished(sync_file) and time.monotonic() < deadline:
                     time.sleep(0.02)

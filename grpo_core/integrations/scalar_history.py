@@ -1,0 +1,111 @@
+"""A scalar history by step (W&B, its CSV export, TensorBoard) -> store rows under our names.
+
+Whose names they are (ours, TRL's, ART's) and how each maps, with the ratios derived.
+
+A name is recognised per source style: `grpo_core` (our W&B mirror), `trl` (transformers'
+W&B and TensorBoard callbacks prefix train/ and eval/), `art`, or `generic` (kept under
+wandb/<name>). Every name that is not imported is counted in the ImportReport with why.
+"""
+from __future__ import annotations
+
+from grpo_core.integrations.base import ImportReport, derive_counts, put_value
+from grpo_core.integrations.trl_state import (
+    TRL_SUMMARY_KEYS,
+    derive_trl,
+    map_trl_key,
+    trl_args,
+    trl_notes,
+    trl_reward_fn,
+)
+from grpo_core.runs import names
+
+OUR_NAMES = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
+MIRROR_ALIASES = {"reward": names.REWARD, "reward_std": names.REWARD_STD}  # what WandbMirror adds for TRL-named charts
+STEP_KEYS = ("train/global_step", "global_step", "training_step")  # x-axes other than W&B's _step
+EPOCH_ONLY = ("epoch",)  # a row whose only values are these (and its step) carries nothing to chart
+
+
+def is_ours(key: str) -> bool:
+    return key in OUR_NAMES or names.parse_metric_name(key) is not None or (
+        key.startswith("reward/") and key.endswith("/batch_std"))
+
+
+def detect_style(keys: set[str], config: dict | None = None) -> str:
+    """Who logged these names: grpo_core (our mirror), trl (transformers' W&B callback
+    prefixes train/ and eval/), art, or generic."""
+    if (config or {}).get("grpo_health") or names.TRAINABLE_RATIO in keys or names.CUM_TRAINABLE_RATIO in keys:
+        return "grpo_core"
+    if "train/frac_reward_zero_std" in keys or "train/global_step" in keys or any(
+            k.startswith("train/rewards/") for k in keys):
+        return "trl"
+    if any(k.startswith("data/step_num_groups") or k.startswith("data/cum/") for k in keys) or any(
+            k in names.ART_NAMES for k in keys if k != "train/reward"):
+        return "art"
+    return "generic"
+
+
+def map_wandb_key(key: str, style: str, report: ImportReport) -> str | None:
+    """A W&B key -> stored name, or None (reported) when it is not imported."""
+    if key.startswith("_") or key in STEP_KEYS:
+        report.skip(key, "W&B bookkeeping / step axis")
+        return None
+    if style == "grpo_core" and key in MIRROR_ALIASES:
+        report.skip(key, f"alias the mirror logs for TRL-named charts (same values as {MIRROR_ALIASES[key]})")
+        return None
+    if style == "trl":
+        if key.startswith("train/"):
+            name = map_trl_key(key[len("train/"):])
+        elif key.startswith("eval/"):
+            name = names.foreign("trl", key)
+        else:
+            name = key if is_ours(key) else names.foreign("wandb", key)
+    elif style == "art" and key in names.ART_NAMES:
+        name = names.ART_NAMES[key]
+    else:
+        name = key if is_ours(key) else names.foreign("wandb", key)
+    if name != key:
+        report.mapped[key] = name
+    return name
+
+
+def finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None,
+                summary: dict | None = None) -> dict:
+    """raw step -> {source key: number} -> mapped and derived rows. TRL's run totals
+    (train/train_runtime, ...: logged once, at the last step) go to `summary`, and a row
+    left with no values (a W&B row carrying only its step and epoch) is no step."""
+    rows: dict = {}
+    for step, items in raw.items():
+        for key, v in items.items():
+            if style == "trl" and key.startswith("train/") and key[6:] in TRL_SUMMARY_KEYS:
+                if summary is not None:
+                    summary[key[6:]] = v
+                report.skip(key, "run total: kept in meta.summary, not a training step value")
+                continue
+            name = map_wandb_key(key, style, report)
+            if name is not None:
+                put_value(rows, step, name, v, report)
+    drop_empty_rows(raw, rows, report)
+    if style == "trl":
+        fns = sorted({m[0] for k in report.mapped if k.startswith("train/") for m in [trl_reward_fn(k[6:])] if m})
+        trl_notes(report, fns)
+        args = trl_args(config or {}, report)
+        if args.get("group_level", True):
+            derive_trl(rows, report, args.get("groups_per_step"), args.get("logging_steps"))
+        else:
+            report.note("no trainable ratio: with this run's settings TRL's frac_reward_zero_std is not a "
+                        "per-group measure (kept as frac_reward_zero_std)")
+    else:
+        derive_counts(rows, style, report)
+    report.note(f"names recognised as {style}'s" if style != "generic" else
+                "no known trainer's names recognised: metrics kept under wandb/<name>")
+    return rows
+
+
+def drop_empty_rows(raw: dict, rows: dict, report: ImportReport):
+    """Steps with no value of their own (only a step key, or only the epoch) are not steps."""
+    empty = [s for s in raw if s not in rows]
+    empty += [s for s, r in rows.items() if r and all(n.rsplit("/", 1)[-1] in EPOCH_ONLY for n in r)]
+    for s in empty:
+        rows.pop(s, None)
+    if empty:
+        report.skip("row", "carries only a step key (or the epoch), no values: not a step", len(empty))
