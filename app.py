@@ -1,117 +1,13 @@
 """GRPO Health: the Streamlit entry point.
 
 `python -m grpo_core serve` (or `make run`) starts it; `streamlit run app.py` works too.
-This script only sets the page up, picks the run (sidebar, or `?run=<id>` in the URL)
-and hands over to the page. It never imports torch: training happens in a separate
-trainer process that writes the run store this dashboard reads.
-
-Streamlit 1.67 still knows the old `pages/` folder convention: until the process's first
-st.navigation call (a fresh server's first request) it routes by file name, and a URL
-that names no file in pages/ gets a "Page not found" pop-up on top of the right page. So
-the page URLs are the file names (/runs, /analysis, /pilot; the live monitor is the start
-page, /, and a link to one run is /?run=<id>), and a page file that legacy routing runs on
-its own hands over to main() here (see `through_app` at the top of each page).
-
-How a page knows, with public API and plain Python only: main() runs the page inside
-`_IN_APP` (a context variable: its value belongs to the thread running this session's
-script, and main() resets it on the way out, however the page ends), so a page that
-finds it unset was not run by main() in this script run. Then either Streamlit's legacy
-routing ran it with app.py as the entry point, or the page file itself is the entry point
-(AppTest.from_file("pages/x.py")); st.Page resolves a relative path against the entry
-point's folder and raises when no such file is there, which tells the two apart.
+The app itself is grpo_core.dashboard.frame.main(): page config, token gate, run picker
+(sidebar, or `?run=<id>` in the URL) and the navigation to pages/*.py, each of which
+opens with frame.open_page(); frame.py's docstring says how legacy pages/ routing is
+handled. It never imports torch: training happens in a separate trainer process that
+writes the run store this dashboard reads.
 """
-import contextvars
+from grpo_core.dashboard import frame
 
-import streamlit as st
-from streamlit.errors import StreamlitAPIException
-
-from grpo_core.dashboard import live_view
-from grpo_core.dashboard.access import require_token
-from grpo_core.runs.store import list_runs
-
-
-FAVICON = "📈"
-
-
-def pages() -> list:
-    """New Page objects each run (st.navigation marks the one it returns as runnable once).
-    url paths are the file names, as legacy routing infers them, except the live monitor's:
-    it is the start page (URL /), and a page is also asked for by a hash of its url path (a
-    rerun, a reconnecting tab, AppTest); "monitor" names no file, so legacy routing answers
-    that hash with app.py rather than with pages/live.py on its own."""
-    return [
-        st.Page("pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
-        st.Page("pages/live.py", title="Live monitor", icon=":material/monitoring:", url_path="monitor", default=True),
-        st.Page("pages/analysis.py", title="Analysis", icon=":material/analytics:", url_path="analysis"),
-        st.Page("pages/pilot.py", title="Pilot", icon=":material/science:", url_path="pilot"),
-    ]
-
-
-def pick_run():
-    """Sidebar run picker. st.session_state["run_id"] is what every page reads; a page that
-    wants to switch runs sets st.session_state["goto_run"] and reruns."""
-    ss = st.session_state
-    runs = list_runs()
-    ids = runs["run_id"].tolist()
-    status = dict(zip(runs["run_id"], runs["status"]))
-    if "goto_run" in ss:
-        ss["run_id"] = ss.pop("goto_run")
-    if ss.get("run_id") not in ids:
-        wanted = st.query_params.get("run")
-        ss["run_id"] = wanted if wanted in ids else live_view.default_run(runs=runs)
-    with st.sidebar:
-        if ids:
-            st.selectbox("Run", ids, key="run_id", format_func=lambda r: f"{r} · {status.get(r, '?')}",
-                         help="The run every page shows. Also in the URL: ?run=<id>")
-            st.query_params["run"] = ss["run_id"]
-        else:
-            st.caption("No runs yet: start one on the Runs page.")
-
-
-# True while main() runs the page st.navigation picked. A ContextVar, not a module global:
-# the module is shared by every session's script thread, a context variable's value is not.
-_IN_APP = contextvars.ContextVar("grpo_health_in_app", default=False)
-
-
-def main():
-    # An emoji favicon is drawn in the browser (a data: URL); a ":material/...:" one is fetched from
-    # fonts.gstatic.com, the one request that left this machine (the dashboard runs air-gapped).
-    st.set_page_config(page_title="GRPO Health", page_icon=FAVICON, layout="wide")
-    require_token()  # with serve --token / $GRPO_HEALTH_TOKEN: nothing below shows until it matches
-    pick_run()
-    page = st.navigation(pages())
-    token = _IN_APP.set(True)
-    try:
-        page.run()
-    finally:  # st.stop / st.rerun / st.switch_page / an error in the page: unset all the same
-        _IN_APP.reset(token)
-
-
-def app_is_the_entry_point() -> bool:
-    """Whether this session's entry point is app.py (`streamlit run app.py`, AppTest of
-    app.py) rather than a page file run as its own app (AppTest of pages/x.py): a relative
-    st.Page path resolves against the entry point's folder, StreamlitAPIException when no
-    such file is there. Builds Page objects only; st.navigation never sees them."""
-    try:
-        st.Page("app.py")
-        st.Page("pages/live.py")
-    except StreamlitAPIException:
-        return False
-    return True
-
-
-def through_app() -> bool:
-    """The first lines of every page: a page file that Streamlit's legacy pages/ routing ran
-    on its own (a fresh server's first request, before any st.navigation call) runs the app
-    instead, which runs this page through st.navigation in the same script run. True when it
-    did: the page file then stops (st.stop()); what it would draw has been drawn. False when
-    main() is running this page, or when the page file is the entry point itself."""
-    if _IN_APP.get() or not app_is_the_entry_point():
-        return False
-    main()  # its st.navigation ends legacy routing, for this and every later session
-    return True
-
-
-if __name__ == "__main__":  # Streamlit runs this file in a fresh __main__ module each run ...
-    import app  # ... and the pages import the module `app`: one main(), one _IN_APP for both
-    app.main()
+if __name__ == "__main__":  # Streamlit runs this file as __main__ on every script run
+    frame.main()

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpo_core.analysis import charts
+from grpo_core.analysis import charts, comparison, formatting, inspector, prompt_history, report, run_data
+from grpo_core.dashboard import frame
+from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import presets
-from grpo_core.analysis import prompt_history
-from grpo_core.analysis import report
-from grpo_core.errors import ConfigError
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import list_runs
-from grpo_core.dashboard.access import require_token
-from app import through_app
+from grpo_core.runs.run_index import list_runs
 
-if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
-    st.stop()
-require_token()  # here too: what opens this file directly (AppTest) meets the gate
-
+picked = frame.open_page()
 st.header("Analysis")
 
 
@@ -43,12 +36,10 @@ if runs.empty:
     st.info("No runs yet: start one on the Runs page, or from the terminal: `python -m grpo_core train`.")
     st.stop()
 ids = runs["run_id"].tolist()
-run_id = st.session_state.get("run_id")
-if run_id not in ids:
-    run_id = ids[0]  # list_runs() is newest first
+run_id = picked if picked in ids else ids[0]  # list_runs() is newest first
 row = runs.set_index("run_id").loc[run_id]
 st.caption(f"Run **{run_id}** · {row['status']} (choose another run in the sidebar)")
-window = int(st.number_input("Window (steps)", 1, 10_000, report.DEFAULT_WINDOW, key="analysis_window",
+window = int(st.number_input("Window (steps)", 1, 10_000, run_data.DEFAULT_WINDOW, key="analysis_window",
                              help="Steps before/after each change in the ledger, and the rolling ratio"))
 try:
     rep = load_report(row["path"], window, report.store_stamp(row["path"]))
@@ -68,19 +59,19 @@ tab_tr, tab_bn, tab_led, tab_prompts, tab_roll, tab_cmp, tab_exp = st.tabs(
 with tab_tr:
     s = rep.summary
     c = st.columns(4)
-    c[0].metric("Groups trainable", report.fmt(s["trainable"]) + (f" / {report.fmt(s['submitted'])}" if s["submitted"] else ""))
-    c[1].metric("Trainable ratio", report.fmt(s["ratio"]))
+    c[0].metric("Groups trainable", formatting.fmt(s["trainable"]) + (f" / {formatting.fmt(s['submitted'])}" if s["submitted"] else ""))
+    c[1].metric("Trainable ratio", formatting.fmt(s["ratio"]))
     c[2].metric("Steps with zero trainable", len(s["zero_trainable_steps"]))
-    c[3].metric("Phantom groups", report.fmt(s["phantom"]))
+    c[3].metric("Phantom groups", formatting.fmt(s["phantom"]))
     if s["zero_trainable_steps"]:
-        st.caption("Zero trainable groups at steps: " + report.fmt(s["zero_trainable_steps"][:50])
+        st.caption("Zero trainable groups at steps: " + formatting.fmt(s["zero_trainable_steps"][:50])
                    + (" …" if len(s["zero_trainable_steps"]) > 50 else ""))
-    st.plotly_chart(report.fig_ratio(rep.steps, rep.ledger), key="an_ratio")
+    st.plotly_chart(charts.trainability_chart(rep.steps, rep.ledger), key="an_ratio")
     st.markdown(f"**Reward trend**: whole run {rep.trend['run_text']}; last {rep.window} steps "
                 f"{rep.trend['last_text']}.")
-    st.plotly_chart(report.fig_reward(rep.steps, rep.trend, rep.ledger), key="an_reward")
+    st.plotly_chart(charts.reward_trend_chart(rep.steps, rep.trend, rep.ledger), key="an_reward")
     if len(rep.evaluation):
-        st.plotly_chart(report.fig_eval(rep.evaluation, rep.ledger), key="an_eval")
+        st.plotly_chart(charts.eval_chart(rep.data.wide, rep.ledger), key="an_eval")
     if rep.verdict is not None:
         st.markdown(f"**Health verdict (last window): {rep.verdict.status}**")
         for chk in rep.verdict.checks:
@@ -96,7 +87,7 @@ with tab_bn:
         for why in rep.bottlenecks.loc[rep.bottlenecks["bottleneck"], "why"]:
             st.markdown(f"- {why}")
         if rep.bottlenecks["uniform_fraction"].notna().any():
-            st.plotly_chart(report.fig_bottlenecks(rep.bottlenecks), key="an_bn_fig")
+            st.plotly_chart(charts.bottlenecks_chart(rep.bottlenecks), key="an_bn_fig")
     fig = charts.metric_std_chart(rep.data.wide, rep.data.metrics, rep.data.changes)
     if fig is not None:
         st.plotly_chart(fig, key="an_metric_std")
@@ -116,7 +107,7 @@ with tab_led:
         with st.expander("Save a weight change that helped (reuse) as a preset"):
             pick = st.selectbox("Change", list(reuse.index), key="an_preset_row",
                                 format_func=lambda i: f"step {reuse.loc[i, 'step']}: {reuse.loc[i, 'change']} (ratio "
-                                f"{report.fmt(reuse.loc[i, 'ratio_before'], 2)} → {report.fmt(reuse.loc[i, 'ratio_after'], 2)})")
+                                f"{formatting.fmt(reuse.loc[i, 'ratio_before'], 2)} → {formatting.fmt(reuse.loc[i, 'ratio_after'], 2)})")
             name = st.text_input("Preset name", key="an_preset_name", placeholder="e.g. cite-less")
             if st.button("Save preset", key="an_save_preset", disabled=not name.strip()):
                 try:
@@ -130,7 +121,7 @@ with tab_led:
 
 # ---- rollout inspector --------------------------------------------------------------------------
 with tab_roll:
-    idx = report.group_index(rep.data)
+    idx = inspector.group_index(rep.data)
     if rep.data.rollouts.empty:
         st.info("No rollouts recorded in this run: the rollout inspector has nothing to show.")
     else:
@@ -147,8 +138,8 @@ with tab_roll:
                                        "trainable" if r["trainable"].iloc[0] else "not trainable")
         group = c2.selectbox("Group", [int(g) for g in at_step["group"]], format_func=label, key="an_group")
         try:
-            gv = report.inspect_group(rep.data, step, group)
-        except (report.ReportError, StoreError) as e:
+            gv = inspector.inspect_group(rep.data, step, group)
+        except (run_data.ReportError, StoreError) as e:
             st.error(str(e))
         else:
             if gv.prompt_id:
@@ -168,7 +159,7 @@ with tab_prompts:
         never = prompt_history.never_trainable(prompts)
         st.markdown(f"**{len(prompts)} prompts**; **{len(never)}** never gave a trainable group "
                     f"({len(never) / len(prompts):.0%}).")
-        st.plotly_chart(prompt_history.rate_histogram(prompts), key="an_prompt_rates")
+        st.plotly_chart(charts.prompt_rates_chart(prompts), key="an_prompt_rates")
         st.dataframe(prompts, hide_index=True, key="an_prompts")
         st.download_button("Never-trainable prompts (JSONL)", prompt_history.to_jsonl(never),
                            f"{run_id}-never-trainable.jsonl", "application/json", key="an_never_jsonl",
@@ -182,7 +173,7 @@ with tab_cmp:
     else:
         paths = [runs.set_index("run_id").loc[r, "path"] for r in chosen]
         try:
-            summary, diff = report.compare_runs(paths, window)
+            summary, diff = comparison.compare_runs(paths, window)
         except (StoreError, ConfigError, ValueError) as e:
             st.error(str(e))
         else:
@@ -192,8 +183,8 @@ with tab_cmp:
                 st.dataframe(diff.astype(str), key="an_cmp_diff")
             else:
                 st.caption("The configs are identical.")
-            st.plotly_chart(report.fig_compare(paths, window), key="an_cmp_fig")
-            held_out = report.fig_compare_eval(paths)
+            st.plotly_chart(comparison.ratio_figure(paths, window), key="an_cmp_fig")
+            held_out = comparison.eval_figure(paths)
             if held_out is not None:
                 st.plotly_chart(held_out, key="an_cmp_eval")
 

@@ -1,31 +1,22 @@
 """Live monitor: health cards, charts, alerts and the weight sliders of one run.
 
-Layout and widgets only: grpo_core.dashboard.live_view reads the store incrementally and computes,
-grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in step with the run
+Layout and widgets only: grpo_core.dashboard.live_view reads the store incrementally, live_cards,
+advice and request_view compute what is shown, grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in step with the run
 (and gives their bounds), grpo_core.analysis.charts draws (smoothed by the page's EMA slider), and
-live_view.what_to_do gives the top alert's fix, offered here as one button. The charts refresh
+advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh
 every 2 s while the run is live (a fragment, so the sliders below are not disturbed); a
 finished run is drawn once.
 """
 import streamlit as st
 
 from grpo_core.analysis import charts
+from grpo_core.dashboard import advice, frame, live_cards, live_view, processes, request_view, run_list, widget_state
+from grpo_core.errors import ConfigError, StoreError
+from grpo_core.runs import live_settings, presets, requests
+from grpo_core.runs.locations import runs_dir
 
-from grpo_core.runs import requests, presets
-
-from grpo_core.dashboard import live_view, processes, widget_state
-from grpo_core.errors import ConfigError
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import runs_dir
-from grpo_core.dashboard.access import require_token
-from app import through_app
-
-if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
-    st.stop()
-require_token()  # here too: what opens this file directly (AppTest) meets the gate
-
+run_id = frame.open_page()
 ss = st.session_state
-run_id = live_view.resolve_run(ss.get("run_id"), st.query_params.get("run"))
 st.header("Live monitor")
 
 if not run_id:
@@ -79,13 +70,13 @@ def monitor():
         return
     if s.is_live != first.is_live:  # the run ended (or came back): redraw all, refresh on/off
         st.rerun()
-    c = live_view.cards(s)
-    caps = live_view.capabilities(s)
+    c = live_cards.cards(s)
+    caps = live_cards.capabilities(s)
 
     top = st.columns([3, 2])
-    top[0].markdown(f"**{run_id}** · {live_view.status_badge(c.status)} · {live_view.config_summary(s.meta)}")
+    top[0].markdown(f"**{run_id}** · {live_cards.status_badge(c.status)} · {run_list.config_summary(s.meta)}")
     if c.steps:
-        eta = "runs until you stop it" if c.steps >= processes.UNTIL_STOPPED else f"ETA {live_view.fmt_eta(c.eta_s)}"
+        eta = "runs until you stop it" if c.steps >= processes.UNTIL_STOPPED else f"ETA {live_cards.fmt_eta(c.eta_s)}"
         top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · {eta}")
     if c.status == "failed":
         st.error(f"The run failed: {(s.meta.get('error') or 'no error recorded').strip().splitlines()[-1]}")
@@ -96,16 +87,16 @@ def monitor():
     if caps["message"]:
         st.info(caps["message"])
 
-    wasted = live_view.wasted_text(s)
+    wasted = live_cards.wasted_text(s)
     if wasted:
         st.caption(wasted)
     pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
     k = st.columns(5)
-    k[0].metric("Trainable ratio (step)", pct(c.ratio), help="trainable / submitted groups at the last step")
+    k[0].metric("Trainable ratio (step)", pct(c.ratio), help=f"trainable / submitted groups at the last step, from {c.ratio_source}")
     k[1].metric("Trainable ratio (cumulative)", pct(c.cum_ratio), help="over the whole run so far")
     k[2].metric("Mean group reward std", "–" if c.reward_std is None else f"{c.reward_std:.3f}",
                 help="mean within-group std of the total reward over the health window")
-    k[3].metric("Reward trend", live_view.TREND_ARROWS[c.trend] + ("" if c.reward is None else f" {c.reward:.3f}"),
+    k[3].metric("Reward trend", live_cards.TREND_ARROWS[c.trend] + ("" if c.reward is None else f" {c.reward:.3f}"),
                 help=c.trend_text or "needs a few steps")
     k[4].metric("Groups trainable / submitted", "–" if c.submitted is None else f"{c.trainable} / {c.submitted}")
 
@@ -117,14 +108,14 @@ def monitor():
     if caps["steer"]:
         what_to_do_now(s, c, caps["accepts"])
 
-    reqs = live_view.request_lines(s, my_requests())
+    reqs = request_view.request_lines(s, my_requests())
     if widget_state.request_resolved(ss, reqs):  # one of ours was just resolved: redraw the sliders too
         st.rerun()
     if reqs:
         with st.container(border=True):
             st.markdown("**Your requests**")
             for r in reqs[:6]:
-                st.markdown(f"`#{r['id']}` {live_view.request_summary(r['kind'], r['payload'])} — **{r['text']}**")
+                st.markdown(f"`#{r['id']}` {live_settings.describe(r['kind'], r['payload'])} — **{r['text']}**")
 
     df = live_view.chart_frame(s)
     smooth = st.slider("Chart smoothing", 0.0, 0.99, charts.DEFAULT_SMOOTHING, 0.01, key="smoothing",
@@ -143,17 +134,17 @@ def monitor():
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
 
 
-def what_to_do_now(s: live_view.LiveState, c: live_view.Cards, accepts):
+def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
     """The top alert's fix as one click (what the autopilot would do), with its predicted effect;
     only fixes the process behind the run applies (a TRL callback takes no group-size request)."""
-    advice = live_view.what_to_do(s, c)
-    if advice is None:
+    answer = advice.what_to_do(s, c)
+    if answer is None:
         return
-    offered = [f for f in advice["fixes"] if f.kind in accepts]
+    offered = [f for f in answer["fixes"] if f.kind in accepts]
     with st.container(border=True):
-        st.markdown(f"**What to do now** · for: _{advice['alert'].message.split(':')[0]}_")
+        st.markdown(f"**What to do now** · for: _{answer['alert'].message.split(':')[0]}_")
         if not offered:
-            st.caption("No single move answers it now: " + "; ".join(advice["why_not"]) + ".")
+            st.caption("No single move answers it now: " + "; ".join(answer["why_not"]) + ".")
         for i, f in enumerate(offered[:3]):
             row = st.columns([2, 5])
             if row[0].button(f.label, key=f"fix_{f.move}", type="primary" if i == 0 else "secondary",
@@ -172,7 +163,7 @@ def steer():
         s = state()
     except StoreError:
         return  # monitor() above says why
-    caps = live_view.capabilities(s)
+    caps = live_cards.capabilities(s)
     cur = live_view.current_settings(s)
     st.subheader("Reward weights, threshold" + (", difficulty" if "set_difficulty" in caps["accepts"] else ""))
     if not caps["steer"]:
@@ -183,12 +174,12 @@ def steer():
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
     try:
-        wi = live_view.what_if(s, weights, thr)
+        wi = advice.what_if(s, weights, thr)
     except ConfigError as e:
         st.error(str(e))
         wi = None
-    todo = live_view.pending_changes(cur, weights, thr, lvl, run)
-    waiting = widget_state.open_requests(live_view.request_lines(s, my_requests()))
+    todo = request_view.pending_changes(cur, weights, thr, lvl, run)
+    waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     what_if_line(wi, caps, lvl != cur["level"], todo, waiting)
     buttons(s, caps, cur, keys, weights, thr, todo, waiting)
     suggestions_box(s, keys)
@@ -240,7 +231,7 @@ def what_if_line(wi: dict | None, caps: dict, level_changed: bool, todo: list, w
     if waiting:
         m[2].caption(f"Waiting for request #{waiting[-1]['id']} to be applied at the next step boundary.")
     else:
-        m[2].caption("Pending change: " + ("; ".join(live_view.request_summary(k, p) for k, p in todo) if todo
+        m[2].caption("Pending change: " + ("; ".join(live_settings.describe(k, p) for k, p in todo) if todo
                                            else "none (sliders equal the settings in force)"))
 
 
@@ -258,7 +249,7 @@ def buttons(s: live_view.LiveState, caps: dict, cur: dict, keys: widget_state.Ke
                 args=(ss, keys, cur["weights"], cur["min_group_std"], cur["level"]))
     if b[2].button("Suggest weights", key="suggest", disabled=not caps["what_if"]):
         try:
-            ss[keys.suggestions] = live_view.suggestions(s, weights, thr)
+            ss[keys.suggestions] = advice.suggestions(s, weights, thr)
         except (ConfigError, ValueError) as e:
             st.error(str(e))
     if "pause" in accepts:
@@ -277,7 +268,7 @@ def suggestions_box(s: live_view.LiveState, keys: widget_state.Keys):
         return
     if not sugg:
         st.caption("No weights near these would make more groups trainable in the recent window. "
-                   + live_view.what_would_help(s))
+                   + advice.what_would_help(s))
     for i, sg in enumerate(sugg):
         c = st.columns([5, 1])
         c[0].markdown(f"**{sg['predicted_ratio']:.0%}** predicted (now {sg['current_ratio']:.0%}): "
@@ -295,7 +286,7 @@ def autopilot_moves(s: live_view.LiveState, steer: bool):
                   help="acts on the health verdict with requests (reweight, raise G within a budget, widen "
                        "sampling, raise difficulty, stop early); every move is listed here with its reason and can "
                        "be undone")
-    moves = live_view.autopilot_moves(s)
+    moves = request_view.autopilot_moves(s)
     if not moves:
         st.caption("No autopilot moves" + ("." if cur["autopilot"] else ": it is off."))
     for m in moves[:10]:

@@ -9,25 +9,19 @@ import pandas as pd
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from grpo_core.analysis import charts
-from grpo_core.analysis import pilot
-from grpo_core.dashboard import processes
-from grpo_core.errors import ConfigError
+from grpo_core.analysis import charts, pilot
+from grpo_core.dashboard import frame, pilot_start, processes
+from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs.config import DEMO_WEIGHTS
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import LIVE_STATUSES, list_runs
 from grpo_core.runs.live_settings import BY_KEY
-from grpo_core.dashboard.access import require_token
-from app import through_app
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.run_meta import LIVE_STATUSES
 
 GROUP_SIZE = BY_KEY["group_size"]
 PROMPTS = BY_KEY["prompts_per_step"]
 TEMPERATURE = BY_KEY["temperature"]  # the bounds a live request has (live_settings)
 
-if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
-    st.stop()
-require_token()  # here too: what opens this file directly (AppTest) meets the gate
-
+picked = frame.open_page()
 st.header("Pilot: check reward variance before training")
 st.caption("A pilot samples G completions for a few prompts with the current model and scores them, "
            "with no update. GRPO learns only from groups whose rewards differ: the pilot's trainable "
@@ -54,8 +48,8 @@ with st.expander("Start a pilot", expanded=pilots.empty):
         start = st.form_submit_button("Start pilot", type="primary")
     if start:
         try:
-            cfg = pilot.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
-            new = pilot.start_pilot(cfg, untrusted=True)
+            cfg = pilot_start.pilot_config(level, model_path, group_size, prompts, batches, temperature, weights)
+            new = pilot_start.start_pilot(cfg, untrusted=True)
             st.session_state["pilot_pick"] = new  # show the new pilot
             st.success(f"pilot {new} started")
             runs = list_runs()
@@ -70,8 +64,7 @@ if pilots.empty:
     st.stop()
 ids = pilots["run_id"].tolist()
 if st.session_state.get("pilot_pick") not in ids:  # first visit: the sidebar's run if it is a pilot
-    st.session_state["pilot_pick"] = st.session_state.get("run_id") if st.session_state.get("run_id") in ids \
-        else ids[0]
+    st.session_state["pilot_pick"] = picked if picked in ids else ids[0]
 run_id = st.selectbox("Pilot", ids, key="pilot_pick")
 live = pilots.set_index("run_id").at[run_id, "status"] in LIVE_STATUSES
 

@@ -1,28 +1,21 @@
 """Runs: every run with its status and progress; start, steer, stop or import one.
 
-Layout and widgets only: grpo_core.dashboard.live_view.runs_overview reads the runs, grpo_core.dashboard.processes
+Layout and widgets only: grpo_core.dashboard.run_list.runs_overview reads the runs, grpo_core.dashboard.processes
 starts and stops trainer processes (detached: they outlive this page and Streamlit).
 """
 import streamlit as st
 
-from grpo_core.dashboard import live_view, processes
-
+from grpo_core.dashboard import frame, live_cards, processes, run_list
+from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import presets
-from grpo_core.errors import ConfigError
 from grpo_core.runs.config import DEMO_WEIGHTS, apply_overrides
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import LIVE_STATUSES, status_label
 from grpo_core.runs.live_settings import BY_KEY
-from grpo_core.dashboard.access import require_token
-from app import through_app
+from grpo_core.runs.run_meta import LIVE_STATUSES, status_label
 
 GROUP_SIZE = BY_KEY["group_size"]
 PROMPTS = BY_KEY["prompts_per_step"]  # the bounds a live request has (live_settings)
 
-if through_app():  # Streamlit's legacy pages/ routing ran this file on its own: app.py has run it
-    st.stop()
-require_token()  # here too: what opens this file directly (AppTest) meets the gate
-
+frame.open_page()
 ss = st.session_state
 st.header("Runs")
 
@@ -40,7 +33,7 @@ def act(fn, run_id: str, done: str):
         st.error(str(e))
 
 
-runs = live_view.runs_overview()
+runs = run_list.runs_overview()
 if runs.empty:
     st.info("No runs yet. Start the built-in demo (a tiny model learning a cite-your-source task, "
             "five reward metrics, the autopilot on; it trains until you stop it) or configure a run below.")
@@ -52,15 +45,15 @@ if runs.empty:
             st.error(str(e))
 
 @st.fragment(run_every=3.0 if runs["status"].isin(LIVE_STATUSES).any() else None)
-def run_list():
-    rows = live_view.runs_overview()
+def run_rows():
+    rows = run_list.runs_overview()
     for _, r in rows.iterrows():
         rid, status = r["run_id"], r["status"]
         with st.container(border=True):
             c = st.columns([3, 3, 2, 3], vertical_alignment="center")
             kind = "" if r.get("kind") in (None, "train") else f" · {r['kind']}"
             label = status_label(status, r.get("stop_reason"))  # "stopped (autopilot)"
-            c[0].markdown(f"**{rid}**{kind}  \n{live_view.status_badge(status, label)}"
+            c[0].markdown(f"**{rid}**{kind}  \n{live_cards.status_badge(status, label)}"
                           + ("  \n*stale: no heartbeat, the trainer is gone or hung*" if status == "stale" else ""))
             if status == "unreadable":
                 c[1].error(f"unreadable: {r['error']}")
@@ -97,7 +90,7 @@ def run_list():
 
 
 if not runs.empty:
-    run_list()
+    run_rows()
 
 # ---- start a run ------------------------------------------------------------------------------------
 NO_PRESET = "(none)"
@@ -188,8 +181,8 @@ with st.expander("Import a run from another trainer"):
     st.caption("One file from TRL, W&B, TensorBoard or ART. Most formats carry scalars only: charts and "
                "verdicts, no what-if and no rollout inspector (TRL's completions parquet and ART's trajectory "
                "files carry every rollout). A folder (a verl job, an ART model dir): `python -m grpo_core import`.")
-    from grpo_core.integrations.importers import FILE_KINDS
-    kind = st.selectbox("Format", list(FILE_KINDS), format_func=FILE_KINDS.get, key="import_kind")
+    from grpo_core.integrations.kinds import file_kinds
+    kind = st.selectbox("Format", list(file_kinds()), format_func=file_kinds().get, key="import_kind")
     up = st.file_uploader("File", key="import_file")
     new_id = st.text_input("Run id (optional)", key="import_run_id")
     if st.button("Import", key="import_go", disabled=up is None):

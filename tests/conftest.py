@@ -10,8 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The built-in model is tiny: two torch threads on two cores shared with the test's own
-# subprocesses (trainer, Streamlit, browser) were measured ~20x slower than one.
+# The built-in model is tiny: one torch thread per process, so a trainer does not contend for
+# the cores with the test's other subprocesses (Streamlit, the browser) and with itself.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 PYTHON = sys.executable
 

@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_core.analysis import health
+from grpo_core.analysis import step_stats
 from grpo_core.runs import names
 from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig
-from grpo_core.runs.store import RUNNING, RunStore
+from grpo_core.runs.run_meta import RUNNING
+from grpo_core.runs.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -78,8 +79,8 @@ def synth_run(root, run_id: str, steps: int, *, rollouts_last: int | None = None
             w = np.array([weights[m] for m in metrics])
         scores = synth_scores(rng, P, G, step, cfg.grpo.steps)
         totals = scores @ w
-        stats = health.group_stats(totals, scores, min_group_std=0.01)
-        sc = health.step_scalars(stats, scores, metrics, weights, cs, ct)
+        stats = step_stats.group_stats(totals, scores, min_group_std=0.01)
+        sc = step_stats.step_scalars(stats, scores, metrics, weights, cs, ct)
         cs, ct = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
         sc.update({names.MIN_GROUP_STD: 0.01, names.DIFFICULTY: 1, names.TIME_STEP: 0.5 + 0.01 * rng.random(),
                    names.LOSS_POLICY: float(rng.normal()), names.LOSS_KL: 0.0, names.GRAD_NORM: float(rng.random()),

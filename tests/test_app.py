@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.runs import names
 from grpo_core.dashboard import processes
-from grpo_core.runs.store import RunStore, list_runs
+from grpo_core.runs import names
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import REPO, TRAINED_STEPS, synth_run, trained_run, wait_for
 
 APP = str(REPO / "app.py")
@@ -278,14 +279,14 @@ def test_url_run_parameter_picks_the_run(runs_dir):
 # ---- legacy pages/ routing -----------------------------------------------------------------------------
 def test_a_page_that_legacy_routing_runs_on_its_own_hands_over_to_the_app_once(runs_dir, monkeypatch):
     """AppTest routes a run like a fresh server (by the pages/ folder's file names, before any
-    st.navigation call): the page file runs without app.py, and through_app runs app.main(),
+    st.navigation call): the page file runs without app.py, and frame.through_app runs frame.main(),
     which draws the run picker and the page, once; a page main() runs does not hand over again."""
-    import app as app_module
+    from grpo_core.dashboard import frame
     synth_run(runs_dir, "older", 3, status="finished").close()
     synth_run(runs_dir, "newer", 3, status="finished").close()
     calls = []
-    main = app_module.main
-    monkeypatch.setattr(app_module, "main", lambda: calls.append(1) or main())
+    main = frame.main
+    monkeypatch.setattr(frame, "main", lambda: calls.append(1) or main())
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["run"] = "older"
     at.switch_page("pages/analysis.py").run()
@@ -303,9 +304,9 @@ def test_a_page_that_legacy_routing_runs_on_its_own_hands_over_to_the_app_once(r
 
 def test_a_page_file_run_as_its_own_app_stays_on_its_own(runs_dir, monkeypatch):
     """AppTest of a page file (the page is the entry point): no hand-over, no run picker."""
-    import app as app_module
+    from grpo_core.dashboard import frame
     synth_run(runs_dir, "r", 3, status="finished").close()
-    monkeypatch.setattr(app_module, "main", lambda: pytest.fail("main() ran"))
+    monkeypatch.setattr(frame, "main", lambda: pytest.fail("main() ran"))
     at = AppTest.from_file(str(REPO / "pages" / "runs.py"), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     assert texts(at.header) == ["Runs"] and not at.sidebar.selectbox
@@ -322,7 +323,7 @@ def test_no_page_imports_torch(trained):
         for page in ("pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"):
             at.switch_page(page).run()
             assert not at.exception, (page, [e.value for e in at.exception])
-        import grpo_core.dashboard.processes, grpo_core.dashboard.serve, grpo_core.dashboard.live_view, grpo_core.analysis.charts, grpo_core.runs.requests
+        import grpo_core.dashboard.processes, grpo_core.dashboard.serve, grpo_core.dashboard.live_view, grpo_core.dashboard.advice, grpo_core.analysis.charts, grpo_core.runs.requests
         heavy = sorted(m for m in ("torch", "transformers", "trl", "accelerate") if m in sys.modules)
         print("HEAVY", heavy)
         sys.exit(1 if heavy else 0)
@@ -348,3 +349,19 @@ def test_sliders_keep_their_values_when_the_run_changes_weights_elsewhere(runs_d
     assert not at.error and sl.max >= 1.6 and sl.value == pytest.approx(1.6)  # re-seeded, never zeroed
     assert at.slider(key="w:r:answer_f1").value == pytest.approx(0.4)
     store.close()
+
+
+def test_every_page_opens_with_the_frame_and_nothing_else_of_its_kind():
+    """Each page's first statement after its imports and constants is frame.open_page() (token
+    gate, run picker's run, legacy-routing guard); no page calls the gate or the guard itself."""
+    import ast
+    for path in sorted((REPO / "pages").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))
+                and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))  # the docstring
+                and not (isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
+                                                           for t in n.targets))]  # constants
+        first = ast.unparse(body[0])
+        assert first.endswith("frame.open_page()"), (path.name, first)
+        calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert not calls & {"require_token", "through_app", "access.require_token", "frame.through_app"}, path.name

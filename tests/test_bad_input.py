@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.runs import names
+from grpo_core.__main__ import main
 from grpo_core.dashboard import processes
 from grpo_core.errors import StoreError
-from grpo_core.runs.store import RunStore, list_runs
-from grpo_core.__main__ import main
+from grpo_core.runs import names
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import REPO, synth_run
 
 FAST = ["--set", "model.warm_start_steps=0", "--set", "log.progress=false"]
@@ -271,8 +272,8 @@ def always_eos_model(path: Path):
     far out along it. Saved like any local Hugging Face model folder."""
     import torch
 
-    from grpo_core.train import models
     from grpo_core.runs.config import ModelConfig
+    from grpo_core.train import models
     tok = models.build_tokenizer()
     model = models.build_tiny_model(ModelConfig(), tok, seed=0)
     with torch.no_grad():

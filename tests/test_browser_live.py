@@ -1,5 +1,6 @@
 """The live monitor in a real browser (headless Chromium via Playwright) against a real
-`python -m grpo_core serve` with its demo run training.
+`python -m grpo_core serve` and a demo run this module started itself (a run serve did not
+start keeps training when serve stops; tests/test_serve_demo.py has the one it started).
 
 Slow and few: weight slider -> Apply -> the trainer applies it -> "applied at step N"
 and the marker; two browser sessions applying at once; charts moving while the run
@@ -9,6 +10,7 @@ GRPO_SCREENSHOTS=1 (make screenshots) saves the README screenshots to docs/scree
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from grpo_core.dashboard import processes
-from grpo_core.runs.store import RunStore, list_runs, pid_alive
+from grpo_core.errors import StoreError
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.run_meta import pid_alive
+from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import REPO, free_port, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
@@ -30,7 +35,7 @@ SHOTS = REPO / "docs" / "screenshots"
 SCREENSHOTS = os.environ.get("GRPO_SCREENSHOTS") == "1"
 # Fast by default (untrained model, tiny steps); the README screenshots use the real demo
 # (warm-started model, 8 prompts x G=8) and wait for enough steps to show the curves' shape.
-# A budget the run cannot reach while the module runs: the fast demo trains ~35 steps/s on 2 cores.
+# A budget the run cannot reach while the module runs: it is live (and steerable) throughout.
 BUDGET = 1_000_000
 # The autopilot off: these tests check the requests the page sends, and the demo's autopilot would
 # add its own (bench/demo_story.py drives the shipped demo, autopilot on, in a browser).
@@ -43,11 +48,23 @@ if not Path(CHROMIUM).exists():
     pytest.skip("no /usr/bin/chromium (make test installs Debian's chromium)", allow_module_level=True)
 
 
+# Waits follow progress, not a guessed wall clock: a wait on the store gives up once the
+# trainer has taken STEPS_PAST steps past the point where the awaited thing should have
+# happened; a wait on a page gives up once the page has redrawn its step counter
+# REDRAWS_PAST times without showing it; either gives up after STALL_S with no progress at
+# all (a hung server or trainer), which holds however slow a loaded machine makes both.
+STEPS_PAST = 50
+REDRAWS_PAST = 20
+CORRECT_AFTER = 4  # page redraws without a slider's value before its key presses are sent again
+STALL_S = 240
+STEP_TEXT = re.compile(rf"step (\d+) of {BUDGET}")
+
+
 class Server:
     """`python -m grpo_core serve` on a free port with its own runs dir."""
 
     def __init__(self, root: Path):
-        self.root, self.port, self.proc = root, free_port(), None
+        self.root, self.port, self.proc, self.log = root, free_port(), None, None
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> str:
@@ -58,36 +75,71 @@ class Server:
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         import urllib.request
-        wait_for(lambda: urllib.request.urlopen(self.url + "/_stcore/health", timeout=2).read() == b"ok",
-                 90, what="Streamlit to answer")
+
+        def answers():
+            if self.proc.poll() is not None:  # serve itself failed: no use waiting
+                pytest.fail(f"serve exited: {Path(self.log.name).read_text()[-2000:]}")
+            return urllib.request.urlopen(self.url + "/_stcore/health", timeout=2).read() == b"ok"
+        wait_for(answers, STALL_S, what="Streamlit to answer")
         return Path(self.log.name).read_text()
 
     def stop(self):
+        """SIGTERM: serve takes its Streamlit down; the demo is the test's, so it keeps training."""
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # serve takes its Streamlit down, never the trainer
-            self.proc.wait(timeout=30)
-        self.log.close()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # only our own process group: serve and its Streamlit
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.log:
+            self.log.close()
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    """A demo run this module started (as a user would: serve finds it live and leaves it be)
+    and `serve` on it; both released whatever the tests' outcome."""
     root = tmp_path_factory.mktemp("browser-runs")
+    rid, _ = processes.start_demo_if_idle(root, DEMO)
     server = Server(root)
-    server.start()
-    rid = wait_for(lambda: processes.live_demo(root), 30, what="the demo run")
-    wait_for(lambda: (_store(root, rid).last_step() or 0) >= MIN_STEPS, 240 + 10 * MIN_STEPS,
-             what=f"the demo to train {MIN_STEPS} steps")
-    yield server, rid
-    server.stop()
-    processes.terminate_run(rid, root=root, wait_s=30)
+    try:
+        server.start()
+        until(lambda: (store_step(root, rid)() or 0) >= MIN_STEPS, what=f"the demo to train {MIN_STEPS} steps",
+              progress=store_step(root, rid))
+        yield server, rid
+    finally:
+        server.stop()
+        processes.stop_and_wait(rid, root=root, request_wait_s=15, signal_wait_s=30)
 
 
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def new_context(browser):
+    """Opens browser contexts for one test and closes every one of them after it, passed or
+    failed: a failed test's live pages would otherwise keep redrawing every 2 s."""
+    opened = []
+
+    def make():
+        opened.append(browser.new_context(viewport={"width": 1400, "height": 1900}))
+        return opened[-1]
+    try:
+        yield make
+    finally:
+        for ctx in opened:
+            try:
+                ctx.close()
+            except sync_api.Error:
+                pass  # already gone with the browser
 
 
 def _store(root, rid) -> RunStore:
@@ -99,24 +151,108 @@ def _control(root, rid):
         return s.control()
 
 
-def open_live(browser, url, rid):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1900})
-    page = ctx.new_page()
+def until(check, what: str, progress=None, advance: int | None = None, stall_s: float = STALL_S):
+    """Poll check() until it returns something true; returns it. progress(): a counter that
+    grows while the thing awaited should happen (None when not known yet): give up once it has
+    grown `advance` past its first known value, or when it has not grown for stall_s."""
+    first, last, moved, error = None, None, time.time(), None
+    while True:
+        try:
+            found = check()
+        except (sync_api.Error, StoreError, sqlite3.Error) as e:  # a page mid-navigation, a store mid-write
+            found, error = None, e
+        if found is not None and found is not False:
+            return found
+        now = progress() if progress else None
+        if now is not None and now != last:
+            first, last, moved = (now if first is None else first), now, time.time()
+        if advance is not None and first is not None and last - first >= advance:
+            raise TimeoutError(f"{what}: not seen while the progress counter went {first} -> {last}"
+                               + (f" (last error: {error})" if error else ""))
+        if time.time() - moved > stall_s:
+            raise TimeoutError(f"{what}: not seen, and no progress for {stall_s:.0f}s (counter at {last})"
+                               + (f" (last error: {error})" if error else ""))
+        time.sleep(0.25)
+
+
+def store_step(root, rid):
+    """The trainer's progress counter: its last logged step."""
+    def last():
+        with _store(root, rid) as store:
+            return store.last_step()
+    return last
+
+
+def page_redraws(page):
+    """The page's progress counter: how many new steps its monitor has drawn since this counter
+    was made, each redraw counting once however many steps the trainer took in between (None
+    before the page's first draw)."""
+    seen = {"step": None, "count": 0}
+
+    def count():
+        try:
+            found = STEP_TEXT.search(page.inner_text("body"))
+        except sync_api.Error:
+            found = None
+        if found and int(found.group(1)) != seen["step"]:
+            seen["count"] += seen["step"] is not None
+            seen["step"] = int(found.group(1))
+        return None if seen["step"] is None else seen["count"]
+    return count
+
+
+def see(page, text, what: str | None = None):
+    """Wait until the page shows `text` (a string or a regex), while it keeps redrawing."""
+    locator = page.get_by_text(text).first
+    until(lambda: locator.is_visible(), what=what or f"{text!r} on the page", progress=page_redraws(page),
+          advance=REDRAWS_PAST)
+
+
+def see_js(page, expression: str, what: str):
+    """Wait until a JS expression is true on the page, while it keeps redrawing."""
+    until(lambda: page.evaluate(expression), what=what, progress=page_redraws(page), advance=REDRAWS_PAST)
+
+
+def open_live(new_context, url, rid):
+    page = new_context().new_page()
     page.goto(f"{url}/?run={rid}", wait_until="domcontentloaded")
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 6", timeout=60_000)
-    page.get_by_text("What-if trainable ratio").first.wait_for(timeout=60_000)
-    return ctx, page
+    until(lambda: page.evaluate("document.querySelectorAll('.js-plotly-plot').length >= 6"),
+          what="the live page's charts")  # its first draw: no redraw to count yet
+    see(page, "What-if trainable ratio")
+    return page
 
 
 def nudge(page, metric: str, key: str, times: int) -> float:
-    """Focus a weight slider's thumb and move it with the keyboard; returns the new value."""
+    """Move a weight slider's thumb with the keyboard until the page's what-if names the new
+    value; returns it. What counts is the value the server has: when the page has redrawn a
+    few times without it (a busy server's redraw put the thumb back, or the value never
+    reached it), the missing key presses are sent again, or, when the thumb already shows the
+    value, one press away and one back send it again."""
     thumb = page.locator('[data-testid="stSlider"]').filter(has_text=metric).locator('input[type="range"]')
-    before = float(thumb.input_value())
-    thumb.focus()
-    for _ in range(times):
-        thumb.press(key)
-    want = round(before + (0.01 if key == "ArrowRight" else -0.01) * times, 2)
-    page.wait_for_function(f"document.body.innerText.includes('{metric}={want:g}')", timeout=30_000)
+    want = round(float(thumb.input_value()) + (0.01 if key == "ArrowRight" else -0.01) * times, 2)
+    redraws = page_redraws(page)
+    pressed_at = [None]  # the page's redraw counter when keys were last pressed
+
+    def press(keys: list[str], again_after: int = CORRECT_AFTER):
+        thumb.focus()
+        for k in keys:
+            thumb.press(k)
+        now = redraws()
+        pressed_at[0] = None if now is None else now - CORRECT_AFTER + again_after
+
+    def moved():
+        if page.evaluate(f"document.body.innerText.includes('{metric}={want:g}')"):
+            return True
+        now = redraws()
+        if now is not None and (pressed_at[0] is None or now - pressed_at[0] >= CORRECT_AFTER):
+            missing = round((want - float(thumb.input_value())) / 0.01)
+            if missing:
+                press(["ArrowRight" if missing > 0 else "ArrowLeft"] * abs(missing))
+            else:  # one press away now, the one back at the next redraw: the value is sent anew
+                press(["ArrowLeft" if key == "ArrowRight" else "ArrowRight"], again_after=1)
+        return False
+    press([key] * times)
+    until(moved, what=f"the slider {metric} at {want:g}", progress=redraws, advance=REDRAWS_PAST)
     return want
 
 
@@ -139,27 +275,38 @@ def shot(page, name, below: str | None = None, height: int = 520):
         page.screenshot(path=str(SHOTS / name), full_page=True)
 
 
-def test_slider_apply_is_applied_by_the_trainer_and_marked_on_every_chart(served, browser):
+def sent_and_applied(root, rid, n0: int, n: int, what: str):
+    """The n requests sent after the first n0, once all are applied: first the page's server
+    writes them (a wait on the page's redraws), then the trainer applies each at its next step
+    (a wait of STEPS_PAST trainer steps)."""
+    until(lambda: len(_control(root, rid)) >= n0 + n, what=f"{what} sent", stall_s=STALL_S)
+
+    def applied():
+        rows = _control(root, rid).iloc[n0:]
+        return rows if len(rows) == n and (rows["status"] == "applied").all() else None
+    return until(applied, what=f"{what} applied", progress=store_step(root, rid), advance=STEPS_PAST)
+
+
+def marked_on_every_chart(step: int) -> str:
+    return f"""Array.from(document.querySelectorAll('.js-plotly-plot')).every(g =>
+        (g.layout.shapes || []).some(s => (s.name || '').startsWith('change:') && s.x0 === {step}))"""
+
+
+def test_slider_apply_is_applied_by_the_trainer_and_marked_on_every_chart(served, new_context):
     server, rid = served
-    ctx, page = open_live(browser, server.url, rid)
+    page = open_live(new_context, server.url, rid)
     shot(page, "live_monitor.png")
     want = nudge(page, "length", "ArrowRight", 5)
     shot(page, "what_if.png", below="Reward weights, threshold, difficulty")
     assert _control(server.root, rid).empty  # moving a slider sends nothing
     page.get_by_role("button", name="Apply").click()
-    def applied():
-        c = _control(server.root, rid)
-        return c.iloc[-1].to_dict() if len(c) and c.iloc[-1]["status"] == "applied" else None
-    row = wait_for(applied, 60, what="the trainer to apply the request")
+    row = sent_and_applied(server.root, rid, 0, 1, "the Apply request").iloc[-1].to_dict()
     assert row["source"] == "ui" and row["payload"]["weights"]["length"] == pytest.approx(want)
     step = int(row["applied_step"])
-    page.get_by_text(f"applied at step {step}").wait_for(timeout=30_000)
-    page.wait_for_function(f"""Array.from(document.querySelectorAll('.js-plotly-plot')).every(g =>
-        (g.layout.shapes || []).some(s => (s.name || '').startsWith('change:') && s.x0 === {step}))""",
-                           timeout=30_000)
+    see(page, f"applied at step {step}")
+    see_js(page, marked_on_every_chart(step), what=f"the change marker at step {step} on every chart")
     assert all(step in m for m in chart_markers(page))
     shot(page, "live_monitor_applied.png")
-    ctx.close()
 
 
 def _weights_in_force(root, rid) -> dict:
@@ -168,20 +315,16 @@ def _weights_in_force(root, rid) -> dict:
     return {m: float(row[f"reward/{m}/weight"]) for m in METRICS}
 
 
-def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, browser):
+def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, new_context):
     server, rid = served
     n0 = len(_control(server.root, rid))
-    (ca, a), (cb, b) = open_live(browser, server.url, rid), open_live(browser, server.url, rid)
+    a, b = open_live(new_context, server.url, rid), open_live(new_context, server.url, rid)
     cur = _weights_in_force(server.root, rid)
     wa = nudge(a, "exact", "ArrowLeft", 10)
     wb = nudge(b, "citation", "ArrowRight", 10)
     a.get_by_role("button", name="Apply").click()
     b.get_by_role("button", name="Apply").click()
-
-    def both_applied():
-        c = _control(server.root, rid).iloc[n0:]
-        return c if len(c) == 2 and (c["status"] == "applied").all() else None
-    rows = wait_for(both_applied, 90, what="both requests applied")
+    rows = sent_and_applied(server.root, rid, n0, 2, "both requests")
     sent = [r["weights"] for r in rows["payload"]]  # in request-id order
     r6 = lambda ws: [{m: round(w, 6) for m, w in x.items()} for x in ws]  # noqa: E731 (slider floats)
     # None lost, none altered. The session that sends second may have seen the first request
@@ -192,7 +335,8 @@ def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, browse
     assert r6(sent) in [r6(x) for x in allowed], sent
     steps = rows["applied_step"].astype(int).tolist()
     assert steps == sorted(steps)  # applied in request order
-    wait_for(lambda: _store(server.root, rid).last_step() >= steps[-1], 60, what="the step it applies at")
+    until(lambda: store_step(server.root, rid)() >= steps[-1], what="the step it applies at",
+          progress=store_step(server.root, rid))
     with _store(server.root, rid) as s:
         changes = s.changes()
         logged = s.scalars_wide(since_step=steps[-1] - 1, until_step=steps[-1]).iloc[-1]
@@ -200,22 +344,21 @@ def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, browse
     for m in METRICS:  # from its step on, the trainer runs with the later request's weights
         assert logged[f"reward/{m}/weight"] == pytest.approx(sent[-1][m])
     for p in (a, b):
-        p.get_by_text(re.compile(r"applied at step \d+")).first.wait_for(timeout=30_000)
-    ca.close()
-    cb.close()
+        see(p, re.compile(r"applied at step \d+"))
 
 
-def test_charts_keep_updating_while_the_run_trains(served, browser):
+def test_charts_keep_updating_while_the_run_trains(served, new_context):
     server, rid = served
-    ctx, page = open_live(browser, server.url, rid)
+    page = open_live(new_context, server.url, rid)
     last_x = "(() => { const x = document.querySelectorAll('.js-plotly-plot')[0]._fullData[0].x; " \
              "return Number(x[x.length - 1]); })()"  # the ratio chart's last step drawn
     first = page.evaluate(last_x)
     assert first >= 3
-    page.wait_for_function(f"{last_x} > {first}", timeout=45_000)  # no reload: the fragment refreshed
-    step_text = page.get_by_text(re.compile(rf"step \d+ of {BUDGET}")).first.inner_text()
-    assert int(re.search(r"step (\d+) of", step_text).group(1)) >= first
-    ctx.close()
+    # no reload: the fragment redraws the charts; the trainer keeps taking steps meanwhile
+    until(lambda: page.evaluate(f"{last_x} > {first}"), what="a chart drawn past its first last step",
+          progress=store_step(server.root, rid))
+    step_text = page.get_by_text(STEP_TEXT).first.inner_text()
+    assert int(STEP_TEXT.search(step_text).group(1)) >= first
 
 
 def _inotify_watches(pid: int) -> int:
@@ -232,38 +375,38 @@ def _inotify_watches(pid: int) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc")
-def test_the_dashboard_watches_no_source_files(served, browser):
+def test_the_dashboard_watches_no_source_files(served, new_context):
     # Streamlit's default watcher adds an inotify watch per folder of the checkout, .venv
     # included, and on every queue overflow (which the imports of a trainer started from that
-    # .venv cause) walks the whole tree again: half a core, and CI's live-page test timed out.
+    # .venv cause) walks the whole tree again, a steady CPU cost beside the trainer.
     # `serve` (and .streamlit/config.toml) turn it off.
     server, rid = served
-    ctx, _ = open_live(browser, server.url, rid)  # Streamlit starts its watchers with a session
+    open_live(new_context, server.url, rid)  # Streamlit starts its watchers with a session
     assert _inotify_watches(server.proc.pid) == 0
-    ctx.close()
 
 
-def test_closing_the_browser_and_restarting_streamlit_leave_the_trainer_alone(served, browser):
+def test_closing_the_browser_and_restarting_streamlit_leave_the_trainer_alone(served, new_context):
     server, rid = served
-    ctx, page = open_live(browser, server.url, rid)
-    page.goto(f"{server.url}/runs", wait_until="domcontentloaded")
-    page.get_by_text(rid).first.wait_for(timeout=30_000)
+    context = new_context()
+    page = context.new_page()
+    page.goto(f"{server.url}/runs?run={rid}", wait_until="domcontentloaded")
+    until(lambda: page.get_by_text(rid).first.is_visible(), what="the run on the Runs page")
     shot(page, "runs_page.png")
-    ctx.close()  # the browser goes away
+    context.close()  # the browser goes away
     with _store(server.root, rid) as s:
         pid = s.get_meta()["pid"]
     server.stop()  # the dashboard goes away
-    step = _store(server.root, rid).last_step()
+    step = store_step(server.root, rid)()
     assert pid_alive(pid)
-    wait_for(lambda: _store(server.root, rid).last_step() > step + 1, 60, what="steps without a dashboard")
+    until(lambda: store_step(server.root, rid)() > step + 1, what="steps without a dashboard",
+          progress=store_step(server.root, rid))
     assert list_runs(server.root).set_index("run_id").loc[rid, "status"] == "running"
 
     out = server.start()  # a fresh dashboard finds the live demo instead of starting another
-    wait_for(lambda: "already live" in Path(server.log.name).read_text(), 30, what="serve's demo line")
+    until(lambda: "already live" in Path(server.log.name).read_text(), what="serve's demo line")
     assert len(list_runs(server.root)) == 1 and pid_alive(pid), out
-    ctx, page = open_live(browser, server.url, rid)
+    page = open_live(new_context, server.url, rid)
     assert rid in page.inner_text("body")
-    ctx.close()
 
 
 PAGES = {"/": "Live monitor", "/runs": "Runs", "/analysis": "Analysis", "/pilot": "Pilot"}
@@ -280,21 +423,21 @@ def _external(url: str) -> bool:
     return u.scheme not in ("data", "blob", "about", "") and u.hostname != "127.0.0.1"
 
 
-def test_no_request_leaves_the_machine_on_any_page(served, browser):
+def test_no_request_leaves_the_machine_on_any_page(served, new_context):
     # Air-gapped clusters: a font, icon or script from a CDN fails there. Every request of every
     # page, and every resource its DOM names (the favicon), goes to 127.0.0.1 or is inline.
     server, rid = served
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1900})
-    page = ctx.new_page()
+    page = new_context().new_page()
     seen = []
     page.on("request", lambda r: seen.append(r.url))
     outside = []
     for path, title in PAGES.items():
         page.goto(f"{server.url}{path}?run={rid}", wait_until="domcontentloaded")
-        page.get_by_role("heading", name=re.compile(title)).first.wait_for(timeout=60_000)
-        page.wait_for_timeout(3000)  # charts, icons and fonts load after the heading
+        heading = page.get_by_role("heading", name=re.compile(title)).first
+        until(lambda: heading.is_visible(), what=f"the {title} page")
+        # charts, icons and fonts load after the heading: wait until the page fetches nothing more
+        page.wait_for_load_state("networkidle", timeout=STALL_S * 1000)
         outside += [u for u in page.evaluate(LOADED) if _external(u)]
     assert len(seen) > 10  # the pages did load (scripts, fonts, the websocket)
     outside += [u for u in seen if _external(u)]
     assert outside == []
-    ctx.close()

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core.runs import requests
-from grpo_core.runs import names
-from grpo_core.analysis import report
+from grpo_core.analysis import formatting, report
+from grpo_core.runs import names, requests
 from grpo_core.runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,34 +24,76 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 STEPS = 30
 
 
-def train_demo(runs_dir: Path) -> Path:
+STALL_S = 240  # a wait gives up only after this long without progress (a hung trainer)
+
+
+def store_progress(run: Path) -> tuple[str | None, int]:
+    """(status, last step) of the run, (None, 0) before its store exists."""
+    if not (run / "run.db").is_file():
+        return None, 0
+    with RunStore.open(run, readonly=True) as s:
+        return s.get_meta().get("status"), s.last_step() or 0
+
+
+@pytest.fixture
+def trainer(runs_dir):
+    """Starts the built-in demo trainer, small and without warm-start; whatever the test's
+    outcome, the process is gone afterwards."""
+    procs = []
+
+    def start() -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "grpo_core", "train", "--run-id", "demo",
+               "--set", f"grpo.steps={STEPS}", "--set", "grpo.prompts_per_step=4", "--set", "grpo.group_size=4",
+               "--set", "model.warm_start_steps=0", "--set", "log.progress=false", "--set", "log.checkpoint_every=0"]
+        with open(runs_dir / "train.out", "w") as log:
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()))
+        return procs[-1]
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def wait_while_progressing(proc: subprocess.Popen, run: Path, done) -> None:
+    """Wait until done() or the trainer exits, giving up only when the store shows no progress
+    (status or step) for STALL_S."""
+    last, moved = None, time.time()
+    while not done() and proc.poll() is None:
+        now = store_progress(run)
+        if now != last:
+            last, moved = now, time.time()
+        if time.time() - moved > STALL_S:
+            raise TimeoutError(f"the trainer made no progress for {STALL_S}s (at {last})")
+        time.sleep(0.05)
+
+
+def train_demo(trainer, runs_dir: Path) -> Path:
     """The built-in demo, small and without warm-start; one weight change sent from the CLI
     side while it trains (applied by the trainer between steps, as in real use). Sent once
     the trainer says running: its loop claims requests before each of its 30 steps, so the
-    change lands however fast the steps go (after step 1 it raced a fast run's end)."""
-    cmd = [sys.executable, "-m", "grpo_core", "train", "--run-id", "demo",
-           "--set", f"grpo.steps={STEPS}", "--set", "grpo.prompts_per_step=4", "--set", "grpo.group_size=4",
-           "--set", "model.warm_start_steps=0", "--set", "log.progress=false", "--set", "log.checkpoint_every=0"]
-    log = open(runs_dir / "train.out", "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    change lands however fast the steps go."""
+    proc = trainer()
     run = runs_dir / "demo"
-    try:
-        deadline = time.time() + 150
-        while time.time() < deadline and proc.poll() is None:  # wait for the training loop
-            if (run / "run.db").is_file():
-                with RunStore.open(run, readonly=True) as s:
-                    if s.get_meta().get("status") == "running":
-                        break
-            time.sleep(0.05)
-        requests.send(run, "set_weights", {"weights": {"answer_f1": 0.6, "length": 0.2}}, source="cli")
-        proc.wait(timeout=max(5, deadline - time.time()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
-    assert proc.returncode == 0, (runs_dir / "train.out").read_text()[-3000:]
+    wait_while_progressing(proc, run, lambda: store_progress(run)[0] == "running")
+    requests.send(run, "set_weights", {"weights": {"answer_f1": 0.6, "length": 0.2}}, source="cli")
+    wait_while_progressing(proc, run, lambda: False)  # to the trainer's exit
+    assert proc.wait() == 0, (runs_dir / "train.out").read_text()[-3000:]
     return run
+
+
+@pytest.fixture
+def browser_page():
+    """A headless Chromium page; the browser is closed whatever the test's outcome."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
 
 
 def rows(page, table_id: str) -> list[list[str]]:
@@ -61,10 +102,8 @@ def rows(page, table_id: str) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    run = train_demo(runs_dir)
+def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, tmp_path, trainer, browser_page):
+    run = train_demo(trainer, runs_dir)
     rep = report.build_report(run)
     # the report reads what the trainer logged: its per-step ratio is the trainer's own scalar
     with RunStore.open(run, readonly=True) as s:
@@ -77,32 +116,27 @@ def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, 
     out.write_text(report.to_html(rep), encoding="utf-8")
 
     attempted, errors = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
+    page = browser_page
+    page.on("pageerror", lambda e: errors.append(str(e)))
 
-            def guard(route):
-                url = route.request.url
-                if url.startswith(("file:", "data:", "blob:")):
-                    return route.continue_()
-                attempted.append(url)
-                return route.abort()
-            page.route("**/*", guard)
-            page.goto(out.as_uri())
-            page.wait_for_function(
-                "() => { const p = document.querySelectorAll('.js-plotly-plot');"
-                " return p.length >= 3 && Array.from(p).every(d => d.querySelector('svg.main-svg')); }",
-                timeout=30_000)
-            n_plots = page.locator(".js-plotly-plot").count()
-            traces = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
-                                   ".map(d => d.querySelectorAll('g.trace').length)")
-            summary, bottlenecks, ledger = rows(page, "summary"), rows(page, "bottlenecks"), rows(page, "ledger")
-            steps = rows(page, "steps")
-            status = page.text_content("#status")
-        finally:
-            browser.close()
+    def guard(route):
+        url = route.request.url
+        if url.startswith(("file:", "data:", "blob:")):
+            return route.continue_()
+        attempted.append(url)
+        return route.abort()
+    page.route("**/*", guard)
+    page.goto(out.as_uri())
+    page.wait_for_function(  # a static file: drawn as soon as plotly has run, ceiling only
+        "() => { const p = document.querySelectorAll('.js-plotly-plot');"
+        " return p.length >= 3 && Array.from(p).every(d => d.querySelector('svg.main-svg')); }",
+        timeout=STALL_S * 1000)
+    n_plots = page.locator(".js-plotly-plot").count()
+    traces = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                           ".map(d => d.querySelectorAll('g.trace').length)")
+    summary, bottlenecks, ledger = rows(page, "summary"), rows(page, "bottlenecks"), rows(page, "ledger")
+    steps = rows(page, "steps")
+    status = page.text_content("#status")
 
     assert attempted == [], f"the report tried to load: {attempted[:5]}"
     assert errors == []
@@ -110,7 +144,7 @@ def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, 
     assert status == "finished"
     assert summary == [[label, value] for _, label, value in report.summary_rows(rep)]
     bn = rep.bottlenecks
-    assert bottlenecks == [[report.cell(c, r[c]) for c in report.BOTTLENECK_COLS] + [r["why"]] for _, r in bn.iterrows()]
-    assert ledger == [[report.cell(c, r[c]) for c in report.LEDGER_SHOW] for _, r in rep.ledger.iterrows()]
-    assert steps == [[str(s)] + [report.cell(c, r[c]) for c in report.STEP_COLS] for s, r in rep.steps.iterrows()]
+    assert bottlenecks == [[formatting.cell(c, r[c]) for c in report.BOTTLENECK_COLS] + [r["why"]] for _, r in bn.iterrows()]
+    assert ledger == [[formatting.cell(c, r[c]) for c in report.LEDGER_SHOW] for _, r in rep.ledger.iterrows()]
+    assert steps == [[str(s)] + [formatting.cell(c, r[c]) for c in report.STEP_COLS] for s, r in rep.steps.iterrows()]
     assert [r[0] for r in bottlenecks] == ["answer_f1", "exact", "citation", "format", "length"]

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core.runs import names
-
 from grpo_core.dashboard import processes
+from grpo_core.runs import names
 from grpo_core.runs.store import EV_ALERT, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

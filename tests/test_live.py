@@ -6,16 +6,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.runs import requests
-
 from grpo_core.analysis import health
-
-from grpo_core.dashboard import live_view
-from grpo_core.runs.names import (CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, CUM_TRAINABLE_RATIO,
-                             FRAC_REWARD_ZERO_STD, GROUPS_SUBMITTED, GROUPS_TRAINABLE, REWARD, TIME_STEP,
-                             TRAINABLE_RATIO, metric_group_std)
+from grpo_core.dashboard import advice, live_cards, live_view, request_view, run_list
 from grpo_core.errors import ConfigError
+from grpo_core.runs import requests
 from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig
+from grpo_core.runs.names import (
+    CUM_GROUPS_SUBMITTED,
+    CUM_GROUPS_TRAINABLE,
+    CUM_TRAINABLE_RATIO,
+    FRAC_REWARD_ZERO_STD,
+    GROUPS_SUBMITTED,
+    GROUPS_TRAINABLE,
+    REWARD,
+    TIME_STEP,
+    TRAINABLE_RATIO,
+    metric_group_std,
+)
 from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import synth_run
 
@@ -125,15 +132,15 @@ def test_request_status_lines_follow_the_trainer(runs_dir):
     a = requests.send(store.run_dir, "set_weights", {"weights": NEW_W})
     b = requests.send(store.run_dir, "set_threshold", {"min_group_std": 0.05})
     live_view.load(store.run_dir, st)
-    assert [r["text"] for r in live_view.request_lines(st, [a, b])] == [
+    assert [r["text"] for r in request_view.request_lines(st, [a, b])] == [
         "pending (applied at the next step boundary)"] * 2
     store.claim_pending()  # what the trainer does between steps
     store.resolve_request(a, True, 11, "weights ... from step 11")
     store.resolve_request(b, False, None, "min_group_std must be a number in [0, 1), got 2")
     live_view.load(store.run_dir, st)
-    lines = {r["id"]: r["text"] for r in live_view.request_lines(st, [a, b])}
+    lines = {r["id"]: r["text"] for r in request_view.request_lines(st, [a, b])}
     assert lines == {a: "applied at step 11", b: "rejected: min_group_std must be a number in [0, 1), got 2"}
-    assert live_view.request_lines(st, []) == []
+    assert request_view.request_lines(st, []) == []
     assert st.changes["step"].tolist() == [11]  # the applied one is a marker, the rejected one is not
 
 
@@ -147,7 +154,7 @@ def test_settings_include_changes_applied_from_a_step_not_logged_yet(runs_dir):
     st = live_view.load(store.run_dir)
     cur = live_view.current_settings(st)
     assert cur["weights"] == NEW_W and cur["min_group_std"] == 0.05
-    assert live_view.pending_changes(cur, NEW_W, 0.05, 1) == []  # the sliders at these values: nothing to apply
+    assert request_view.pending_changes(cur, NEW_W, 0.05, 1) == []  # the sliders at these values: nothing to apply
 
 
 # ---- what-if -----------------------------------------------------------------------------------
@@ -155,7 +162,7 @@ def test_what_if_under_the_recorded_settings_is_the_recorded_ratio(runs_dir):
     store = synth_run(runs_dir, "r", 80)
     st = live_view.load(store.run_dir)
     cur = live_view.current_settings(st)
-    wi = live_view.what_if(st, cur["weights"], cur["min_group_std"])
+    wi = advice.what_if(st, cur["weights"], cur["min_group_std"])
     assert wi["available"] and wi["steps"] == live_view.WHATIF_STEPS
     window = store.scalars_wide(since_step=80 - live_view.WHATIF_STEPS)
     recorded = window[GROUPS_TRAINABLE].sum() / window[GROUPS_SUBMITTED].sum()
@@ -166,7 +173,7 @@ def test_what_if_matches_an_independent_group_by(runs_dir):
     store = synth_run(runs_dir, "r", 60)
     st = live_view.load(store.run_dir)
     only_length = {m: 0.0 for m in DEMO_WEIGHTS} | {"length": 1.0}
-    wi = live_view.what_if(st, only_length, 0.04)  # not a std the 0.1-step penalties can hit exactly
+    wi = advice.what_if(st, only_length, 0.04)  # not a std the 0.1-step penalties can hit exactly
     roll = store.rollouts(since_step=60 - live_view.WHATIF_STEPS, with_text=False)
     std = roll.groupby(["step", "group"])["length"].std(ddof=0)
     assert wi["predicted"] == pytest.approx(float((std > 0.04).mean()))
@@ -176,24 +183,24 @@ def test_what_if_matches_an_independent_group_by(runs_dir):
 def test_what_if_refuses_weights_the_trainer_would_reject(runs_dir):
     st = live_view.load(synth_run(runs_dir, "r", 10).run_dir)
     with pytest.raises(ConfigError, match="all zero"):
-        live_view.what_if(st, {m: 0.0 for m in DEMO_WEIGHTS}, 0.01)
+        advice.what_if(st, {m: 0.0 for m in DEMO_WEIGHTS}, 0.01)
 
 
 def test_suggestions_predict_what_they_say(runs_dir):
     st = live_view.load(synth_run(runs_dir, "r", 60).run_dir)
-    sugg = live_view.suggestions(st)
+    sugg = advice.suggestions(st)
     assert sugg, "the synthetic run has groups only a higher length weight can make trainable"
     for s in sugg:
         assert s["predicted_ratio"] > s["current_ratio"]
-        assert live_view.what_if(st, s["weights"], 0.01)["predicted"] == pytest.approx(s["predicted_ratio"])
+        assert advice.what_if(st, s["weights"], 0.01)["predicted"] == pytest.approx(s["predicted_ratio"])
 
 
 def test_pending_changes_is_one_request_per_changed_setting():
     cur = {"weights": dict(DEMO_WEIGHTS), "min_group_std": 0.01, "level": 1}
-    assert live_view.pending_changes(cur, dict(DEMO_WEIGHTS), 0.01, 1) == []
+    assert request_view.pending_changes(cur, dict(DEMO_WEIGHTS), 0.01, 1) == []
     moved = dict(DEMO_WEIGHTS, length=0.3, exact=0.2)
-    assert live_view.pending_changes(cur, moved, 0.01, 1) == [("set_weights", {"weights": moved})]
-    assert live_view.pending_changes(cur, moved, 0.02, 3) == [
+    assert request_view.pending_changes(cur, moved, 0.01, 1) == [("set_weights", {"weights": moved})]
+    assert request_view.pending_changes(cur, moved, 0.02, 3) == [
         ("set_weights", {"weights": moved}), ("set_threshold", {"min_group_std": 0.02}),
         ("set_difficulty", {"level": 3})]
 
@@ -202,11 +209,11 @@ def test_pending_changes_is_one_request_per_changed_setting():
 def test_cards_are_the_health_verdict_of_the_recent_window(runs_dir):
     store = synth_run(runs_dir, "r", 120)
     st = live_view.load(store.run_dir)
-    c = live_view.cards(st)
+    c = live_cards.cards(st)
     cfg = live_view.health_config(store.get_meta())
     v = health.verdict(store.scalars_wide(since_step=120 - 40), cfg)
     assert c.verdict == v.status and [a.message for a in c.alerts] == [a.message for a in v.alerts]
-    assert c.colour == live_view.VERDICT_COLOURS[v.status]
+    assert c.colour == live_cards.VERDICT_COLOURS[v.status]
     last = store.scalars_wide(since_step=119).iloc[-1]
     assert c.ratio == last[TRAINABLE_RATIO] and c.cum_ratio == last[CUM_TRAINABLE_RATIO]
     assert (c.submitted, c.trainable) == (int(last[CUM_GROUPS_SUBMITTED]), int(last[CUM_GROUPS_TRAINABLE]))
@@ -216,10 +223,10 @@ def test_cards_are_the_health_verdict_of_the_recent_window(runs_dir):
 def test_progress_and_eta_from_the_recent_step_time(runs_dir):
     store = synth_run(runs_dir, "r", 40, steps_total=100)
     st = live_view.load(store.run_dir)
-    done, frac, eta = live_view.progress(st)
+    done, frac, eta = live_cards.progress(st)
     dt = store.scalars_wide(since_step=20, names=[TIME_STEP])[TIME_STEP].mean()
     assert done == 40 and frac == pytest.approx(0.4) and eta == pytest.approx(60 * dt)
-    assert live_view.fmt_eta(3725) == "1h 02m" and live_view.fmt_eta(75) == "1m 15s" and live_view.fmt_eta(None) == "–"
+    assert live_cards.fmt_eta(3725) == "1h 02m" and live_cards.fmt_eta(75) == "1m 15s" and live_cards.fmt_eta(None) == "–"
 
 
 def test_a_run_whose_trainer_died_is_stale_and_not_live(runs_dir):
@@ -228,7 +235,7 @@ def test_a_run_whose_trainer_died_is_stale_and_not_live(runs_dir):
     dead.wait()
     store.set_meta(pid=dead.pid)
     st = live_view.load(store.run_dir)
-    assert st.status == "stale" and not st.is_live and not live_view.capabilities(st)["steer"]
+    assert st.status == "stale" and not st.is_live and not live_cards.capabilities(st)["steer"]
 
 
 def test_an_imported_run_says_what_it_lacks(runs_dir):
@@ -238,12 +245,12 @@ def test_an_imported_run_says_what_it_lacks(runs_dir):
     for s in range(1, 6):
         store.log_step(s, {REWARD: 0.1 * s, FRAC_REWARD_ZERO_STD: 0.5})
     st = live_view.load(store.run_dir)
-    caps = live_view.capabilities(st)
+    caps = live_cards.capabilities(st)
     assert caps["imported"] and not caps["what_if"] and not caps["steer"]
     assert "no what-if" in caps["message"] and "trl" in caps["message"]
-    assert live_view.what_if(st, {"a": 1.0}, 0.01)["available"] is False
-    assert live_view.cards(st).ratio == 0.5  # 1 - frac_reward_zero_std
-    assert live_view.config_summary(store.get_meta()) == "imported from trl"
+    assert advice.what_if(st, {"a": 1.0}, 0.01)["available"] is False
+    assert live_cards.cards(st).ratio == 0.5  # 1 - frac_reward_zero_std
+    assert run_list.config_summary(store.get_meta()) == "imported from trl"
 
 
 # ---- runs page ----------------------------------------------------------------------------------
@@ -252,15 +259,15 @@ def test_runs_overview_progress_summary_and_unreadable_runs(runs_dir):
     done = synth_run(runs_dir, "done", 5, status="finished")
     (runs_dir / "broken").mkdir()
     (runs_dir / "broken" / "run.db").write_bytes(b"not a database at all" * 100)
-    ov = live_view.runs_overview(runs_dir).set_index("run_id")
+    ov = run_list.runs_overview(runs_dir).set_index("run_id")
     assert ov.loc["half", "progress"] == pytest.approx(0.5) and ov.loc["half", "done"] == 10
     assert "8 prompts × G=8" in ov.loc["half", "summary"] and ov.loc["half", "eta"] != "–"
     assert ov.loc["done", "status"] == "finished" and ov.loc["done", "eta"] == "–"
     assert ov.loc["broken", "status"] == "unreadable" and ov.loc["broken", "error"]
-    assert live_view.default_run(runs_dir) == "half"  # the live one first
-    assert live_view.resolve_run(None, "done", runs_dir) == "done"
-    assert live_view.resolve_run(None, "nope", runs_dir) == "half"
-    assert live_view.resolve_run("done", None, runs_dir) == "done"
+    assert run_list.default_run(runs_dir) == "half"  # the live one first
+    assert run_list.resolve_run(None, "done", runs_dir) == "done"
+    assert run_list.resolve_run(None, "nope", runs_dir) == "half"
+    assert run_list.resolve_run("done", None, runs_dir) == "done"
     done.close()
 
 
@@ -269,24 +276,25 @@ def test_default_run_prefers_training_runs_over_pilots(runs_dir):
     pilot = RunStore.create("pilot-1", RunConfig().to_dict(), root=runs_dir, kind="pilot")
     pilot.set_meta(pid=__import__("os").getpid(), host=__import__("os").uname().nodename)
     pilot.set_status("running")
-    assert live_view.default_run(runs_dir) == "old-train"
+    assert run_list.default_run(runs_dir) == "old-train"
     synth_run(runs_dir, "new-train", 3).close()
-    assert live_view.default_run(runs_dir) == "new-train"
+    assert run_list.default_run(runs_dir) == "new-train"
 
 
 def test_empty_runs_dir(runs_dir):
-    assert live_view.runs_overview(runs_dir).empty and live_view.default_run(runs_dir) is None
+    assert run_list.runs_overview(runs_dir).empty and run_list.default_run(runs_dir) is None
 
 
 def test_config_summary_names_the_setup():
     cfg = RunConfig()
     cfg.grpo.group_size, cfg.task.level, cfg.model.path = 16, 3, "/models/qwen-0.5b"
-    text = live_view.config_summary({"config": cfg.to_dict()})
+    text = run_list.config_summary({"config": cfg.to_dict()})
     assert text.startswith("demo L3 · qwen-0.5b · 8 prompts × G=16")
 
 
 def test_a_run_deleted_or_damaged_while_watched_raises_store_error(runs_dir):
     import shutil
+
     from grpo_core.errors import StoreError
     store = synth_run(runs_dir, "r", 5)
     st = live_view.load(store.run_dir)
@@ -303,15 +311,16 @@ def test_a_run_deleted_or_damaged_while_watched_raises_store_error(runs_dir):
 def test_every_status_has_one_colour_the_live_and_runs_pages_share():
     import ast
     from pathlib import Path
-    from grpo_core.runs import store
-    statuses = (store.CREATED, store.RUNNING, store.PAUSED, store.FINISHED, store.FAILED, store.STOPPED, store.STALE,
-                "unreadable")
-    assert set(statuses) <= set(live_view.STATUS_COLOURS)
-    assert live_view.status_badge(store.RUNNING) == ":green[running]"
-    assert live_view.status_badge(store.STALE) == ":red[stale]" and live_view.status_badge("unreadable") == ":red[unreadable]"
-    stopped_by_autopilot = store.status_label(store.STOPPED, "autopilot")
-    assert live_view.status_badge(store.STOPPED, stopped_by_autopilot) == ":gray[stopped (autopilot)]"
-    assert live_view.status_badge("no-such-status") == ":gray[no-such-status]"
+
+    from grpo_core.runs import run_meta
+    statuses = (run_meta.CREATED, run_meta.RUNNING, run_meta.PAUSED, run_meta.FINISHED, run_meta.FAILED,
+                run_meta.STOPPED, run_meta.STALE, "unreadable")
+    assert set(statuses) <= set(live_cards.STATUS_COLOURS)
+    assert live_cards.status_badge(run_meta.RUNNING) == ":green[running]"
+    assert live_cards.status_badge(run_meta.STALE) == ":red[stale]" and live_cards.status_badge("unreadable") == ":red[unreadable]"
+    stopped_by_autopilot = run_meta.status_label(run_meta.STOPPED, "autopilot")
+    assert live_cards.status_badge(run_meta.STOPPED, stopped_by_autopilot) == ":gray[stopped (autopilot)]"
+    assert live_cards.status_badge("no-such-status") == ":gray[no-such-status]"
     # ... and no page keeps a colour table of its own (a dict keyed by statuses)
     for page in sorted((Path(__file__).resolve().parents[1] / "pages").glob("*.py")):
         for node in ast.walk(ast.parse(page.read_text())):

@@ -1,4 +1,4 @@
-"""live_view.what_to_do / live_view.fixes / live_view.what_would_help: the top alert's fix as one request, with
+"""advice.what_to_do / advice.fixes / advice.what_would_help: the top alert's fix as one request, with
 its predicted effect where one can be predicted, computed without a browser."""
 import os
 
@@ -6,13 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.runs import requests, names
-
-from grpo_core.analysis import health
-
-from grpo_core.dashboard import live_view
+from grpo_core.analysis import reweighting, rollout_stats, step_stats
+from grpo_core.dashboard import advice, live_cards, live_view
+from grpo_core.runs import names, requests
 from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig
-from grpo_core.runs.store import RUNNING, RunStore
+from grpo_core.runs.run_meta import RUNNING
+from grpo_core.runs.store import RunStore
 
 METRICS = list(DEMO_WEIGHTS)
 
@@ -30,8 +29,8 @@ def solved_run(root, steps: int = 30, P: int = 8, G: int = 8, fail: float = 0.03
         scores = np.tile(np.array([1.0, 1.0, 1.0, 1.0, 0.0]), (P, G, 1))
         scores[rng.random((P, G)) < fail, :3] = 0.0
         totals = scores @ w
-        stats = health.group_stats(totals, scores, min_group_std=0.01)
-        sc = health.step_scalars(stats, scores, METRICS, DEMO_WEIGHTS, cs, ct)
+        stats = step_stats.group_stats(totals, scores, min_group_std=0.01)
+        sc = step_stats.step_scalars(stats, scores, METRICS, DEMO_WEIGHTS, cs, ct)
         cs, ct = int(sc[names.CUM_GROUPS_SUBMITTED]), int(sc[names.CUM_GROUPS_TRAINABLE])
         sc.update({names.MIN_GROUP_STD: 0.01, names.DIFFICULTY: level, names.TIME_STEP: 0.1})
         groups = pd.DataFrame({"group": np.arange(P), "prompt_id": [f"p{step}-{g}" for g in range(P)], "size": G,
@@ -51,24 +50,24 @@ def solved(runs_dir):
 
 
 def test_a_solved_task_gets_a_harder_level_first_then_a_larger_group_with_its_prediction(solved):
-    advice = live_view.what_to_do(solved)
-    assert advice["alert"].kind in ("low_ratio", "zero_trainable", "near_zero")
-    by_move = {f.move: f for f in advice["fixes"]}
-    assert [f.move for f in advice["fixes"]][:2] == ["difficulty", "group_size"]
+    answer = advice.what_to_do(solved)
+    assert answer["alert"].kind in ("low_ratio", "zero_trainable", "near_zero")
+    by_move = {f.move: f for f in answer["fixes"]}
+    assert [f.move for f in answer["fixes"]][:2] == ["difficulty", "group_size"]
     lvl, g = by_move["difficulty"], by_move["group_size"]
     assert (lvl.label, lvl.kind, lvl.payload) == ("difficulty 1 -> 2", "set_difficulty", {"level": 2})
     assert lvl.predicted is None and "not predictable" in lvl.note  # a new level: new prompts
     assert (g.label, g.kind, g.payload) == ("G 8 -> 16", "set_group_size", {"group_size": 16})
     # the binary planner: the window's ratio plus the gain a larger G is predicted to bring
     assert g.now < g.predicted <= 1 and f"{g.predicted:.0%}" in g.note
-    assert all("reason" not in f.payload for f in advice["fixes"])  # what the button sends: the setting only
+    assert all("reason" not in f.payload for f in answer["fixes"])  # what the button sends: the setting only
     requests.validate_request("set_group_size", g.payload)  # a request the trainer accepts as it is
 
 
 def test_the_advice_is_computed_once_per_new_step(solved, monkeypatch):
-    first = live_view.what_to_do(solved)
-    monkeypatch.setattr(live_view, "fixes", lambda *a, **k: pytest.fail("recomputed without a new step"))
-    assert live_view.what_to_do(solved) is first
+    first = advice.what_to_do(solved)
+    monkeypatch.setattr(advice, "fixes", lambda *a, **k: pytest.fail("recomputed without a new step"))
+    assert advice.what_to_do(solved) is first
 
 
 def test_no_alert_no_advice(runs_dir):
@@ -76,13 +75,13 @@ def test_no_alert_no_advice(runs_dir):
     store = synth_run(runs_dir, "fresh", 3)
     st = live_view.load(store.run_dir)
     store.close()
-    if not live_view.cards(st).alerts:
-        assert live_view.what_to_do(st) is None
+    if not live_cards.cards(st).alerts:
+        assert advice.what_to_do(st) is None
 
 
 def test_when_no_weights_help_the_page_says_what_would(solved):
-    assert live_view.suggestions(solved) == []  # every metric fails in the same rollouts: no reweight helps
-    text = live_view.what_would_help(solved)
+    assert advice.suggestions(solved) == []  # every metric fails in the same rollouts: no reweight helps
+    text = advice.what_would_help(solved)
     assert "difficulty 1 -> 2" in text and "G 8 -> 16" in text and "predicted trainable ratio" in text
 
 
@@ -90,10 +89,10 @@ def test_at_the_top_level_and_the_cap_it_says_why_nothing_applies(runs_dir):
     store = solved_run(runs_dir, level=4, G=64)
     st = live_view.load(store.run_dir)
     store.close()
-    found, why_not = live_view.fixes(st, ("difficulty", "group_size"))
+    found, why_not = advice.fixes(st, ("difficulty", "group_size"))
     assert found == [] and any("level 4 is the highest" in w for w in why_not)
     assert any("G 64 is at the cap" in w for w in why_not)
-    text = live_view.what_would_help(st)  # what is left: wider sampling, which no past rollout can predict
+    text = advice.what_would_help(st)  # what is left: wider sampling, which no past rollout can predict
     assert "temperature 1 -> 1.25" in text and "not predictable" in text and "G 64" not in text
 
 
@@ -120,10 +119,10 @@ def test_a_reweight_fix_carries_the_what_if_prediction(runs_dir):
     store = synth_run(runs_dir, "r", 60)  # solved prompts vary only in the length penalty
     st = live_view.load(store.run_dir)
     store.close()
-    found, _ = live_view.fixes(st, ("weights",))
+    found, _ = advice.fixes(st, ("weights",))
     assert len(found) == 1 and found[0].kind == "set_weights" and "length 0.10 -> " in found[0].label
     f = found[0]
     # the what-if over the health window's rollouts (the autopilot's window), re-scored with these weights
-    a = health.rollout_arrays(st.rollouts[st.rollouts["step"] > st.last_step - 20], st.metrics)
-    assert f.predicted == pytest.approx(health.what_if(a, f.payload["weights"], 0.01))
-    assert f.predicted > health.what_if(a, live_view.current_settings(st)["weights"], 0.01) and f"{f.predicted:.0%}" in f.note
+    a = rollout_stats.rollout_arrays(st.rollouts[st.rollouts["step"] > st.last_step - 20], st.metrics)
+    assert f.predicted == pytest.approx(reweighting.what_if(a, f.payload["weights"], 0.01))
+    assert f.predicted > reweighting.what_if(a, live_view.current_settings(st)["weights"], 0.01) and f"{f.predicted:.0%}" in f.note

@@ -9,15 +9,13 @@ import time
 import pandas as pd
 import pytest
 
-from grpo_core.analysis import charts
-
-from grpo_core.runs import requests
-
-from grpo_core.dashboard import live_view, processes
-from grpo_core.analysis import report
 from grpo_core.__main__ import main
+from grpo_core.analysis import charts, ledger, run_data
+from grpo_core.dashboard import live_view, processes, request_view
 from grpo_core.errors import ConfigError
-from grpo_core.runs.store import APPLIED, EV_AUTOPILOT, EV_CHANGE, REJECTED, RunStore, status_label
+from grpo_core.runs import live_settings, requests
+from grpo_core.runs.run_meta import status_label
+from grpo_core.runs.store import APPLIED, EV_AUTOPILOT, EV_CHANGE, REJECTED, RunStore
 
 
 # ---- validation and the CLI ----------------------------------------------------------------------------
@@ -93,12 +91,12 @@ def test_settings_in_force_come_from_meta_settings_else_the_config():
 
 def test_pending_changes_include_the_run_settings_that_differ():
     cur = live_view.current_settings(_state({"config": CFG}))
-    todo = live_view.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"],
+    todo = request_view.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"],
                                 {"group_size": 12, "prompts_per_step": 4, "temperature": 0.7, "steps": 100})
     assert todo == [("set_group_size", {"group_size": 12}), ("set_temperature", {"temperature": 0.7})]
-    assert live_view.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"], {"steps": 100}) == []
-    assert [live_view.request_summary(k, p) for k, p in todo] == ["group_size=12", "temperature=0.7"]
-    assert live_view.request_summary("set_autopilot", {"enabled": True}) == "autopilot on"
+    assert request_view.pending_changes(cur, cur["weights"], cur["min_group_std"], cur["level"], {"steps": 100}) == []
+    assert [live_settings.describe(k, p) for k, p in todo] == ["group_size 12", "temperature 0.7"]
+    assert live_settings.describe("set_autopilot", {"enabled": True}) == "autopilot on"
 
 
 def test_autopilot_moves_list_status_reason_and_undo():
@@ -110,15 +108,15 @@ def test_autopilot_moves_list_status_reason_and_undo():
              "applied_step": 31, "message": "", "source": "autopilot"},
             {"id": 6, "time": 0, "kind": "stop", "payload": {}, "status": APPLIED, "applied_step": 60,
              "message": "", "source": "autopilot"}]
-    [m_stop, m_g] = live_view.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))  # newest first
-    assert m_g["status"] == "applied at step 31" and m_g["summary"] == "group_size=12"
+    [m_stop, m_g] = request_view.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))  # newest first
+    assert m_g["status"] == "applied at step 31" and m_g["summary"] == "group_size 12"
     assert m_g["reason"].startswith("ratio 0.2") and m_stop["undo"] is None
     kind, payload = m_g["undo"]
     assert kind == "set_group_size" and payload["group_size"] == 8 and payload["undo_of"] == 5
     # once an undo request exists, the move shows it and offers no second undo
     rows.append({"id": 7, "time": 0, "kind": kind, "payload": payload, "status": "pending", "applied_step": None,
                  "message": "", "source": "ui"})
-    m_g = live_view.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))[1]
+    m_g = request_view.autopilot_moves(_state({"config": CFG}, rows, [move, stop]))[1]
     assert m_g["undo"] is None and m_g["undone_by"] == 7
 
 
@@ -129,7 +127,7 @@ def test_new_kinds_are_chart_markers():
     shapes, notes = charts.marker_specs(ch)
     assert [s["x0"] for s in shapes] == [3, 4, 5]  # a step budget change alters no step: not drawn
     assert charts.change_text("set_group_size", {"group_size": 12, "reason": "ratio 0.2 ...", "undo_of": 3}) == \
-        "group size group_size=12"
+        "group_size 12"
 
 
 # ---- a real trainer ---------------------------------------------------------------------------------------
@@ -186,11 +184,11 @@ def test_a_real_trainer_applies_each_new_request_exactly_once_at_a_step_boundary
         (3, 3, 0.7, k + 3, True)
     assert status_label(meta["status"], meta.get("stop_reason")) == "finished"
     # the analysis ledger has a row per change, old -> new
-    led = report.change_ledger(report.load_run(run))
+    led = ledger.change_ledger(run_data.load_run(run))
     changes = dict(zip(led["kind"], led["change"]))
-    assert changes["set_group_size"] == "group_size 4→3" and changes["set_prompts"] == "prompts_per_step 2→3"
-    assert changes["set_temperature"] == "temperature 1→0.700" and changes["set_autopilot"] == "autopilot off→on"
-    assert changes["set_steps"] == f"steps 400→{k + 3}"
+    assert changes["set_group_size"] == "group_size 4 -> 3" and changes["set_prompts"] == "prompts_per_step 2 -> 3"
+    assert changes["set_temperature"] == "temperature 1 -> 0.7" and changes["set_autopilot"] == "autopilot off -> on"
+    assert changes["set_steps"] == f"steps 400 -> {k + 3}"
     assert not led.loc[led["kind"].isin(["set_steps", "set_autopilot"]), "reuse"].any()
 
 
@@ -229,7 +227,7 @@ def test_live_page_lists_autopilot_moves_and_undo_sends_the_inverse(runs_dir):
     at = _live_page("r")
     assert at.toggle(key="ap:r").value is True  # the switch shows the autopilot in force
     md = " ".join(m.value for m in at.markdown)
-    assert f"`#{rid}` after step 12 · **group_size=16** — applied at step 13" in md
+    assert f"`#{rid}` after step 12 · **group_size 16** — applied at step 13" in md
     assert "rare outcomes in groups: group size 8 -> 16" in md
     # the G input follows the move (the user had not touched it): no pending change offered
     assert at.number_input(key="group_size:r").value == 16
@@ -256,7 +254,7 @@ def test_live_page_run_settings_are_requests_and_presets_are_saved(runs_dir):
     at = _live_page("r")
     at.number_input(key="group_size:r").set_value(12).run()
     at.number_input(key="steps:r").set_value(300).run()
-    assert any(c.value == "Pending change: group_size=12; steps=300" for c in at.caption)
+    assert any(c.value == "Pending change: group_size 12; steps 300" for c in at.caption)
     at.button(key="apply").click().run()
     rows = store.control()
     assert list(zip(rows["kind"], rows["payload"])) == [("set_group_size", {"group_size": 12}),

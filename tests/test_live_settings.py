@@ -7,16 +7,15 @@ import shutil
 
 import pytest
 
-from grpo_core.analysis import charts
-
-from grpo_core.runs import requests, live_settings
-
-from grpo_core.dashboard import live_view, request_view
-from grpo_core.analysis import report
-from grpo_core.runs.store import CONTROL_KINDS, FINISHED, RUNNING, RunStore
 from grpo_core.__main__ import main
+from grpo_core.analysis import charts, report
+from grpo_core.dashboard import live_view, request_view
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import load_config
+from grpo_core.runs import live_settings, requests
+from grpo_core.runs.live_settings import CONTROL_KINDS
+from grpo_core.runs.run_meta import FINISHED, RUNNING
+from grpo_core.runs.store import RunStore
+from grpo_core.tasks.loading import load_config
 from grpo_core.train.checkpoints import checkpoint_dirs
 from grpo_core.train.trainer import Trainer
 
@@ -74,7 +73,7 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
     # the change ledger and the chart markers
     rep = report.build_report(run, examples=False)
     row = rep.ledger.iloc[0]
-    assert row["kind"] == "set_top_p" and row["change"] == "top_p 1→0.900" and row["step"] == 1
+    assert row["kind"] == "set_top_p" and row["change"] == "top_p 1 -> 0.9" and row["step"] == 1
     shapes, notes = charts.marker_specs(store.changes())
     assert [n["text"] for n in notes] == ["top_p"] and shapes[0]["x0"] == 1
     # the live page would send it back as a set_top_p request (the pending-change diff)

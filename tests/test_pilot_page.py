@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.analysis import health
-from grpo_core.runs.store import list_runs
+from grpo_core.analysis import planner
+from grpo_core.runs.run_index import list_runs
 from tests.test_pilot import bernoulli_scores, make_pilot_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,12 +65,12 @@ def test_page_with_a_finished_pilot(runs_dir):
     assert ratio.value == f"{s.ratio:.2f}"
     assert [w.value for w in at.warning][0] == "**change the group size first**"
     assert "`format`" in at.warning[1].value  # the uniform metric is named
-    g = health.min_group_size(s.plans[0].p, 0.3)
+    g = planner.min_group_size(s.plans[0].p, 0.3)
     assert f"target 0.30 needs G = {g}" in texts(at)
     assert len(at.get("plotly_chart")) == 3  # histograms, within-group std, planner
     # Moving the target moves the plan.
     at.slider(key="pilot_target").set_value(0.6).run()
-    assert f"target 0.60 needs G = {health.min_group_size(s.plans[0].p, 0.6)}" in texts(at)
+    assert f"target 0.60 needs G = {planner.min_group_size(s.plans[0].p, 0.6)}" in texts(at)
 
 
 def test_start_training_carries_the_chosen_settings(runs_dir):

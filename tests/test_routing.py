@@ -13,8 +13,8 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from urllib.parse import urlsplit
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 

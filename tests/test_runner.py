@@ -8,9 +8,10 @@ import tomllib
 import pytest
 
 from grpo_core.dashboard import processes
-from grpo_core.errors import ConfigError
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import RunStore, list_runs, pid_alive
+from grpo_core.errors import ConfigError, StoreError
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.run_meta import pid_alive
+from grpo_core.runs.store import RunStore
 from tests.helpers_dashboard import synth_run, wait_for
 
 SMALL = {"grpo": {"steps": 4, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},

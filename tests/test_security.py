@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.dashboard import access, serve
-from grpo_core.runs import store
 from grpo_core.__main__ import build_parser, main
+from grpo_core.dashboard import access, serve
 from grpo_core.errors import ConfigError
+from grpo_core.runs import run_index
 from tests.helpers_dashboard import REPO, free_port, synth_run, wait_for
 
 TOKEN = "s3cret-token-for-tests"
@@ -251,7 +251,7 @@ def test_a_custom_metric_typed_in_the_start_form_is_never_imported(runs_dir, tmp
     assert not at.exception
     assert any("custom reward functions cannot be set from the dashboard" in e.value for e in at.error)
     time.sleep(0.5)
-    assert not marker.exists() and store.list_runs(runs_dir).empty  # not imported here, no trainer to import it
+    assert not marker.exists() and run_index.list_runs(runs_dir).empty  # not imported here, no trainer to import it
 
 
 def test_typed_paths_resolve_inside_the_allowed_folders(runs_dir, tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from grpo_core.dashboard import live_view, widget_state
-
 from grpo_core.runs import live_settings
 
 W = {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2, "format": 0.1, "length": 0.1}

@@ -1,8 +1,8 @@
 """The dashboard uses Streamlit's public API only: no file of the app (app.py, pages/,
 grpo_core/) imports one of Streamlit's internal modules (streamlit.runtime, ...) or reads
 one of its private attributes (st._x, st.runtime..., PagesManager.uses_pages_directory).
-A private attribute can change meaning or vanish in any Streamlit release; app.py's
-legacy-routing hand-over (through_app) is built from public API and plain Python."""
+A private attribute can change meaning or vanish in any Streamlit release; frame.py's
+legacy-routing hand-over (frame.through_app) is built from public API and plain Python."""
 import ast
 import types
 from pathlib import Path
@@ -64,7 +64,8 @@ def test_no_private_streamlit_api(path):
 def test_the_files_checked_include_the_app_and_every_page():
     names = {str(p.relative_to(ROOT)) for p in FILES}
     assert {"app.py", "pages/live.py", "pages/runs.py", "pages/analysis.py", "pages/pilot.py",
-            "grpo_core/dashboard/access.py", "grpo_core/dashboard/widget_state.py"} <= names
+            "grpo_core/dashboard/access.py", "grpo_core/dashboard/widget_state.py",
+            "grpo_core/dashboard/frame.py"} <= names
 
 
 @pytest.mark.parametrize("source, found", [

@@ -12,7 +12,7 @@ reach it can start and stop runs, so what a browser sends is checked here:
   $GRPO_ALLOWED_DIRS (separated by ':'). A model path must be an existing folder, a
   dataset an existing file; hub ids are for the CLI. `log.runs_dir` cannot be moved
   from a form. Run ids, preset names and upload names are checked where they are used
-  (store.check_run_id, presets.check_name, importers' run-id from the file name).
+  (locations.check_run_id, presets.check_name, importers' run-id from the file name).
 - With a token ($GRPO_HEALTH_TOKEN, or `serve --token`), every page asks for it first
   and shows nothing else until it matches (constant-time compare).
 """
@@ -23,9 +23,8 @@ import os
 from pathlib import Path
 
 from grpo_core.errors import ConfigError
-
 from grpo_core.runs.config import RunConfig
-from grpo_core.runs.store import runs_dir
+from grpo_core.runs.locations import runs_dir
 
 TOKEN_ENV = "GRPO_HEALTH_TOKEN"
 ALLOWED_ENV = "GRPO_ALLOWED_DIRS"

@@ -18,19 +18,23 @@ import threading
 import time
 from pathlib import Path
 
+from grpo_core.analysis.alert_rules import user_rules
+from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import requests
-from grpo_core.errors import ConfigError
-from grpo_core.runs.config import RunConfig, _suggest, from_dict, validate
+from grpo_core.runs.config import RunConfig, from_dict, suggest, validate
+from grpo_core.runs.live_settings import PAUSE, RESUME, STOP
+from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.run_meta import CREATED, FAILED, LIVE_STATUSES, STOPPED, display_status, pid_alive
+from grpo_core.runs.store import RunStore
 from grpo_core.tasks.rewards import BUILTIN
-from grpo_core.errors import StoreError
-from grpo_core.runs.store import (CREATED, FAILED, LIVE_STATUSES, PAUSE, RESUME, STOP, STOPPED, RunStore, check_run_id, display_status, list_runs, new_run_id, pid_alive, runs_dir)
 
 LOG_NAME = "trainer.log"
 CONFIG_NAME = "config.toml"
 DEMO_PREFIX = "demo"
 
 
-def _as_config(cfg: RunConfig | dict | None) -> RunConfig:
+def as_config(cfg: RunConfig | dict | None) -> RunConfig:
     if cfg is None:
         cfg = RunConfig()
     elif isinstance(cfg, dict):
@@ -38,9 +42,10 @@ def _as_config(cfg: RunConfig | dict | None) -> RunConfig:
     elif not isinstance(cfg, RunConfig):
         raise ConfigError(f"a run config must be a RunConfig or a dict, got {type(cfg).__name__}")
     cfg = validate(cfg)
+    user_rules(cfg.health)  # each [[health.rules]] entry parses, or one line naming the rule and the field
     for name in cfg.reward.weights:  # by name only: a custom metric's code is imported by the trainer, not here
         if name not in BUILTIN and name not in cfg.reward.custom:
-            raise ConfigError(f"reward.weights.{name}: no such metric{_suggest(name, BUILTIN)}; built-in metrics "
+            raise ConfigError(f"reward.weights.{name}: no such metric{suggest(name, BUILTIN)}; built-in metrics "
                               f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
     return cfg
 
@@ -60,7 +65,7 @@ def start_run(cfg: RunConfig | dict | None = None, run_id: str | None = None, ro
     """Validate, create the store and config.toml, spawn the trainer detached; return the run id.
 
     resume=True restarts the trainer of an existing run (its store and config.toml stay).
-    untrusted=True (a config from a browser form): safety.check_ui_config first (no custom
+    untrusted=True (a config from a browser form): access.check_ui_config first (no custom
     code, typed paths only inside the allowed folders)."""
     root = runs_dir(root)
     if resume:
@@ -72,7 +77,7 @@ def start_run(cfg: RunConfig | dict | None = None, run_id: str | None = None, ro
         if status in LIVE_STATUSES:
             raise StoreError(f"run {run_id} is {status}: its trainer is still live, nothing to resume")
     else:
-        cfg = _as_config(cfg)  # bad input stops here: no store, no process
+        cfg = as_config(cfg)  # bad input stops here: no store, no process
         if untrusted:
             from grpo_core.dashboard.access import check_ui_config
             cfg = check_ui_config(cfg, root)
@@ -168,6 +173,42 @@ def terminate_run(run_id: str, root=None, wait_s: float = 10.0) -> bool:
     return signalled
 
 
+def trainer_pid(run_id: str, root=None) -> int | None:
+    """The trainer pid the store recorded, when that process is a live trainer on this host."""
+    with RunStore.open(run_path(run_id, root), readonly=True) as store:
+        meta = store.get_meta()
+    pid = meta.get("pid")
+    same_host = meta.get("host") in (None, os.uname().nodename)
+    return int(pid) if pid and same_host and pid_alive(pid) and _is_trainer(pid) else None
+
+
+def wait_exit(pid: int | None, wait_s: float) -> bool:
+    """Whether `pid` has exited within wait_s seconds."""
+    deadline = time.time() + wait_s
+    while pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    return not pid_alive(pid)
+
+
+def stop_and_wait(run_id: str, root=None, request_wait_s: float = 30.0, signal_wait_s: float = 30.0) -> bool:
+    """Stop a run and wait for its trainer to exit: a stop request first (the trainer finishes
+    its step, checkpoints and records status stopped), SIGTERM if it has not exited within
+    request_wait_s (the same, from its signal handler), SIGKILL after signal_wait_s more. Only
+    the recorded pid, only if it is our trainer. True when no trainer of the run is left."""
+    pid = trainer_pid(run_id, root)
+    if pid is None:
+        return True
+    stop_run(run_id, root)
+    if wait_exit(pid, request_wait_s):
+        return True
+    terminate_run(run_id, root, wait_s=signal_wait_s)
+    if pid_alive(pid) and _is_trainer(pid):
+        os.kill(pid, signal.SIGKILL)  # a trainer stuck past both: its last checkpoint is what is kept
+        wait_exit(pid, 5.0)
+        terminate_run(run_id, root, wait_s=0)  # records the run stopped, its open requests rejected
+    return not pid_alive(pid)
+
+
 # ---- logs ------------------------------------------------------------------------------------
 def log_tail_path(path: Path, n: int = 50) -> str:
     try:
@@ -231,5 +272,5 @@ def start_demo_if_idle(root=None, overrides: list[str] | None = None) -> tuple[s
     return start_run(demo_config(overrides), root=root, prefix=DEMO_PREFIX), True
 
 
-__all__ = ["start_run", "stop_run", "pause_run", "resume_run", "terminate_run", "log_tail",
+__all__ = ["start_run", "stop_run", "pause_run", "resume_run", "terminate_run", "stop_and_wait", "log_tail",
            "start_demo_if_idle", "live_demo", "demo_config", "is_demo", "run_path", "CREATED", "UNTIL_STOPPED"]

@@ -6,7 +6,7 @@ rule of that bookkeeping lives here, over any MutableMapping (st.session_state i
 page, a plain dict in tests/test_steering.py), so the page only draws the widgets:
 
 - `sync` seeds the weight sliders, the threshold and level sliders and the run-setting
-  inputs (live.RUN_SETTINGS, from the settings registry) from the settings in force, and
+  inputs (live_view.RUN_SETTINGS, from the settings registry) from the settings in force, and
   makes an input the user has not touched follow a change made elsewhere (an autopilot
   move, another tab, the CLI), while an edited one keeps the user's value.
 - The weight sliders' range is fixed per run (a changed range makes Streamlit treat the
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 
-from grpo_core.runs import live_settings
 from grpo_core.dashboard.live_view import RUN_SETTINGS
+from grpo_core.runs import live_settings
 from grpo_core.runs.store import APPLYING, PENDING
 
 WEIGHT_STEP = 0.01  # the weight sliders' resolution ...
@@ -42,7 +42,7 @@ class Keys:
     never carries one run's slider values to another)."""
     run_id: str
     weights: dict  # metric -> its slider's key
-    run: dict  # run-setting key (live.RUN_SETTINGS) -> its input's key
+    run: dict  # run-setting key (live_view.RUN_SETTINGS) -> its input's key
 
     @property
     def thr(self) -> str:
@@ -115,7 +115,7 @@ def slider_top(weights: dict) -> float:
 
 
 def sync(ss: MutableMapping, run_id: str, cur: dict) -> Keys:
-    """Bring one run's steering widgets in step with `cur` (live.current_settings) before
+    """Bring one run's steering widgets in step with `cur` (live_view.current_settings) before
     they are drawn: seed what is missing, grow the weight range when a weight exceeds it,
     and let every input the user has not touched follow a change made elsewhere."""
     k = keys(run_id, cur["weights"])
@@ -160,7 +160,7 @@ def my_requests(ss: MutableMapping, run_id: str) -> list[int]:
 
 
 def open_requests(lines: list[dict]) -> list[dict]:
-    """The request lines (live.request_lines) not resolved yet."""
+    """The request lines (request_view.request_lines) not resolved yet."""
     return [r for r in lines if r["status"] in OPEN]
 
 

@@ -1,0 +1,149 @@
+"""What to do now: the what-if, weight suggestions and the top alert's fix as one request.
+
+All over the recent rollouts; the fixes are judged by the autopilot's own move functions."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from grpo_core.analysis import autopilot, reweighting, rollout_stats, windows
+from grpo_core.dashboard.live_cards import Cards, cards
+from grpo_core.dashboard.live_view import LiveState, current_settings, health_config
+from grpo_core.runs.config import AutopilotConfig
+from grpo_core.runs.run_meta import RunMeta
+
+
+def rollout_arrays(state: LiveState):
+    if state.arrays_cache is not None and state.arrays_cache[0] == (state.rollout_step, len(state.rollouts)):
+        return state.arrays_cache[1]
+    a = rollout_stats.rollout_arrays(state.rollouts, state.metrics) if not state.rollouts.empty else None
+    state.arrays_cache = ((state.rollout_step, len(state.rollouts)), a)
+    return a
+
+
+def what_if(state: LiveState, weights: dict, min_group_std: float) -> dict:
+    """Trainable ratio of the recent window under the settings in force and under the
+    slider settings. Raises ConfigError for weights that could not be applied either."""
+    a = rollout_arrays(state)
+    cur = current_settings(state)
+    if a is None or a.n_groups == 0:
+        return {"available": False, "steps": 0, "groups": 0, "now": None, "predicted": None}
+    steps = int(len(np.unique(a.group_step)))
+    now = reweighting.what_if(a, cur["weights"], cur["min_group_std"], cur["outcome_metric"])
+    pred = reweighting.what_if(a, weights, min_group_std, cur["outcome_metric"])
+    return {"available": True, "steps": steps, "groups": int(a.n_groups), "now": now, "predicted": pred}
+
+
+def suggestions(state: LiveState, weights: dict | None = None, min_group_std: float | None = None,
+                n: int = 3) -> list[dict]:
+    a = rollout_arrays(state)
+    if a is None:
+        return []
+    cur = current_settings(state)
+    return reweighting.suggest_weights(a, weights or cur["weights"],
+                                  cur["min_group_std"] if min_group_std is None else min_group_std,
+                                  n=n, outcome_metric=cur["outcome_metric"])
+
+
+
+# ---- what to do now: the top alert's fix as one request ---------------------------------------------
+# The fix each alert asks for, in the order tried (the autopilot's move functions decide whether
+# it applies and predict its effect, so the page offers what the autopilot would do, one click away).
+ALERT_FIXES = {"zero_trainable": ("group_size", "weights", "temperature"),
+               "low_ratio": ("difficulty", "group_size", "weights", "temperature"),
+               "declining_ratio": ("difficulty", "group_size", "temperature"),
+               "near_zero": ("difficulty", "group_size", "weights", "temperature"),
+               "low_reward_std": ("temperature", "group_size", "weights")}
+UNPREDICTABLE = {"difficulty": "not predictable: a new level changes the prompts themselves",
+                 "temperature": "not predictable from past rollouts: wider sampling changes the completions"}
+
+
+@dataclass
+class Fix:
+    """One request that answers an alert: what it changes, and what it is predicted to do."""
+    move: str  # weights | group_size | temperature | difficulty
+    label: str  # "G 8 -> 16", "difficulty 1 -> 2"
+    kind: str  # the request kind
+    payload: dict
+    now: float | None  # the window's trainable ratio
+    predicted: float | None  # None: cannot be predicted (see note)
+    note: str  # the prediction in words, or why there is none
+    reason: str  # the evidence, as the autopilot would write it
+
+
+def _fix_settings(state: LiveState) -> dict:
+    """The settings the autopilot's move functions read (as the trainer fills them)."""
+    cur, run = current_settings(state), RunMeta.parse(state.meta)
+    return {**cur, "max_level": int(run.cfg("curriculum", "max_level", 4) or 4), "user_weights": cur["weights"],
+            "uniform_std": health_config(state.meta).uniform_std,
+            "steps": state.steps_total, "prompts_per_step": cur.get("prompts_per_step") or 1,
+            "user_rollouts": int(run.cfg("grpo", "group_size", 8)) * int(run.cfg("grpo", "prompts_per_step", 8))}
+
+
+def _fix_label(move: str, before: dict, payload: dict) -> str:
+    if move == "group_size":
+        return f"G {before.get('group_size')} -> {payload['group_size']}"
+    if move == "difficulty":
+        return f"difficulty {before.get('level')} -> {payload['level']}"
+    if move == "temperature":
+        return f"temperature {before.get('temperature'):g} -> {payload['temperature']:g}"
+    changed = [m for m, w in payload["weights"].items() if abs(w - before["weights"].get(m, w)) > 1e-4]
+    return "weights " + ", ".join(f"{m} {before['weights'][m]:.2f} -> {payload['weights'][m]:.2f}" for m in changed)
+
+
+def fixes(state: LiveState, moves=("difficulty", "group_size", "weights", "temperature")) -> tuple[list[Fix], list[str]]:
+    """(fixes that apply now, why each other move does not), over the health window's rollouts,
+    computed by the autopilot's own move functions with the run's autopilot bounds (G within its
+    rollout budget, temperature within its cap, one level up) but no rate limit."""
+    a = rollout_arrays(state)
+    if a is None or a.n_groups == 0:
+        return [], ["no rollout scores in the recent steps"]
+    hcfg = health_config(state.meta)
+    known = {f.name for f in dataclasses.fields(AutopilotConfig)}
+    acfg = AutopilotConfig(**{k: v for k, v in (RunMeta.parse(state.meta).config.get("autopilot") or {}).items()
+                              if k in known})
+    last = state.recent.tail(hcfg.trend_window)
+    ro = state.rollouts[state.rollouts["step"].isin(last.index)]
+    ratio, *_ = windows.window_ratio(last, hcfg.trend_window)
+    ratio = 0.0 if ratio is None else ratio
+    s, out, why_not = _fix_settings(state), [], []
+    for move in moves:
+        mv, why = autopilot.TRIES[move](ro, last, s, acfg, ratio, f"ratio {ratio:.2f} over {len(last)} steps")
+        if mv is None:
+            why_not.append(f"{move.replace('_', ' ')}: {why}")
+            continue
+        pred = None if move in UNPREDICTABLE else mv.predicted_ratio
+        note = UNPREDICTABLE.get(move) or f"predicted trainable ratio {pred:.0%} (now {ratio:.0%})"
+        payload = {k: v for k, v in mv.payload.items() if k != "reason"}
+        out.append(Fix(move, _fix_label(move, mv.before or s, payload), mv.kind, payload, ratio, pred, note, mv.reason))
+    return out, why_not
+
+
+def what_to_do(state: LiveState, c: Cards | None = None) -> dict | None:
+    """The top alert (critical first) and the fixes it asks for, first the one to click; None
+    when no alert is up. A healthy run, or one whose alerts no move answers, says so instead."""
+    c = c or cards(state)
+    # Judged once per rollout window (read every 5 s) and set of alerts, not at every new step:
+    # the page asks every 2 s, and the move functions' cost at each step of a fast run would
+    # compete with the sliders' own messages for the server.
+    key = (state.rollout_step, tuple(sorted(a.kind for a in c.alerts)), tuple(sorted(current_settings(state)["weights"].items())))
+    if state.advice_cache is not None and state.advice_cache[0] == key:
+        return state.advice_cache[1]
+    out = None
+    if c.alerts:
+        top = sorted(c.alerts, key=lambda x: x.severity != "critical")[0]
+        found, why_not = fixes(state, ALERT_FIXES.get(top.kind, ("group_size", "weights")))
+        out = {"alert": top, "fixes": found, "why_not": why_not}
+    state.advice_cache = (key, out)
+    return out
+
+
+def what_would_help(state: LiveState) -> str:
+    """What the page says when Suggest weights finds nothing: the moves other than a reweight
+    that would make groups vary (a harder level, a larger G, wider sampling), else why none can."""
+    found, why_not = fixes(state, ("difficulty", "group_size", "temperature"))
+    if found:
+        return "What would help instead: " + "; ".join(f"**{f.label}** ({f.note})" for f in found) + "."
+    return "Nothing else applies now either: " + "; ".join(why_not) + "."
