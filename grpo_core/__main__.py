@@ -1,4 +1,4 @@
-"""CLI: `python -m grpo_core` (also installed as `grpo-health`).
+"""The command line, `python -m grpo_core VERB` (installed as `grpo-health`): its parser and one function per verb.
 
 Each subcommand is one function in its own module, imported only when called, so
 `status`/`control` never pay for importing torch. Bad input exits 2 with one line.
@@ -9,8 +9,7 @@ import argparse
 import json
 import sys
 
-from grpo_core.errors import ConfigError
-from grpo_core.errors import StoreError
+from grpo_core.errors import ConfigError, StoreError
 
 
 def _add_run_options(p: argparse.ArgumentParser):
@@ -32,7 +31,7 @@ def cmd_export(args):
 
 
 def cmd_pilot(args):
-    from grpo_core.analysis.pilot import cli_pilot
+    from grpo_core.train.pilot import cli_pilot
     return cli_pilot(args)
 
 
@@ -71,8 +70,9 @@ def cmd_serve(args):
 
 
 def cmd_status(args):
-    from grpo_core.runs.store import RunMeta, RunStore, display_status, status_label
     from grpo_core.runs import names
+    from grpo_core.runs.run_meta import RunMeta, display_status, status_label
+    from grpo_core.runs.store import RunStore
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
         last = s.last_step()
@@ -102,7 +102,8 @@ def cmd_control(args):
 
 
 def cmd_runs(args):
-    from grpo_core.runs.store import list_runs, status_label
+    from grpo_core.runs.run_index import list_runs
+    from grpo_core.runs.run_meta import status_label
     df = list_runs(args.runs_dir)
     if df.empty:
         print("no runs yet: start one with `python -m grpo_core train`")
@@ -124,11 +125,8 @@ def cmd_config(args):
 
 def _import_args(p: argparse.ArgumentParser):
     """The import subcommand's arguments (its kinds come from the importers: no torch there)."""
-    from grpo_core.integrations.importers import KINDS  # no torch there: cheap
-    p.add_argument("kind", choices=list(KINDS), help="what FILE is (art: history.jsonl, a trajectory file or the "
-                   "model output dir; trl: trainer_state.json or a bare log_history list; trl-log: a terminal "
-                   "transcript; trl-completions: a completions_*.parquet or its folder; tensorboard: an event "
-                   "file or a logdir)")
+    from grpo_core.integrations.kinds import KINDS, kinds_help  # no torch there: cheap
+    p.add_argument("kind", choices=list(KINDS), help=f"what FILE is ({kinds_help()})")
     p.add_argument("file", help="the file or folder (see docs/integrations.md, 'Import a run')")
     p.add_argument("--run-id", help="run id (default: from the file name)")
     p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
@@ -143,71 +141,17 @@ def _import_args(p: argparse.ArgumentParser):
 
 
 def _watch_args(p: argparse.ArgumentParser):
-    p.add_argument("kind", help="what SOURCE is: trl (an output dir: trainer_state.json and completions/*.parquet), "
-                   "wandb (a run dir), tensorboard (a logdir), verl (its file logger JSONL, console log or "
-                   "rollout dumps, or a folder with them)")
+    from grpo_core.integrations.kinds import kinds_help  # no torch there: cheap
+    # No argparse choices: a wrong kind is the watch verb's own one-line error (naming the kinds).
+    p.add_argument("kind", help=f"what SOURCE is ({kinds_help(watch=True)})")
     p.add_argument("source", help="the file or folder to follow")
     p.add_argument("--run-id", help="run id (default: KIND-<source name>)")
     p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
     p.add_argument("--every", type=float, default=2.0, help="seconds between looks at the source")
     p.add_argument("--polls", type=int, help="stop after this many looks (default: until the source ends or Ctrl-C)")
-    p.set_defaults(func=cmd_watch)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="grpo-health", description="GRPO Health: train with GRPO and watch "
-                                 "whether the training is healthy.")
-    sub = ap.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("train", help="run the GRPO trainer (no arguments: the built-in demo)")
-    _add_run_options(p)
-    p.add_argument("--resume", action="store_true", help="continue the run from its last complete checkpoint")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("pilot", help="sample and score without training: check reward variance first")
-    _add_run_options(p)
-    p.set_defaults(func=cmd_pilot)
-
-    p = sub.add_parser("export", help="a run's last checkpoint as a Hugging Face model folder (LoRA merged)")
-    p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("--out", required=True, help="folder to write (from_pretrained loads it)")
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("report", help="post-run analysis as HTML or Markdown")
-    p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("--out", help="report.html or report.md (default: print Markdown)")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("import", help="import a run from another trainer (TRL trainer_state.json, W&B)")
-    _import_args(p)
-    p.set_defaults(func=cmd_import)
-
-    _watch_args(sub.add_parser("watch", help="follow another trainer's outputs into a run as they grow "
-                                             "(TRL, W&B, TensorBoard, verl)"))
-
-    p = sub.add_parser("prompts", help="per-prompt trainability as JSON lines (the least trainable first)")
-    p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("--never-trainable", action="store_true", help="only the prompts whose group never trained")
-    p.add_argument("--out", help="write to this file (default: stdout)")
-    p.set_defaults(func=cmd_prompts)
-
-    p = sub.add_parser("status", help="one run's status and latest health")
-    p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
-
-    from grpo_core.runs import requests  # its kinds come from the settings registry (no torch there)
-    p = sub.add_parser("control", help="send a request to a running trainer (applied between steps)")
-    p.add_argument("run", help="run dir, run.db or run id")
-    p.add_argument("action", choices=requests.cli_actions())
-    p.add_argument("values", nargs="*", help=requests.cli_help())
-    p.set_defaults(func=cmd_control)
-
-    p = sub.add_parser("runs", help="list runs")
-    p.add_argument("--runs-dir")
-    p.set_defaults(func=cmd_runs)
-
-    p = sub.add_parser("serve", help="the dashboard on 127.0.0.1 (starts the built-in demo run unless one is live)")
+def _serve_args(p: argparse.ArgumentParser):
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine "
                    "only); 0.0.0.0 listens on every interface: prints a warning, use with --token")
@@ -217,11 +161,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a knob of the demo run, e.g. --set grpo.steps=500")
-    p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("config", help="every config knob with its default and help")
-    p.set_defaults(func=cmd_config)
+
+def _verb(verbs, name: str, help: str, func) -> argparse.ArgumentParser:
+    """One verb: its help line is also its `--help` description (docs/tables.py reads it there)."""
+    p = verbs.add_parser(name, help=help, description=help)
+    p.set_defaults(func=func)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="grpo-health", description="GRPO Health: train with GRPO and watch "
+                                 "whether the training is healthy.")
+    add_verbs(ap.add_subparsers(dest="command", required=True))
     return ap
+
+
+def add_verbs(verbs) -> None:
+    """Every verb of the CLI, in the order `--help` lists them, on `verbs` (the action
+    `add_subparsers` returns; its `.choices` maps each verb to its parser)."""
+    p = _verb(verbs, "train", "run the GRPO trainer (no arguments: the built-in demo)", cmd_train)
+    _add_run_options(p)
+    p.add_argument("--resume", action="store_true", help="continue the run from its last complete checkpoint")
+    _add_run_options(_verb(verbs, "pilot", "sample and score without training: check reward variance first",
+                           cmd_pilot))
+
+    p = _verb(verbs, "export", "a run's last checkpoint as a Hugging Face model folder (LoRA merged)", cmd_export)
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--out", required=True, help="folder to write (from_pretrained loads it)")
+
+    p = _verb(verbs, "report", "post-run analysis as HTML or Markdown", cmd_report)
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--out", help="report.html or report.md (default: print Markdown)")
+
+    _import_args(_verb(verbs, "import", "import a run another trainer logged (TRL, ART, verl, W&B, TensorBoard, "
+                             "CSV)", cmd_import))
+    _watch_args(_verb(verbs, "watch", "follow another trainer's outputs into a run as they grow "
+                                      "(TRL, W&B, TensorBoard, verl)", cmd_watch))
+
+    p = _verb(verbs, "prompts", "per-prompt trainability as JSON lines (the least trainable first)", cmd_prompts)
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--never-trainable", action="store_true", help="only the prompts whose group never trained")
+    p.add_argument("--out", help="write to this file (default: stdout)")
+    _add_existing_run_verbs(verbs)
+
+
+def _add_existing_run_verbs(verbs) -> None:
+    """The verbs that look at or steer runs that exist, and the dashboard."""
+    p = _verb(verbs, "status", "one run's status and latest health", cmd_status)
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("--json", action="store_true")
+
+    from grpo_core.runs import requests  # its kinds come from the settings registry (no torch there)
+    p = _verb(verbs, "control", "send a request to a running trainer (applied between steps)", cmd_control)
+    p.add_argument("run", help="run dir, run.db or run id")
+    p.add_argument("action", choices=requests.cli_actions())
+    p.add_argument("values", nargs="*", help=requests.cli_help())
+
+    _verb(verbs, "runs", "list runs", cmd_runs).add_argument("--runs-dir")
+    _serve_args(_verb(verbs, "serve", "the dashboard on 127.0.0.1 (starts the built-in demo run unless one "
+                                      "is live)", cmd_serve))
+    _verb(verbs, "config", "every config knob with its default and help", cmd_config)
 
 
 def main(argv: list[str] | None = None) -> int:

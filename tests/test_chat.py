@@ -8,13 +8,12 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from grpo_core.tasks import chat
-
-from grpo_core.train import models
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import load_config
 from grpo_core.runs.store import RunStore
+from grpo_core.tasks import chat
 from grpo_core.tasks.jsonl import load_rows
+from grpo_core.tasks.loading import load_config
+from grpo_core.train import models
 from grpo_core.train.trainer import Trainer
 from tests.real_model import build
 

@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core.analysis import health
-from grpo_core.runs import names
-from grpo_core.runs import store
 from grpo_core.__main__ import main
+from grpo_core.analysis import step_stats
+from grpo_core.runs import names, run_meta, store
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHTS = {"answer_f1": 0.4, "exact": 0.3, "format": 0.1}
@@ -28,13 +27,13 @@ def cli(*args) -> subprocess.CompletedProcess:
 def live_run(runs_dir):
     """A running run with two logged steps: 8 groups, 3 then 5 trainable."""
     s = store.RunStore.create("live-1", {"reward": {"weights": WEIGHTS}, "grpo": {"steps": 50}})
-    s.set_status(store.RUNNING, pid=os.getpid())
+    s.set_status(run_meta.RUNNING, pid=os.getpid())
     cum = (0, 0)
     for step, t in enumerate([3, 5]):
         totals = np.zeros((8, 4))
         totals[:t] = [0.0, 1.0, 0.5, 1.0]
         scores = np.repeat(totals[..., None], 3, axis=-1)
-        scal = health.step_scalars(health.group_stats(totals, scores), scores, list(WEIGHTS), WEIGHTS, *cum)
+        scal = step_stats.step_scalars(step_stats.group_stats(totals, scores), scores, list(WEIGHTS), WEIGHTS, *cum)
         cum = scal[names.CUM_GROUPS_SUBMITTED], scal[names.CUM_GROUPS_TRAINABLE]
         s.log_step(step, scal)
     s.close()
@@ -65,7 +64,7 @@ def test_status_control_and_runs_on_a_real_store(live_run, runs_dir):
     r = cli("status", live_run, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["run_id"] == live_run and out["status"] == store.RUNNING and out["last_step"] == 1
+    assert out["run_id"] == live_run and out["status"] == run_meta.RUNNING and out["last_step"] == 1
     assert out["steps"] == 50 and out["pending_requests"] == 0
     assert out[names.TRAINABLE_RATIO] == 5 / 8 and out[names.CUM_TRAINABLE_RATIO] == 8 / 16
     assert out[names.CUM_GROUPS_SUBMITTED] == 16 and out[names.CUM_GROUPS_TRAINABLE] == 8
@@ -147,7 +146,7 @@ def test_control_requests_in_process(live_run, capsys):
         ctl = s.control()
         assert ctl["kind"].tolist() == ["set_threshold", "set_difficulty", "pause"]
         assert ctl["payload"].tolist() == [{"min_group_std": 0.0}, {"level": 3}, {}]
-        s.set_status(store.FINISHED)
+        s.set_status(run_meta.FINISHED)
     capsys.readouterr()
     assert main(["control", live_run, "resume"]) == 2
     one_error_line(capsys.readouterr().err, "is finished: control requests apply only to a live run")

@@ -164,8 +164,8 @@ def _model(path: Path, s: dict):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_core.train import models
     from grpo_core.runs.config import ModelConfig
+    from grpo_core.train import models
     model = AutoModelForCausalLM.from_pretrained(path)
     for p in model.parameters():
         p.data = p.data.clone()  # out of the file mmap: its pages would be counted when first written
@@ -179,8 +179,8 @@ def _model(path: Path, s: dict):
 def _measure(path: Path, s: dict) -> dict:
     import numpy as np
 
-    from grpo_core.train import grpo, memory_model
     from grpo_core.runs.config import GRPOConfig
+    from grpo_core.train import grpo, memory_model
     model, opt = _model(path, s)
     roll = _rollouts(model.config.vocab_size, s, model.config.pad_token_id)
     adv, trainable = np.random.default_rng(0).standard_normal((s["groups"], s["G"])), np.ones(s["groups"], bool)

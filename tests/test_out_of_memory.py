@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_core.train import out_of_memory
 from grpo_core.__main__ import main
-from grpo_core.runs.config import load_config
-from grpo_core.train.out_of_memory import OutOfMemory, halving, is_out_of_memory
+from grpo_core.runs.run_meta import FAILED
+from grpo_core.runs.store import EV_MEMORY, RunStore
+from grpo_core.tasks.loading import load_config
 from grpo_core.tasks.rewards import Scored
-from grpo_core.runs.store import EV_MEMORY, FAILED, RunStore
+from grpo_core.train import out_of_memory
+from grpo_core.train.out_of_memory import OutOfMemory, halving, is_out_of_memory
 from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grpo_core.runs.store import RunStore
+from grpo_core.tasks.loading import load_config
+from grpo_core.tasks.rewards import Scored
 from grpo_core.train import grpo
 from grpo_core.train.checkpoints import latest_checkpoint
-from grpo_core.runs.config import load_config
-from grpo_core.tasks.rewards import Scored
-from grpo_core.runs.store import RunStore
 from grpo_core.train.trainer import Trainer
 from tests.real_model import build
 
@@ -66,8 +66,8 @@ def test_lora_trains_only_the_adapters_resumes_and_exports_a_merged_model(qwen2,
     (no second copy), so the KL is 0 at the first step and not after it; the checkpoint holds the
     adapter, a resume loads it, and `export` writes a merged folder from_pretrained loads."""
     from grpo_core.__main__ import main
-    from grpo_core.train import models
     from grpo_core.runs import names
+    from grpo_core.train import models
     cfg = load_config(None, [f"model.path={qwen2}", "model.lora_rank=4", "grpo.beta=0.04", "grpo.steps=3",
                              "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=12", "grpo.lr=5e-3",
                              "grpo.min_group_std=0", "log.progress=false", "log.checkpoint_every=0"])
@@ -117,8 +117,8 @@ def _rollout(model, tok, rows_per_prompt=3, seed=0):
 def test_chunked_logprobs_give_the_unchunked_values_and_gradient(qwen2, group_size, lora):
     """Float64: the head over a few completion tokens at a time (recomputed in backward) gives
     the log-probs, entropy and every parameter's gradient of the model's own full logits."""
-    from grpo_core.train import models
     from grpo_core.runs.config import ModelConfig
+    from grpo_core.train import models
     model, tok = AutoModelForCausalLM.from_pretrained(qwen2).double(), AutoTokenizer.from_pretrained(qwen2)
     if lora:
         model = models.apply_lora(model, ModelConfig(lora_rank=4, lora_target_modules="all-linear"))
@@ -201,8 +201,8 @@ def test_sampling_in_batches_of_groups_holds_one_batch_and_keeps_the_rows_in_ord
 def test_a_micro_batch_budget_in_mb_sets_the_groups_per_forward(qwen2):
     """grpo.micro_batch_mb: the memory model's activation estimate of one group picks the
     micro-batch (whole groups); the knob micro_batch_groups wins when set; 0 = the whole step."""
-    from grpo_core.train import memory_model
     from grpo_core.runs.config import GRPOConfig
+    from grpo_core.train import memory_model
     model, tok = AutoModelForCausalLM.from_pretrained(qwen2), AutoTokenizer.from_pretrained(qwen2)
     roll = _rollout(model, tok)  # 3 groups of 3
     step = memory_model.Step(rows=3, prompt_tokens=roll.prompt_len, group_size=3, device="cpu",

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from grpo_core.tasks import rewards
 from grpo_core.errors import ConfigError
+from grpo_core.tasks import rewards
 
 EX = {"answer": "Paris", "source": "S2"}
 DEMO = {m: rewards.BUILTIN[m] for m in ("answer_f1", "exact", "citation", "format", "length")}  # the demo's five

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from grpo_core.errors import ConfigError
-
-from grpo_core.runs.config import load_config
 from grpo_core.runs.names import CUM_SKIPPED_PROMPTS, SKIPPED_PROMPTS
+from grpo_core.runs.run_meta import RUNNING
+from grpo_core.runs.store import RunStore
+from grpo_core.tasks.loading import load_config
 from grpo_core.train.skipping import PromptSkipper
-from grpo_core.runs.store import RUNNING, RunStore
 from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_core.runs import requests
-from grpo_core.runs import names
 from grpo_core.errors import StoreError
-from grpo_core.runs.store import EV_CHANGE, EV_LIFECYCLE, FINISHED, RUNNING, RunStore, STALE, STOPPED, display_status
+from grpo_core.runs import names, requests
+from grpo_core.runs.run_meta import FINISHED, RUNNING, STALE, STOPPED, display_status
+from grpo_core.runs.store import EV_CHANGE, EV_LIFECYCLE, RunStore
 
 pytestmark = pytest.mark.slow
 

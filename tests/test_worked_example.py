@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core.runs.store import RunStore, list_runs
+from grpo_core.runs.run_index import list_runs
+from grpo_core.runs.store import RunStore
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
