@@ -62,9 +62,8 @@ def main() -> int:
         ap.error("--warm-steps must be >= 1")
 
     import torch
-    from grpo_core.train.models import load_pretrained, warm_start
+    from grpo_core.train.models import load_pretrained, set_threads, warm_start
     from grpo_core.tasks.jsonl import JsonlTask
-    from grpo_core.train.trainer import set_threads
     from tests.real_model import build
 
     set_threads()  # $GRPO_TORCH_THREADS, else 1: the model is too small to split across cores
