@@ -232,16 +232,22 @@ def nudge(page, metric: str, key: str, times: int) -> float:
     want = round(float(thumb.input_value()) + (0.01 if key == "ArrowRight" else -0.01) * times, 2)
     redraws = page_redraws(page)
     pressed_at = [None]  # the page's redraw counter when keys were last pressed
+    last_press = [None]  # the redraw counter at the last press: the page must have redrawn since
 
     def press(keys: list[str], again_after: int = CORRECT_AFTER):
         thumb.focus()
         for k in keys:
             thumb.press(k)
         now = redraws()
+        last_press[0] = now
         pressed_at[0] = None if now is None else now - CORRECT_AFTER + again_after
 
     def moved():
-        if page.evaluate(f"document.body.innerText.includes('{metric}={want:g}')"):
+        # Done when the thumb shows the value (an Apply click sends what the thumb holds) and a
+        # redraw after the last press names it (the server has it, not a stale page).
+        at_want = abs(float(thumb.input_value()) - want) < 1e-9
+        fresh = last_press[0] is None or (redraws() or 0) > last_press[0]
+        if at_want and fresh and page.evaluate(f"document.body.innerText.includes('{metric}={want:g}')"):
             return True
         now = redraws()
         if now is not None and (pressed_at[0] is None or now - pressed_at[0] >= CORRECT_AFTER):
