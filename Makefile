@@ -10,6 +10,10 @@ PORT   ?= 8501
 # Installs are keyed on the requirement files' contents, so a changed pin reinstalls.
 RUN_STAMP  := $(VENV)/.run-$(shell cat requirements.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 TEST_STAMP := $(VENV)/.test-$(shell cat requirements.txt requirements-test.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+# vLLM's CPU build pins another transformers: its tests run in a venv of their own.
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.vllm-$(shell cat requirements-vllm.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +35,20 @@ $(TEST_STAMP): $(RUN_STAMP)
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	touch $@
 
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q -r requirements-vllm.txt
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps --no-build-isolation -e . || $(VLLM_PY) -m pip install -q --no-deps -e .
+	touch $@
+
 run: $(RUN_STAMP)  ## dashboard on http://127.0.0.1:$(PORT) with the built-in demo run training
 	$(PY) -m grpo_core serve --port $(PORT)
 
-test: $(TEST_STAMP) lint-docker  ## the whole suite, slow end-to-end tests included
+test: $(TEST_STAMP) $(VLLM_STAMP) lint-docker  ## the whole suite, slow end-to-end tests included, and the vLLM tests in their venv
 	$(PY) -m pytest -q
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm_engine.py tests/test_vllm_trainer.py
 
 test-fast: $(TEST_STAMP)  ## everything but the slow end-to-end tests
 	$(PY) -m pytest -q -m "not slow"
@@ -68,4 +81,4 @@ screenshots: $(TEST_STAMP)  ## refresh docs/screenshots/ from the browser test
 	GRPO_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser_live.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

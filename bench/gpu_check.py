@@ -1,7 +1,7 @@
 """GPU check: a model of the size people post-train, through the embedded trainer, on one GPU.
 
 One prepared run (< 5 minutes on an H100/H200-class GPU) of the trainer's real loop
-(`Trainer.run()`, its `grpo.rollout` and `grpo.train_on`), on a Qwen2 model with Qwen2.5-0.5B's
+(`Trainer.run()`, its `native_sampling.rollout` and `grpo.train_on`), on a Qwen2 model with Qwen2.5-0.5B's
 published sizes (hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864, vocabulary 151,936,
 tied embeddings: 494M parameters) at random init, built from the config alone: no download.
 The tokenizer is the byte-level BPE one tests/real_model.py trains here (8,192 tokens, Qwen's
@@ -14,6 +14,17 @@ then LoRA (rank 16, all-linear), each loaded afresh. A random model almost never
 id, so every completion runs to 512 tokens, and a seeded per-completion "noise" reward gives
 every group spread: every step samples and trains every row, which is what is measured.
 
+Two sampling-only variants time the other ways to sample a batch of the same shape (demo
+prompts at level 4 rendered as the trainer renders them, P x G x 512 tokens, temperature 1,
+special tokens suppressed) against the trainer's own sampler (the full variant's generation
+tokens/s):
+- generate-static: `model.generate(..., cache_implementation="static")` on a bf16 copy of the
+  model (the first call, timed apart, compiles);
+- vllm: the vLLM engine (grpo_core/train/vllm_engine.py, bf16, colocated), plus its weight sync
+  (`load_weights` from the fp32 model, the whole call), sleep and wake-up, and the largest
+  |log-prob| gap to the trainer's fp32 log-probs on a short fixed completion, after an
+  optimizer step with and without the sync. Without vLLM installed: "skipped: vllm not installed".
+
 Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_check.json):
 - generation tokens/s (completion tokens sampled / time/generate_s) and training tokens/s
   (prompt + completion tokens through forward/backward / time/train_s), medians over the
@@ -23,7 +34,7 @@ Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_ch
 - the share of trained parameter elements that moved over the run (fp32 master weights at
   lr 1e-6: with bf16 weights most small updates would be lost), and parameters trained.
 
-    python bench/gpu_check.py [--steps 2] [--out gpu_check.json]
+    python bench/gpu_check.py [--steps 2] [--variants full,lora,generate-static,vllm] [--out gpu_check.json]
     python bench/gpu_check.py --smoke      # CPU, a tiny Qwen2, fp32: checks the script itself
 """
 from __future__ import annotations
@@ -46,8 +57,9 @@ import torch  # noqa: E402
 
 QWEN2_5_0_5B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                     intermediate_size=4864, vocab_size=151936)
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=128, vocab_size=4096)  # vocabulary past the tokenizer's, as the real check's
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+            intermediate_size=128, vocab_size=4096)  # vocabulary past the tokenizer's, as the real check's;
+# heads of 32: vLLM's CPU attention has no kernel for smaller ones
 # prompts, group size, new tokens, groups per micro-batch, log-prob chunk MB, LoRA rank
 BATCH = dict(prompts=8, group_size=8, max_new_tokens=512, micro_batch_groups=2, logit_chunk_mb=256.0, lora_rank=16)
 SMOKE_BATCH = dict(prompts=2, group_size=4, max_new_tokens=16, micro_batch_groups=1, logit_chunk_mb=0.05, lora_rank=4)
@@ -102,9 +114,9 @@ def make_config(path: Path, smoke: bool, lora: bool, steps: int):
 
 
 def counting(counts: list):
-    """Wrappers of grpo.rollout / grpo.train_on that count each step's tokens where they are made."""
-    from grpo_core.train import grpo
-    rollout, train_on = grpo.rollout, grpo.train_on
+    """Wrappers of native_sampling.rollout / grpo.train_on that count each step's tokens where they are made."""
+    from grpo_core.train import grpo, native_sampling
+    rollout, train_on = native_sampling.rollout, grpo.train_on
 
     def counted_rollout(*a, **kw):
         r = rollout(*a, **kw)
@@ -145,7 +157,7 @@ def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> d
     """One variant: the trainer's run of warm + steps steps, timed and measured."""
     from grpo_core.runs import names
     from grpo_core.runs.store import RunStore
-    from grpo_core.train import grpo
+    from grpo_core.train import grpo, native_sampling
     from grpo_core.train.models import set_threads
     from grpo_core.train.trainer import Trainer
     cfg = make_config(path, smoke, lora, warm + steps)
@@ -161,14 +173,14 @@ def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> d
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     counts = []
-    saved = grpo.rollout, grpo.train_on
-    grpo.rollout, grpo.train_on = counting(counts)
+    saved = native_sampling.rollout, grpo.train_on
+    native_sampling.rollout, grpo.train_on = counting(counts)
     try:
         t0 = time.perf_counter()
         status = tr.run()
         run_s = time.perf_counter() - t0
     finally:
-        grpo.rollout, grpo.train_on = saved
+        native_sampling.rollout, grpo.train_on = saved
     w = store.scalars_wide(names=[names.TIME_STEP, names.TIME_GENERATE, names.TIME_TRAIN, names.TRAINABLE_RATIO])
     res = summarize(w.iloc[warm:], counts[warm:], names)
     res.update({"variant": "lora" if lora else "full", "status": status, "load_s": round(load_s, 2),
@@ -204,13 +216,148 @@ def summarize(w, counts: list, names) -> dict:
             "trainable_ratio_median": float(w[names.TRAINABLE_RATIO].median())}
 
 
+SAMPLERS = ("generate-static", "vllm")
+SYNC_CHECK_TOKENS = 8  # prompt and completion of the sync check: score() reads the whole vocabulary per token
+
+
+def sampling_batch(path: Path, smoke: bool):
+    """The fp32 model on the check's device, its tokenizer, and the batch every sampler samples."""
+    from grpo_core.tasks import chat
+    from grpo_core.tasks.demo import DemoTask
+    from grpo_core.train import models, native_sampling
+    device = torch.device("cpu" if smoke else "cuda")
+    model, tokenizer = models.load_pretrained(str(path), device, torch.float32)
+    b = SMOKE_BATCH if smoke else BATCH
+    examples = DemoTask(4, seed=0).batch(b["prompts"])
+    batch = dict(examples=examples, prompts=[chat.render(tokenizer, e["prompt"]) for e in examples],
+                 group_size=b["group_size"], max_new_tokens=b["max_new_tokens"],
+                 eos=native_sampling.eos_token_ids(model, tokenizer), suppress=models.suppressed_token_ids(tokenizer))
+    return model, tokenizer, device, batch
+
+
+def time_sampler(sample, steps: int, cuda: bool) -> dict:
+    """Medians over `steps` timed calls of sample() (-> completion tokens), after a first call
+    timed apart (compiling, warming up)."""
+    def once():
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        tokens = sample()
+        if cuda:
+            torch.cuda.synchronize()
+        return tokens, time.perf_counter() - t0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    _, first_s = once()
+    runs = [once() for _ in range(steps)]
+    return {"steps_timed": steps, "first_call_s": round(first_s, 2),
+            "completion_tokens_per_step": statistics.median(t for t, _ in runs),
+            "generate_s_median": statistics.median(s for _, s in runs),
+            "generation_tokens_per_s": statistics.median(t / s for t, s in runs),
+            "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+
+
+def generate_static(path: Path, smoke: bool, steps: int) -> dict:
+    """model.generate with a static KV cache, in bf16 on the GPU (fp32 in the smoke run)."""
+    from grpo_core.train import native_sampling
+    model, tokenizer, device, b = sampling_batch(path, smoke)
+    if device.type == "cuda":
+        model = model.to(torch.bfloat16)
+    enc = tokenizer(b["prompts"], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+
+    def sample() -> int:
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, top_k=0, temperature=1.0, num_return_sequences=b["group_size"],
+                                 max_new_tokens=b["max_new_tokens"], cache_implementation="static",
+                                 suppress_tokens=b["suppress"], eos_token_id=b["eos"],
+                                 pad_token_id=tokenizer.pad_token_id)
+        return int(native_sampling.completion_mask(out[:, enc["input_ids"].shape[1]:], b["eos"]).sum())
+    res = {"variant": "generate-static", "status": "finished", "rows_per_step": len(b["prompts"]) * b["group_size"],
+           **time_sampler(sample, steps, device.type == "cuda"), "weight_dtype": str(model.dtype)}
+    return res
+
+
+def vllm_sampling(path: Path, smoke: bool, steps: int) -> dict:
+    """The vLLM engine's rollouts (bf16 on the GPU, fp32 in the smoke run), then its sync figures."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return {"variant": "vllm", "status": "skipped: vllm not installed"}
+    from grpo_core.errors import ConfigError
+    from grpo_core.train import vllm_engine
+    model, tokenizer, device, b = sampling_batch(path, smoke)
+    t0 = time.perf_counter()
+    try:
+        engine = vllm_engine.VllmEngine(path, dtype="float32" if smoke else "bfloat16", max_model_len=2048)
+    except ConfigError as e:
+        return {"variant": "vllm", "status": f"skipped: {e}"}
+    load_s = time.perf_counter() - t0
+
+    def sample() -> int:
+        roll = vllm_engine.rollout(engine, tokenizer, b["examples"], b["group_size"],
+                                   max_new_tokens=b["max_new_tokens"], eos_ids=b["eos"], suppress_ids=b["suppress"], prompts=b["prompts"],
+                                   add_special_tokens=False)
+        return int(roll.completion_mask.sum())
+    res = {"variant": "vllm", "status": "finished", "vllm": engine.vllm.__version__, "load_s": round(load_s, 2),
+           "rows_per_step": len(b["prompts"]) * b["group_size"], **time_sampler(sample, steps, device.type == "cuda")}
+    res.update(sync_figures(engine, model, tokenizer, b, steps))
+    return res
+
+
+def sync_figures(engine, model, tokenizer, b: dict, steps: int) -> dict:
+    """The weight sync's cost (the whole load_weights call), sleep and wake-up, and the largest
+    |log-prob| gap between the engine and the trainer on a fixed completion: as loaded, after
+    an optimizer step without the sync, and with it."""
+    from grpo_core.train import grpo
+    cuda = next(model.parameters()).is_cuda
+    ids = tokenizer(b["prompts"][0], add_special_tokens=False)["input_ids"]
+    prompt, completion = ids[:SYNC_CHECK_TOKENS], ids[SYNC_CHECK_TOKENS:2 * SYNC_CHECK_TOKENS]
+    full = torch.tensor([prompt + completion], device=next(model.parameters()).device)
+
+    def gap() -> float:
+        ours = engine.score([prompt], [completion], 1.0, b["suppress"])[0]
+        with torch.no_grad():
+            theirs, _ = grpo.token_logprobs(model, full, torch.ones_like(full), len(prompt), suppress_ids=b["suppress"])
+        return float((ours - theirs[0].float().cpu()).abs().max())
+
+    def seconds(call) -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    loaded = gap()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=full, labels=full).loss.backward()
+    optimizer.step()
+    unsynced = gap()
+    sync_s = [seconds(lambda: engine.load_weights(model)) for _ in range(max(steps, 1))]
+    synced = gap()
+    sleep_s, wake_s = seconds(engine.sleep), seconds(engine.wake_up)
+    return {"sync_s_median": statistics.median(sync_s), "sleep_s": sleep_s, "wake_up_s": wake_s,
+            "logprob_gap_loaded": loaded, "logprob_gap_unsynced": unsynced, "logprob_gap_synced": synced,
+            "logprob_gap_after_wake_up": gap()}
+
+
+def free_memory():
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after 1 warm-up step)")
-    ap.add_argument("--variants", default="full,lora", help="comma-separated: full, lora")
+    ap.add_argument("--variants", default="full,lora,generate-static,vllm",
+                    help="comma-separated: full, lora (the trainer's loop), generate-static, vllm (sampling only)")
     ap.add_argument("--smoke", action="store_true", help="CPU, a tiny Qwen2, fp32: test the script itself")
     ap.add_argument("--out", default=None, help="write the JSON here (default: $OUT/gpu_check.json when $OUT is set)")
     args = ap.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in ("full", "lora", *SAMPLERS)]
+    if unknown:
+        ap.error(f"--variants: unknown {', '.join(unknown)}; choose from full, lora, {', '.join(SAMPLERS)}")
     if not args.smoke and not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA is not available (use --smoke for the CPU check of this script)"}))
         return 2
@@ -221,8 +368,13 @@ def main(argv=None) -> int:
            "torch": torch.__version__, "model": {**(TINY if args.smoke else QWEN2_5_0_5B), "tied": True},
            "batch": SMOKE_BATCH if args.smoke else BATCH, "lr": LR, "build_s": round(time.perf_counter() - t0, 2),
            "variants": []}
-    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
-        res["variants"].append(run_variant(path, args.smoke, variant == "lora", args.steps, warm=1))
+    for variant in variants:
+        if variant in SAMPLERS:  # each loads its own model, freed when it returns
+            res["variants"].append((generate_static if variant == "generate-static" else vllm_sampling)(
+                path, args.smoke, args.steps))
+            free_memory()
+        else:
+            res["variants"].append(run_variant(path, args.smoke, variant == "lora", args.steps, warm=1))
     res["total_s"] = round(time.perf_counter() - t0, 2)
     text = json.dumps(res, indent=1)
     print(text)

@@ -355,7 +355,7 @@ def probe_cell(args) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from grpo_core.runs.config import GRPOConfig
-    from grpo_core.train import grpo
+    from grpo_core.train import grpo, native_sampling
     from grpo_core.train.models import set_threads
     set_threads()
     torch.manual_seed(0)
@@ -368,15 +368,15 @@ def probe_cell(args) -> dict:
     gcfg = GRPOConfig(prompts_per_step=P, group_size=G, max_new_tokens=NEW_TOKENS, beta=0.0, lr=LR,
                       micro_batch_groups=args.probe_mb, logit_chunk_mb=args.probe_chunk)
 
-    def roll(groups: int, lp: int, lc: int) -> "grpo.Rollouts":
+    def roll(groups: int, lp: int, lc: int) -> "native_sampling.Rollouts":
         gen = torch.Generator().manual_seed(1)
         prompts = torch.randint(3, args.probe_vocab, (groups, lp), generator=gen).repeat_interleave(G, 0)
         comp = torch.randint(3, args.probe_vocab, (groups * G, lc), generator=gen)
         ids = torch.cat([prompts, comp], 1)
         fields = dict(input_ids=ids, attention_mask=torch.ones_like(ids), prompt_len=lp, texts=[""] * len(ids),
                       examples=[{}] * len(ids), num_prompts=groups, group_size=G, prompts=[""] * groups)
-        names = {f.name for f in dataclasses.fields(grpo.Rollouts)}
-        return grpo.Rollouts(**{k: v for k, v in fields.items() if k in names})
+        names = {f.name for f in dataclasses.fields(native_sampling.Rollouts)}
+        return native_sampling.Rollouts(**{k: v for k, v in fields.items() if k in names})
     rng = np.random.default_rng(0)
     warm = roll(1, 2, 1)  # AdamW's state exists after this
     grpo.train_on(model, opt, warm, rng.normal(size=(1, G)), np.ones(1, bool), gcfg, suppress_ids=[0, 1])

@@ -31,8 +31,20 @@ def kinds(alerts):
 
 def test_the_builtin_rules_are_the_toml_file():
     assert [r.kind for r in alert_rules.BUILTIN] == ["zero_trainable", "low_ratio", "low_reward_std",
-                                                     "declining_ratio", "near_zero", "noisy_verifier"]
-    assert all(r.input in alert_rules.INPUTS for r in alert_rules.BUILTIN)
+                                                     "declining_ratio", "near_zero", "noisy_verifier",
+                                                     "sampler_mismatch"]
+    assert all(r.input in alert_rules.INPUTS or r.metric for r in alert_rules.BUILTIN)
+
+
+def test_a_sampler_that_drifts_from_the_trainer_is_critical_and_an_in_step_one_is_quiet():
+    """The mismatch rule reads the step's mean |trainer - sampler| log-prob (grpo.engine=vllm)."""
+    healthy = [0.5] * 20
+    synced = frame(healthy, extra={names.SAMPLER_LOGP_DIFF_MEAN: [1e-6] * 20})
+    stale = frame(healthy, extra={names.SAMPLER_LOGP_DIFF_MEAN: [1e-6] * 19 + [0.4]})
+    assert "sampler_mismatch" not in kinds(health.alerts(synced, HealthConfig()))
+    assert "sampler_mismatch" not in kinds(health.alerts(frame(healthy), HealthConfig()))  # native: not logged
+    alert = kinds(health.alerts(stale, HealthConfig()))["sampler_mismatch"]
+    assert alert.severity == "critical" and "0.400" in alert.message and "weight sync" in alert.message
 
 
 def test_the_advice_follows_the_solved_or_unsolved_split():

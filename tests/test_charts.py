@@ -29,6 +29,7 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
     wide = run.scalars_wide()
     figs = dict(charts.live_charts(wide, live_view.run_metrics(run.get_meta()), run.changes(), smoothing=0.6))
     assert figs.pop("eval") is None  # the run evaluated nothing (eval.every = 0)
+    assert figs.pop("sampler") is None  # sampled natively: no sampler/trainer mismatch logged
     assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
     assert all(isinstance(f, go.Figure) for f in figs.values())
     # A measured series: its raw values as faint points ("<label> (raw)"), its EMA as the line ("<label>").
@@ -101,7 +102,7 @@ def _plain(x):
 
 def test_every_chart_marks_every_applied_change(run):
     figs = charts.live_charts(run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
-    for key, fig in [(k, f) for k, f in figs if k != "eval"]:  # the run evaluated nothing
+    for key, fig in [(k, f) for k, f in figs if k not in ("eval", "sampler")]:  # not evaluated, sampled natively
         marks = [s for s in fig.layout.shapes if (s.name or "").startswith("change:")]
         assert [(m.x0, m.name) for m in marks] == [(12, "change:set_weights"), (30, "change:set_weights")], key
         notes = [a for a in fig.layout.annotations if (a.name or "").startswith("change:")]
@@ -167,6 +168,16 @@ def test_imported_run_shape_charts_what_it_has_and_nothing_else():
     np.testing.assert_allclose(_trace(figs["ratio"], "per step (1 − frac_reward_zero_std) (raw)").y,
                                [0.75, 0.5, 0.25])  # 1 - frac_reward_zero_std
     assert figs["reward_std"] is not None and figs["reward"] is not None
+
+
+def test_the_sampler_chart_draws_the_mismatch_and_its_alert_line(monkeypatch):
+    monkeypatch.setattr(charts, "VALIDATE", True)
+    wide = pd.DataFrame({names.SAMPLER_LOGP_DIFF_MEAN: [1e-6, 2e-6, 0.3], names.SAMPLER_LOGP_DIFF_MAX: [1e-5, 1e-5, 2.0]},
+                        index=pd.Index([1, 2, 3], name="step"))
+    fig = dict(charts.live_charts(wide, [], None))["sampler"]
+    np.testing.assert_allclose(_trace(fig, "mean |log-prob difference| (raw)").y, [1e-6, 2e-6, 0.3])
+    np.testing.assert_allclose(_trace(fig, "max |log-prob difference| (raw)").y, [1e-5, 1e-5, 2.0])
+    assert [s.y0 for s in fig.layout.shapes if s.name == "threshold"] == [0.1]
 
 
 def test_no_data_no_figure():

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from grpo_core.errors import ConfigError
-from grpo_core.runs import config
+from grpo_core.runs import config, live_settings
 from grpo_core.tasks.loading import load_config
 
 
@@ -118,14 +118,14 @@ def test_all_zero_weights_and_bad_files(tmp_path):
         load_config(None, ["task.name=jsonl"])
 
 
-def test_validate_weights():
-    assert config.validate_weights({"a": 1, "b": "0.5"}, ["a", "b"]) == {"a": 1.0, "b": 0.5}
+def test_check_weights():
+    assert live_settings.check_weights({"a": 1, "b": "0.5"}, ["a", "b"]) == {"a": 1.0, "b": 0.5}
     with pytest.raises(ConfigError, match="unknown metric \\(did you mean 'answer_f1'\\?\\)"):
-        config.validate_weights({"answer_f2": 1.0}, ["answer_f1", "exact"])
+        live_settings.check_weights({"answer_f2": 1.0}, ["answer_f1", "exact"])
     for bad, msg in [({"a": math.inf}, "finite"), ({"a": -0.1}, ">= 0"), ({"a": 0.0}, "all zero"),
                      ({}, "at least one metric"), ({"a": None}, "must be a number")]:
         with pytest.raises(ConfigError, match=msg):
-            config.validate_weights(bad, None)
+            live_settings.check_weights(bad, None)
 
 
 def test_the_config_keeps_rules_as_data_and_train_checks_them_before_the_model_loads(tmp_path, capsys):

@@ -1,8 +1,10 @@
 """bench/gpu_check.py runs here too: `--smoke` is the same script (the trainer's loop, both
-variants, the memory model's estimate, the parameters-moved check) on a tiny Qwen2 on CPU, so the
-prepared GPU check is known to work before a GPU is lent for it."""
+variants, the memory model's estimate, the parameters-moved check; the sampling-only variants,
+generate with a static cache and the vLLM engine) on a tiny Qwen2 on CPU, so the prepared GPU
+check is known to work before a GPU is lent for it."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,8 +22,9 @@ def test_the_gpu_check_smoke_run_writes_sane_figures_for_both_variants(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["device"] == "cpu (smoke)" and res["model"]["vocab_size"] > 2048  # past the tokenizer's vocabulary
-    full, lora = res["variants"]
-    assert (full["variant"], lora["variant"]) == ("full", "lora")
+    full, lora, static, vllm = res["variants"]
+    assert (full["variant"], lora["variant"], static["variant"], vllm["variant"]) == ("full", "lora", "generate-static",
+                                                                                      "vllm")
     batch = res["batch"]
     for v in (full, lora):
         assert v["status"] == "finished" and v["steps_timed"] == 2
@@ -36,3 +39,12 @@ def test_the_gpu_check_smoke_run_writes_sane_figures_for_both_variants(tmp_path)
     assert full["params_trained"] == full["params"]
     assert 0 < lora["params_trained"] < 0.1 * lora["params"] and lora["memory_model_gib"]["optimizer"] < \
         0.1 * full["memory_model_gib"]["optimizer"]
+    for v in (static, vllm) if importlib.util.find_spec("vllm") else (static,):
+        assert v["status"] == "finished" and v["steps_timed"] == 2
+        assert v["rows_per_step"] == batch["prompts"] * batch["group_size"]
+        assert 0 < v["completion_tokens_per_step"] <= v["rows_per_step"] * batch["max_new_tokens"]
+        assert v["generation_tokens_per_s"] > 0
+    if importlib.util.find_spec("vllm") is None:
+        assert vllm == {"variant": "vllm", "status": "skipped: vllm not installed"}
+    else:  # the engine follows the trainer's weights only through the sync
+        assert vllm["logprob_gap_synced"] < 1e-4 < vllm["logprob_gap_unsynced"] and vllm["sync_s_median"] > 0

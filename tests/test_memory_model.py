@@ -150,13 +150,13 @@ def _rollouts(vocab: int, s: dict, pad_id: int):
     completions with no eos: every token attended, so the token counts are exact."""
     import torch
 
-    from grpo_core.train import grpo
+    from grpo_core.train import native_sampling
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(10, vocab, (s["groups"], s["lp"]), generator=gen).repeat_interleave(s["G"], 0)
     ids = torch.cat([prompt, torch.randint(10, vocab, (s["groups"] * s["G"], s["lc"]), generator=gen)], 1)
     attn = torch.ones_like(ids)
     attn[:s["G"], 0], ids[:s["G"], 0] = 0, pad_id
-    return grpo.Rollouts(input_ids=ids, attention_mask=attn, prompt_len=s["lp"], texts=[""] * len(ids),
+    return native_sampling.Rollouts(input_ids=ids, attention_mask=attn, prompt_len=s["lp"], texts=[""] * len(ids),
                          examples=[{}] * len(ids), num_prompts=s["groups"], group_size=s["G"], prompts=[""] * s["groups"])
 
 

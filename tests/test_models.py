@@ -77,7 +77,7 @@ def test_device_choice():
 
 def test_sampling_never_emits_suppressed_tokens(tok):
     """Even a model that strongly prefers <pad>/<unk>/<bos> samples none of them."""
-    from grpo_core.train.grpo import rollout
+    from grpo_core.train.native_sampling import rollout
     model = models.build_tiny_model(SMALL, tok)
     bad = models.suppressed_token_ids(tok)
 

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks.loading import load_config
 from grpo_core.tasks.rewards import Scored
-from grpo_core.train import grpo
+from grpo_core.train import grpo, native_sampling
 from grpo_core.train.checkpoints import latest_checkpoint
 from grpo_core.train.trainer import Trainer
 from tests.real_model import build
@@ -26,7 +26,7 @@ def test_the_model_folder_loads_as_a_hub_model_does(qwen2):
     model, tok = AutoModelForCausalLM.from_pretrained(qwen2), AutoTokenizer.from_pretrained(qwen2)
     assert type(model).__name__ == "Qwen2ForCausalLM" and len(tok) == 2048
     assert model.generation_config.eos_token_id == [tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id]
-    assert grpo.eos_token_ids(model, tok) == model.generation_config.eos_token_id
+    assert native_sampling.eos_token_ids(model, tok) == model.generation_config.eos_token_id
     chat = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], tokenize=False, add_generation_prompt=True)
     assert chat == "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
     assert len(tok("the key of the source")["input_ids"]) < len("the key of the source") / 2  # BPE merges words
@@ -110,7 +110,7 @@ def test_lora_trains_only_the_adapters_resumes_and_exports_a_merged_model(qwen2,
 def _rollout(model, tok, rows_per_prompt=3, seed=0):
     torch.manual_seed(seed)
     examples = [{"prompt": p} for p in ("the key of", "2 + 3 =", "say something long about the source")]
-    return grpo.rollout(model, tok, examples, rows_per_prompt, max_new_tokens=10)
+    return native_sampling.rollout(model, tok, examples, rows_per_prompt, max_new_tokens=10)
 
 
 @pytest.mark.parametrize("group_size,lora", [(1, False), (3, False), (3, True)])
@@ -189,7 +189,7 @@ def test_sampling_in_batches_of_groups_holds_one_batch_and_keeps_the_rows_in_ord
     hook = model.get_decoder().register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]),
                                                          with_kwargs=True)
     examples = [{"prompt": p, "i": i} for i, p in enumerate(("the key", "2 + 3 =", "a much longer prompt about it"))]
-    roll = grpo.rollout(model, tok, examples, 4, max_new_tokens=6, batch_groups=1)
+    roll = native_sampling.rollout(model, tok, examples, 4, max_new_tokens=6, batch_groups=1)
     hook.remove()
     assert max(rows) == 4 and roll.num_prompts == 3 and [e["i"] for e in roll.examples] == [0] * 4 + [1] * 4 + [2] * 4
     assert roll.texts == tok.batch_decode(roll.completion_ids.masked_fill(roll.completion_mask == 0, tok.pad_token_id),

@@ -39,9 +39,10 @@ from grpo_core.runs.names import (
 from grpo_core.runs.run_meta import FAILED, FINISHED, PAUSED, RUNNING, STOPPED, RunMeta, steps_budget
 from grpo_core.runs.store import EV_ALERT, EV_LIFECYCLE, RunStore
 from grpo_core.tasks.loading import load_config
-from grpo_core.train import grpo, models, trainer
+from grpo_core.train import grpo, models, native_sampling, trainer
 from grpo_core.train.checkpoints import latest_checkpoint
-from grpo_core.train.grpo import ADV_EPS, advantages, completion_mask, grpo_loss, rollout, train_on, trim
+from grpo_core.train.grpo import ADV_EPS, advantages, grpo_loss, train_on, trim
+from grpo_core.train.native_sampling import completion_mask, rollout
 from grpo_core.train.trainer import Trainer
 
 torch.set_num_threads(1)  # tiny matrices: extra threads only spin against other jobs (see models.set_threads)
@@ -569,7 +570,7 @@ def test_sampler_returns_generates_tokens_under_the_same_seed(model, tok, temper
     torch.manual_seed(7)
     ref = _generate(model, tok, PROMPTS, 4, 12, temperature, top_p, suppress)
     torch.manual_seed(7)
-    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, temperature=temperature,
+    roll = native_sampling.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, temperature=temperature,
                      top_p=top_p, suppress_ids=suppress)
     assert torch.equal(roll.completion_ids, ref)
     ended = (ref == tok.eos_token_id).any(1)
@@ -584,7 +585,7 @@ def test_every_eos_id_of_the_generation_config_ends_a_completion(model, tok):
     saved = model.generation_config.eos_token_id
     model.generation_config.eos_token_id = [tok.eos_token_id, other]
     try:
-        assert grpo.eos_token_ids(model, tok) == [tok.eos_token_id, other]
+        assert native_sampling.eos_token_ids(model, tok) == [tok.eos_token_id, other]
         suppress = models.suppressed_token_ids(tok)
         torch.manual_seed(3)
         enc = tok(PROMPTS, return_tensors="pt", padding=True)
@@ -592,7 +593,7 @@ def test_every_eos_id_of_the_generation_config_ends_a_completion(model, tok):
                              suppress_tokens=suppress, pad_token_id=tok.pad_token_id,
                              eos_token_id=[tok.eos_token_id, other])[:, enc["input_ids"].shape[1]:]
         torch.manual_seed(3)
-        roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, suppress_ids=suppress)
+        roll = native_sampling.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, suppress_ids=suppress)
     finally:
         model.generation_config.eos_token_id = saved
     assert torch.equal(roll.completion_ids, ref)
@@ -605,7 +606,7 @@ def test_every_eos_id_of_the_generation_config_ends_a_completion(model, tok):
 
 def test_rows_are_masked_after_eos_and_groups_share_their_prompt(model, tok):
     torch.manual_seed(0)
-    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 5, max_new_tokens=10,
+    roll = native_sampling.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 5, max_new_tokens=10,
                      suppress_ids=models.suppressed_token_ids(tok))
     comp, mask = roll.completion_ids, roll.completion_mask
     for row in range(comp.shape[0]):
@@ -621,7 +622,7 @@ def test_rows_are_masked_after_eos_and_groups_share_their_prompt(model, tok):
 def test_sampler_stops_when_every_row_has_ended(tok):
     m = models.build_tiny_model(SMALL, tok, seed=2)
     m.lm_head.register_forward_hook(lambda mod, i, out: out.index_fill(-1, torch.tensor([tok.eos_token_id]), 1e4))
-    roll = grpo.rollout(m, tok, [{"prompt": PROMPTS[0]}], 3, max_new_tokens=16)
+    roll = native_sampling.rollout(m, tok, [{"prompt": PROMPTS[0]}], 3, max_new_tokens=16)
     assert roll.completion_ids.shape[1] == 1 and (roll.completion_ids == tok.eos_token_id).all()
     assert roll.texts == ["", "", ""]
 
@@ -632,7 +633,7 @@ def test_shared_prompt_forward_equals_one_forward_over_all_rows(model, tok, temp
     subset of whole groups (what train_on keeps when it drops untrainable groups)."""
     suppress = models.suppressed_token_ids(tok)
     torch.manual_seed(3)
-    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=10, suppress_ids=suppress)
+    roll = native_sampling.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=10, suppress_ids=suppress)
     for rows in (torch.arange(12), torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])):
         ids, attn, lp = grpo.trim(roll.input_ids[rows], roll.attention_mask[rows], roll.prompt_len)
         out = {}
@@ -657,7 +658,7 @@ def test_sampled_tokens_have_the_log_probs_training_scores(model, tok):
     the training forward's distribution."""
     suppress = models.suppressed_token_ids(tok)
     torch.manual_seed(5)
-    roll = grpo.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 2, max_new_tokens=8, temperature=1e-3,
+    roll = native_sampling.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 2, max_new_tokens=8, temperature=1e-3,
                      suppress_ids=suppress)
     ids, attn, lp = grpo.trim(roll.input_ids, roll.attention_mask, roll.prompt_len)
     logp, _ = grpo.token_logprobs(model, ids, attn, lp, temperature=1e-3, suppress_ids=suppress, group_size=2)

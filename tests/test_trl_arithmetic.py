@@ -126,7 +126,7 @@ def test_a_train_on_update_has_trls_parameter_gradient(policy64, ours, theirs, b
     """The whole update on a real model in float64: our advantages and train_on against TRL's
     advantages and _compute_loss on the same rollouts, parameter by parameter."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.train.grpo import rollout
+    from grpo_core.train.native_sampling import rollout
     model, tok = policy64
     torch.manual_seed(0)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=8)
@@ -187,7 +187,7 @@ def test_micro_batches_give_the_one_batch_gradient(policy64, loss_type, beta):
     each divided by the whole step's counts: the same gradient and stats as one batch (float64),
     a non-trainable group included (dropped with beta 0, forwarded with a KL term)."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.train.grpo import rollout
+    from grpo_core.train.native_sampling import rollout
     model, tok = policy64
     torch.manual_seed(1)
     roll = rollout(model, tok, DemoTask(2, 0).batch(4), 4, max_new_tokens=10)
@@ -222,7 +222,7 @@ def test_activation_checkpointing_gives_the_same_gradient(policy64):
     keeps its KV cache (eval mode)."""
     from grpo_core.tasks.demo import DemoTask
     from grpo_core.train import models
-    from grpo_core.train.grpo import mode, rollout
+    from grpo_core.train.native_sampling import mode, rollout
     model, tok = policy64
     torch.manual_seed(2)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=10)
@@ -255,7 +255,7 @@ def test_two_passes_per_batch_are_trls_num_iterations(policy64, ours, theirs):
     before the first update, so the second pass's ratio moves off 1 and clips. Each pass is one
     SGD step with TRL's _compute_loss gradient (float64), parameter by parameter."""
     from grpo_core.tasks.demo import DemoTask
-    from grpo_core.train.grpo import rollout
+    from grpo_core.train.native_sampling import rollout
     model, tok = policy64
     torch.manual_seed(3)
     roll = rollout(model, tok, DemoTask(2, 0).batch(3), 4, max_new_tokens=8)

@@ -34,6 +34,8 @@ from grpo_core.runs.names import (
     PHANTOM_GROUPS,
     REWARD,
     REWARD_STD,
+    SAMPLER_LOGP_DIFF_MAX,
+    SAMPLER_LOGP_DIFF_MEAN,
     TRAINABLE_RATIO,
     metric_group_std,
     metric_mean,
@@ -283,6 +285,18 @@ def eval_chart(df, changes=None) -> go.Figure | None:
     return _figure(traces, "Held-out evaluation", "reward / pass@1", key="eval", changes=changes)
 
 
+def sampler_chart(df, changes=None, max_diff: float = 0.1, smoothing: float = 0.0) -> go.Figure | None:
+    """grpo.engine=vllm: how far the sampling engine's token log-probs are from the trainer's
+    (mean and max |difference|): ~0 while the engine holds the trainer's weights."""
+    if not _has(df, SAMPLER_LOGP_DIFF_MEAN):
+        return None
+    traces = _series(df, SAMPLER_LOGP_DIFF_MEAN, "mean |log-prob difference|", PALETTE[0], smoothing)
+    if _has(df, SAMPLER_LOGP_DIFF_MAX):
+        traces += _series(df, SAMPLER_LOGP_DIFF_MAX, "max |log-prob difference|", PALETTE[4], smoothing)
+    return _figure(traces, "Sampler vs trainer", "|trainer - sampler| log-prob per token", key="sampler",
+                   hlines=[_hline(max_diff, "#C0392B", f"alert > {max_diff:g}")], changes=changes)
+
+
 def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
                 outcome_metric: str | None = None, smoothing: float = 0.0) -> list[tuple[str, go.Figure | None]]:
     """The live page's charts in display order: (key, figure or None when there is no data);
@@ -297,7 +311,8 @@ def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=N
             ("reward", reward_chart(df, metrics, changes, sm)),
             ("reward_std", reward_std_chart(df, changes, min_std, sm)),
             ("phantom", phantom_chart(df, changes, outcome_metric, sm)),
-            ("eval", eval_chart(df, changes))]
+            ("eval", eval_chart(df, changes)),
+            ("sampler", sampler_chart(df, changes, getattr(health_cfg, "max_sampler_logp_diff", 0.1), sm))]
 
 
 CHART_HELP = {
@@ -308,6 +323,8 @@ CHART_HELP = {
     "reward": "Weighted total reward and each metric's raw mean.",
     "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",
     "eval": "Reward and pass@1 on held-out prompts the policy never trains on (eval.every > 0).",
+    "sampler": "grpo.engine=vllm: the mean and max |trainer - sampler| log-prob of the sampled tokens; near 0 "
+               "while the engine holds the trainer's weights, high when a weight sync failed or went stale.",
     "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
                "counted trainable whose reward spread is float rounding (TRL trains those).",
 }

@@ -164,14 +164,26 @@ def alert_kinds(history: list[dict], h, outcome_metric: str | None = None) -> se
                          float(b.sum()), float(a.sum()), len(a), float(rstd[keep].mean() if len(a) else np.nan),
                          int(keep.sum()), win, ratio <= h.near_zero_ratio, steps, None if dense(x) else w,
                          None if np.isnan(solved) else float(solved), None if np.isnan(unsolved) else float(unsolved),
-                         outcome_metric, None if outcome is None else pd.Series(outcome, index=x))
+                         outcome_metric, None if outcome is None else pd.Series(outcome, index=x),
+                         metric_frame(history, steps))
     return {alert.kind for alert in alert_rules(inputs, h)}
+
+
+def metric_frame(history: list[dict], steps: np.ndarray) -> pd.DataFrame | None:
+    """The logged scalars the built-in metric rules read (the sampler mismatch), as a frame; None
+    when the steps logged none of them (the usual case: no frame to build)."""
+    read = [r.metric for r in rules.BUILTIN if r.metric and r.metric in history[-1]]
+    if not read:
+        return None
+    return pd.DataFrame({n: [row.get(n, np.nan) for row in history] for n in read},
+                        index=pd.Index(steps, name="step"))
 
 
 def alert_columns(cfg, outcome_metric: str | None = None) -> list[str]:
     """The scalars alerts() reads: the built-in rules' inputs, the outcome metric's mean and
     the metrics of the run's own rules."""
     extra = [GROUPS_SOLVED, GROUPS_UNSOLVED] + ([metric_mean(outcome_metric)] if outcome_metric else [])
+    extra += [r.metric for r in rules.BUILTIN if r.metric]
     extra += [r["metric"] for r in getattr(cfg, "rules", None) or [] if r.get("metric")]
     return list(dict.fromkeys(ALERT_INPUTS + tuple(extra)))
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_core.analysis.step_stats import STD_EPS
-from grpo_core.runs.config import validate_weights
+from grpo_core.runs.live_settings import check_weights
 
 ROLLOUT_COLUMNS = ("step", "group", "idx", "total", "error", "completion")
 
@@ -132,6 +132,6 @@ def variance_contribution(scores, weights) -> np.ndarray:
 
 
 def weight_vector(weights: dict[str, float], metric_names: list[str]) -> np.ndarray:
-    clean = validate_weights(weights, metric_names)
+    clean = check_weights(weights, metric_names)
     return np.array([clean.get(m, 0.0) for m in metric_names], dtype=np.float64)
 

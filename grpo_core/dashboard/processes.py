@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from grpo_core.analysis.alert_rules import user_rules
-from grpo_core.errors import ConfigError, StoreError
+from grpo_core.errors import ConfigError, StoreError, suggest
 from grpo_core.runs import requests
-from grpo_core.runs.config import RunConfig, from_dict, suggest, validate
+from grpo_core.runs.config import RunConfig, from_dict, validate
 from grpo_core.runs.live_settings import PAUSE, RESUME, STOP
 from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir
 from grpo_core.runs.run_index import list_runs

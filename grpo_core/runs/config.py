@@ -11,7 +11,6 @@ a run's own alert rules are kept here as data and parsed where they are used
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import os
@@ -22,10 +21,12 @@ from typing import Any
 
 import tomli_w
 
-from grpo_core.errors import ConfigError  # noqa: F401  (raised here; defined at the bottom)
+from grpo_core.errors import ConfigError, suggest
 from grpo_core.runs import live_settings
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
+ENGINES = ("auto", "native", "vllm")
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 def knob(default, help: str, **kw):
@@ -114,6 +115,12 @@ class GRPOConfig:
     skip_explore: float = knob(0.5, "Skipping: keep probability of a prompt after one non-trainable group (squared after two, ...), in (0, 1]")
     skip_min_explore: float = knob(0.05, "Skipping: floor on that keep probability, so a long-solved prompt is still drawn now and then")
     skip_max_extra: int = knob(32, "Skipping: cap on prompts drawn per batch beyond prompts_per_step; past it skipped prompts fill the batch")
+    engine: str = knob("auto", "Who samples the completions: native (our KV-cache sampler) | vllm (vLLM in the trainer's process, its weights synced after every update: TRL's use_vllm colocate mode) | auto (vllm when it is installed and the run is on CUDA, else native)")
+    vllm_gpu_memory_utilization: float = knob(0.3, "vLLM on CUDA: the share of GPU memory its engine may take (weights and KV cache), as TRL's vllm_gpu_memory_utilization")
+    vllm_sleep: bool = knob(True, "vLLM on CUDA: free the engine's memory while the trainer updates (sleep, then wake_up before sampling), as TRL's vllm_enable_sleep_mode")
+    vllm_importance_sampling_correction: bool = knob(True, "vLLM: weight each completion token's policy loss by the trainer/sampler probability ratio, bounded by the cap, to correct the sampler/trainer mismatch (TRL's vllm_importance_sampling_correction)")
+    vllm_importance_sampling_mode: str = knob("token_truncate", "token_truncate (each token's ratio clipped to the cap) | token_mask (tokens above the cap dropped) | sequence_truncate | sequence_mask (one ratio per completion: the product of its tokens'), as TRL's modes")
+    vllm_importance_sampling_cap: float = knob(3.0, "vLLM: the ratio's upper bound, > 0 (TRL's vllm_importance_sampling_clip_max)")
     seed: int = knob(0, "Seed for torch sampling and init")
 
 
@@ -136,6 +143,7 @@ class HealthConfig:
     near_zero_ratio: float = knob(0.05, "A ratio at or below this counts as near zero")
     near_zero_steps: int = knob(20, "Suggest stopping after this many near-zero steps in a row")
     uniform_std: float = knob(1e-3, "A metric whose within-group std is <= this in a group is uniform there")
+    max_sampler_logp_diff: float = knob(0.1, "grpo.engine=vllm: alert when the mean |trainer - sampler| token log-prob difference exceeds this (a failed or stale weight sync)")
     rules: list = knob([], "Your own alert rules, [[health.rules]] tables: kind, metric, stat (mean|last|min|max|slope), window, comparator, threshold, severity, message, advice (grpo_core/analysis/alert_rules.toml holds the built-in ones in this format)")
 
 
@@ -227,11 +235,6 @@ def describe() -> list[tuple[str, Any, str]]:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             out.append((f"{sec}.{f.name}", default, f.metadata.get("help", "")))
     return out
-
-
-def suggest(name: str, options) -> str:
-    near = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
-    return f" (did you mean '{near[0]}'?)" if near else ""
 
 
 def _coerce(path: str, value: Any, default: Any) -> Any:
@@ -409,16 +412,17 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"log.commit_every_s must be between 0 and 10 seconds, got {lg.commit_every_s} (0 = a commit per step)")
     need(0 <= h.min_trainable_ratio <= 1, f"health.min_trainable_ratio must be in [0, 1], got {h.min_trainable_ratio}")
     need(h.trend_window >= 2, f"health.trend_window must be >= 2, got {h.trend_window}")
-    for key in ("min_reward_std", "uniform_std"):
+    for key in ("min_reward_std", "uniform_std", "max_sampler_logp_diff"):
         v = getattr(h, key)
         need(math.isfinite(v) and v >= 0, f"health.{key} must be a finite number >= 0, got {v}")
     need(math.isfinite(h.near_zero_ratio) and 0 <= h.near_zero_ratio <= 1,
          f"health.near_zero_ratio must be in [0, 1], got {h.near_zero_ratio}")
     for key in ("zero_trainable_steps", "near_zero_steps", "min_trend_points"):
         need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
-    validate_weights(cfg.reward.weights, None)
+    live_settings.check_weights(cfg.reward.weights, None)
     validate_autopilot(cfg)
     validate_eval(cfg)
+    validate_engine(g)
     need(isinstance(h.rules, list) and all(isinstance(r, dict) for r in h.rules),
          f"health.rules must be a list of rule tables ([[health.rules]]), got {h.rules!r}")
     for name, target in cfg.reward.custom.items():
@@ -428,6 +432,21 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"reward.outcome_metric {cfg.reward.outcome_metric!r} is not a metric in reward.weights "
          f"({', '.join(cfg.reward.weights)})")
     return cfg
+
+
+def validate_engine(g: GRPOConfig):
+    """The sampling engine's knobs (grpo.engine, grpo.vllm_*)."""
+    checks = (
+        (g.engine in ENGINES, f"grpo.engine must be one of {', '.join(ENGINES)}, got {g.engine!r}"),
+        (0 < g.vllm_gpu_memory_utilization <= 1,
+         f"grpo.vllm_gpu_memory_utilization must be in (0, 1], got {g.vllm_gpu_memory_utilization}"),
+        (g.vllm_importance_sampling_mode in IS_MODES, f"grpo.vllm_importance_sampling_mode must be one of "
+         f"{', '.join(IS_MODES)}, got {g.vllm_importance_sampling_mode!r}"),
+        (math.isfinite(g.vllm_importance_sampling_cap) and g.vllm_importance_sampling_cap > 0,
+         f"grpo.vllm_importance_sampling_cap must be a number > 0, got {g.vllm_importance_sampling_cap}"))
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
 
 
 def validate_eval(cfg: RunConfig):
@@ -477,29 +496,6 @@ def validate_autopilot(cfg: RunConfig):
                               f"({', '.join(cfg.reward.weights)})")
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
             raise ConfigError(f"autopilot.min_weights.{name} must be a number >= 0, got {w!r}")
-
-
-def validate_weights(weights: dict, known: list[str] | None) -> dict[str, float]:
-    """Weights must be finite, >= 0, not all zero, and name known metrics."""
-    if not isinstance(weights, dict) or not weights:
-        raise ConfigError("reward.weights must name at least one metric, e.g. answer_f1 = 1.0")
-    out = {}
-    for name, w in weights.items():
-        if known is not None and name not in known:
-            raise ConfigError(f"reward.weights.{name}: unknown metric{suggest(name, known)}; "
-                              f"metrics are: {', '.join(known)}")
-        try:
-            w = float(w)
-        except (TypeError, ValueError):
-            raise ConfigError(f"reward.weights.{name} must be a number, got {w!r}") from None
-        if not math.isfinite(w):
-            raise ConfigError(f"reward.weights.{name} must be finite, got {w}")
-        if w < 0:
-            raise ConfigError(f"reward.weights.{name} must be >= 0, got {w}")
-        out[name] = w
-    if sum(out.values()) <= 0:
-        raise ConfigError("reward.weights are all zero: give at least one metric a positive weight")
-    return out
 
 
 def read_toml(path) -> dict:

@@ -13,12 +13,11 @@ the run rather than a setting: they are `LifecycleRequest`s in LIFECYCLE, beside
 """
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_core.errors import ConfigError
+from grpo_core.errors import ConfigError, suggest
 
 ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
@@ -31,12 +30,6 @@ def format_value(value) -> str:
         whole = math.isfinite(value) and float(value).is_integer()
         return str(int(value)) if whole else f"{value:.4g}"
     return "?" if value is None else str(value)
-
-
-def suggest(name: str, options) -> str:
-    """' (did you mean 'x'?)' for a near miss among options, else ''."""
-    near = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
-    return f" (did you mean '{near[0]}'?)" if near else ""
 
 
 def check_weights(weights, known: list[str] | None) -> dict[str, float]:

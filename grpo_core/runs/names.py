@@ -105,6 +105,17 @@ TIME_SCORE = "time/score_s"
 TIME_TRAIN = "time/train_s"
 TIME_LOG = "time/log_s"  # store + mirror writes of the previous step
 THROUGHPUT_TOKENS = "throughput/tokens_per_s"
+TIME_WEIGHT_SYNC = "time/weight_sync_s"  # grpo.engine=vllm: pushing the updated weights into the engine
+
+# --- sampler vs trainer (grpo.engine=vllm): TRL's names for the same quantities -------
+# |trainer - sampler| log-prob of each sampled completion token: ~0 when the engine holds the
+# trainer's weights; it grows when a weight sync fails or goes stale.
+SAMPLER_LOGP_DIFF_MEAN = "sampling/sampling_logp_difference/mean"
+SAMPLER_LOGP_DIFF_MAX = "sampling/sampling_logp_difference/max"
+# exp(trainer - sampler log-prob) per token, before the cap: the importance weight the correction bounds.
+SAMPLER_IS_RATIO_MIN = "sampling/importance_sampling_ratio/min"
+SAMPLER_IS_RATIO_MEAN = "sampling/importance_sampling_ratio/mean"
+SAMPLER_IS_RATIO_MAX = "sampling/importance_sampling_ratio/max"
 
 # --- other trainers' names -> ours (where the definitions agree) -------------------
 # One table per trainer; the importers, the live attachments and docs/integrations.md read these.
@@ -123,6 +134,11 @@ TRL_NAMES = {
     "step_time": TIME_STEP,
     "learning_rate": LEARNING_RATE,
     "reward_std": TRL_REWARD_STD,
+    SAMPLER_LOGP_DIFF_MEAN: SAMPLER_LOGP_DIFF_MEAN,  # TRL with use_vllm: the same names, the same definitions
+    SAMPLER_LOGP_DIFF_MAX: SAMPLER_LOGP_DIFF_MAX,
+    SAMPLER_IS_RATIO_MIN: SAMPLER_IS_RATIO_MIN,
+    SAMPLER_IS_RATIO_MEAN: SAMPLER_IS_RATIO_MEAN,
+    SAMPLER_IS_RATIO_MAX: SAMPLER_IS_RATIO_MAX,
     # per reward function (<fn>: the function's name; importers.trl_reward_fn matches these)
     "rewards/<fn>/mean": metric_mean("<fn>"),
     "rewards/<fn>": metric_mean("<fn>"),  # TRL < 0.17: the function's mean, without /mean

@@ -36,7 +36,7 @@ from pathlib import Path
 import tomli_w
 
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import validate_weights
+from grpo_core.runs.live_settings import check_weights
 from grpo_core.runs.locations import runs_dir
 
 PRESET_DIR = "presets"
@@ -86,7 +86,7 @@ def preset_path(name: str, root=None) -> Path:
 def _check(p: Preset, where: str) -> Preset:
     """Validate values; errors name `where` (the file or the preset)."""
     try:
-        p.weights = validate_weights(p.weights, None)
+        p.weights = check_weights(p.weights, None)
     except ConfigError as e:
         raise PresetError(f"{where}: {e}") from None
     if p.group_size is not None:

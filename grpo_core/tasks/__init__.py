@@ -5,8 +5,8 @@ dataset); rewards.py holds the metrics and chat.py renders prompts as the model 
 """
 from __future__ import annotations
 
-from grpo_core.errors import ConfigError
-from grpo_core.runs.config import RunConfig, suggest
+from grpo_core.errors import ConfigError, suggest
+from grpo_core.runs.config import RunConfig
 from grpo_core.tasks.demo import DemoTask
 from grpo_core.tasks.jsonl import JsonlTask
 from grpo_core.tasks.rewards import BUILTIN, KINDS, MetricFn, add_import_dirs, load_metric

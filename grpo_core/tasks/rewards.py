@@ -27,8 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from grpo_core.errors import ConfigError
-from grpo_core.runs.config import suggest, validate_weights
+from grpo_core.errors import ConfigError, suggest
+from grpo_core.runs.live_settings import check_weights
 
 MetricFn = Callable[[str, dict], float]
 
@@ -307,7 +307,7 @@ class CompositeReward:
 
     def set_weights(self, weights: dict[str, float]) -> dict[str, float]:
         """Validate and apply; metrics not named keep weight 0. Returns the new weights."""
-        clean = validate_weights(weights, self.names)
+        clean = check_weights(weights, self.names)
         self.weights = {n: clean.get(n, 0.0) for n in self.names}
         self.w = np.array([self.weights[n] for n in self.names], dtype=np.float64)
         return dict(self.weights)

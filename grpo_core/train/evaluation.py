@@ -36,7 +36,7 @@ class HeldOut:
         return step == 1 or step % self.every == 0 or step == total_steps
 
     def run(self, rollout, reward: CompositeReward, temperature: float, device: torch.device) -> dict[str, float]:
-        """rollout(examples, group_size, temperature) -> grpo.Rollouts; returns the eval scalars."""
+        """rollout(examples, group_size, temperature) -> native_sampling.Rollouts; returns the eval scalars."""
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.seed)

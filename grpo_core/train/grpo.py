@@ -1,4 +1,4 @@
-"""The GRPO step's math: rollout -> advantages -> loss -> update, as small functions over tensors.
+"""The GRPO step's math after sampling: advantages -> log-probs -> loss -> update, as small functions over tensors.
 
 Each is tested on its own (tests/test_trainer.py, and against TRL's own code in
 tests/test_trl_arithmetic.py). The run machinery (requests, checkpoints, heartbeat, the store)
@@ -19,7 +19,7 @@ Facts the code relies on:
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,174 +27,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from grpo_core.errors import ConfigError
+from grpo_core.train import sampler_mismatch
+from grpo_core.train.native_sampling import Rollouts, mode
 
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
-
-
-# =============================================================================================
-# Rollout: batched sampling with the KV cache
-# =============================================================================================
-@dataclass
-class Rollouts:
-    input_ids: torch.Tensor  # [B, Lp + Lc]: left-padded prompt, then the completion (pad after eos)
-    attention_mask: torch.Tensor  # [B, Lp + Lc]: 0 on padding and after eos
-    prompt_len: int  # Lp
-    texts: list[str]  # [B] decoded completions
-    examples: list[dict]  # [B] each prompt's example, repeated G times
-    num_prompts: int
-    group_size: int
-    prompts: list[str]  # [P] each group's prompt text as the model read it (a rendered chat template)
-
-    @property
-    def completion_mask(self) -> torch.Tensor:
-        return self.attention_mask[:, self.prompt_len:]
-
-    @property
-    def completion_ids(self) -> torch.Tensor:
-        return self.input_ids[:, self.prompt_len:]
-
-
-def eos_token_ids(model, tokenizer) -> list[int]:
-    """Every id that ends a completion: the tokenizer's eos and those of the model's
-    generation_config (Qwen and Llama 3 list several: `generate` stops at any of them)."""
-    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
-    return list(dict.fromkeys([tokenizer.eos_token_id, *listed]))
-
-
-def completion_mask(completion_ids: torch.Tensor, eos_ids: int | list[int]) -> torch.Tensor:
-    """1 on every token up to and including the first eos (any of eos_ids), 0 after (no Python loop)."""
-    is_eos = torch.isin(completion_ids, torch.as_tensor(eos_ids, device=completion_ids.device))
-    before = is_eos.long().cumsum(-1) - is_eos.long()  # eos seen strictly before this position
-    return (before == 0).long()
-
-
-def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filter with generate's arithmetic (TopPLogitsWarper): sort ascending, drop the
-    tail whose cumulative mass is <= 1 - top_p, always keep the most likely token."""
-    sorted_logits, order = torch.sort(scores, descending=False)
-    remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
-    remove[..., -1:] = False
-    return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
-
-
-@contextmanager
-def mode(model, training: bool):
-    """The model in train or eval mode for a block, then as it was. Sampling runs in eval mode
-    (gradient checkpointing, on in train mode, would turn the KV cache off), training in train
-    mode (where checkpointing applies)."""
-    was = model.training
-    model.train(training)
-    try:
-        yield
-    finally:
-        model.train(was)
-
-
-@torch.no_grad()
-def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
-                  max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-                  suppress_ids: list[int] | None = None) -> torch.Tensor:
-    """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
-    for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos (any
-    of eos_ids), stopping once every row has ended; temperature 0 is greedy. Same logits processing (suppress, temperature, top-p)
-    and the same multinomial draws in the same order, so a seed gives generate's tokens
-    (tests/test_trainer.py). Faster where it matters on a small model: each prompt goes
-    through the model once, not G times (its KV cache is copied to its G rows; the prefill of
-    every row was a large share of generate's time: docs/benchmarks.md, "Behind the code"), rows
-    that have ended leave the model's batch (once a quarter of it has ended), and none of
-    generate's per-token bookkeeping runs."""
-    eos = torch.as_tensor(eos_ids, device=prompt_ids.device)
-    pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    cache.batch_repeat_interleave(group_size)
-    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # [B, V], B = P*G
-    mask = prompt_mask.repeat_interleave(group_size, 0)
-    nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1  # generate's positions: count of attended tokens - 1
-    done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
-    rows = torch.arange(logits.shape[0], device=logits.device)  # the rows still in the model's batch
-    toks = []
-    for t in range(max_new_tokens):
-        scores = logits
-        if suppress_ids:
-            scores[:, suppress_ids] = float("-inf")
-        if temperature == 0:  # greedy (held-out evaluation): no draw
-            tok = scores.argmax(-1).masked_fill(done, pad_id)
-        else:
-            if temperature != 1.0:
-                scores = scores / temperature
-            if top_p < 1.0:
-                scores = _top_p(scores, top_p)
-            # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
-            tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
-        toks.append(tok)
-        done = done | torch.isin(tok, eos)
-        if t == max_new_tokens - 1:
-            break
-        live = ~done[rows]  # rows outside the batch have ended already
-        n_live = int(live.sum())  # the one host sync per token (generate has one too)
-        if n_live == 0:
-            break
-        if n_live <= 3 * len(rows) // 4:
-            keep = live.nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            rows, mask, nxt = rows[keep], mask[keep], nxt[keep]
-        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], 1)
-        out = model(input_ids=tok[rows, None], attention_mask=mask, position_ids=nxt, past_key_values=cache,
-                    use_cache=True)
-        nxt = nxt + 1
-        logits[rows] = out.logits[:, -1].float()  # an ended row keeps its last logits: only drawn from
-    return torch.stack(toks, 1)
-
-
-def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
-            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
-            batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None) -> Rollouts:
-    """P prompts -> P*G sampled completions (KV cache, each prompt prefilled once), in batches
-    of `batch_groups` prompts (0: one batch) so the KV cache held is one batch's. Rows are
-    grouped: rows g*G .. g*G+G-1 are prompt g's group. `prompts`: the text each example is
-    prompted with (default: its "prompt"); add_special_tokens=False when they are rendered chat
-    templates, which hold the model's special tokens already."""
-    prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
-    if 0 < batch_groups < len(examples):
-        parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
-                         temperature=temperature, top_p=top_p, suppress_ids=suppress_ids,
-                         add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups])
-                 for i in range(0, len(examples), batch_groups)]
-        return concat_rollouts(parts, tokenizer.pad_token_id)
-    device = next(model.parameters()).device
-    enc = tokenizer(prompts, return_tensors="pt", padding=True,
-                    add_special_tokens=add_special_tokens).to(device)
-    eos = eos_token_ids(model, tokenizer)
-    with mode(model, training=False):
-        comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
-                             max_new_tokens=max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
-                             temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
-    lp = enc["input_ids"].shape[1]
-    cmask = completion_mask(comp, eos)
-    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
-    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), comp], 1).masked_fill(attn == 0,
-                                                                                               tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
-    rep = [e for e in examples for _ in range(group_size)]
-    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size, prompts)
-
-
-def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
-    """Join rollouts of several prompt batches (dynamic sampling) into one padded batch."""
-    if len(parts) == 1:
-        return parts[0]
-    lp = max(r.prompt_len for r in parts)
-    lc = max(r.input_ids.shape[1] - r.prompt_len for r in parts)
-    ids, masks = [], []
-    for r in parts:
-        left, right = lp - r.prompt_len, lc - (r.input_ids.shape[1] - r.prompt_len)
-        ids.append(torch.nn.functional.pad(r.input_ids, (left, right), value=pad_id))
-        masks.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
-    return Rollouts(torch.cat(ids), torch.cat(masks), lp, sum((r.texts for r in parts), []),
-                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size,
-                    sum((r.prompts for r in parts), []))
 
 
 # =============================================================================================
@@ -242,7 +78,8 @@ def _reduce_count(mask: torch.Tensor, loss_type: str) -> float:
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
               policy_rows: torch.Tensor | None = None, eps_low: float = 0.2, eps_high: float = 0.2,
               loss_type: str = "token", ref_logp: torch.Tensor | None = None, beta: float = 0.0,
-              policy_denom: float | None = None, kl_denom: float | None = None):
+              policy_denom: float | None = None, kl_denom: float | None = None,
+              token_weights: torch.Tensor | None = None):
     """Clipped surrogate (+ beta * k3 KL to the reference). Shapes: logp/old_logp/ref_logp/mask
     [B, L], adv [B], policy_rows [B] bool (rows whose group is trainable; default all).
 
@@ -254,13 +91,17 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     a couple of prompts (a full step collapses the demo's policy after a level change:
     docs/benchmarks.md, "Behind the code"). The KL term averages over every row's tokens
     (train_on forwards every row when beta > 0), as TRL's; `kl_denom` gives that count for a
-    micro-batch of the step. Returns (loss, stats) with stats as floats ("clipped" and
-    "policy_tokens": the clip ratio's counts, to add up over micro-batches)."""
+    micro-batch of the step. token_weights [B, L] (detached) scale each token's policy term: the
+    sampler/trainer importance weights of an engine-sampled batch (sampler_mismatch.py). Returns
+    (loss, stats) with stats as floats ("clipped" and "policy_tokens": the clip ratio's counts, to
+    add up over micro-batches)."""
     mask = mask.to(logp.dtype)
     pmask = mask if policy_rows is None else mask * policy_rows.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - old_logp)
     a = adv.to(logp.dtype)[:, None]
     pg = -torch.minimum(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
+    if token_weights is not None:
+        pg = pg * token_weights.to(pg.dtype)
     policy = _reduce(pg, pmask, loss_type, policy_denom or _reduce_count(mask, loss_type))
     if ref_logp is not None and beta > 0:
         d = ref_logp - logp
@@ -477,7 +318,7 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     with_kl = gcfg.beta > 0 and ref_model is not None
     if not bool(row_trainable.any()) and not with_kl:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
-                "rows": 0, "tokens": 0}
+                "rows": 0, "tokens": 0, "mismatch": {}}
     idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
     per = micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype) * G  # rows per micro-batch: whole groups
     batch = _Batch(roll, idx, per,
@@ -489,7 +330,8 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
         batch.old = _old_logprobs(model, batch, gcfg, **kw)
     passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, **kw) for _ in range(gcfg.num_iterations)]
     out = {k: float(np.mean([p[k] for p in passes])) for k in ("policy", "kl", "clip_ratio", "grad_norm", "entropy")}
-    return {**out, "rows": int(len(idx)), "tokens": passes[0]["tokens"]}
+    return {**out, "rows": int(len(idx)), "tokens": passes[0]["tokens"],
+            "mismatch": sampler_mismatch.combine(passes[0]["mismatch"])}
 
 
 @dataclass
@@ -525,10 +367,12 @@ def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, c
     """One pass: the micro-batches' forward/backward, clipping, one optimizer step."""
     optimizer.zero_grad(set_to_none=True)
     total = {"policy": 0.0, "kl": 0.0, "clipped": 0.0, "policy_tokens": 0.0, "entropy_sum": 0.0, "tokens": 0}
+    mismatch = []
     with mode(model, training=True):
         for chunk in batch.idx.split(batch.per):
             part = _micro_batch(model, batch, chunk, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
                                 compute_dtype=compute_dtype, scaler=scaler)
+            mismatch.append(part.pop("mismatch"))
             for k in total:
                 total[k] += part[k]
     if scaler is not None:
@@ -542,7 +386,7 @@ def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, c
         optimizer.step()
     return {"policy": total["policy"], "kl": total["kl"], "clip_ratio": total["clipped"] / max(total["policy_tokens"], 1.0),
             "grad_norm": float(gn), "entropy": total["entropy_sum"] / max(total["tokens"], 1),
-            "tokens": int(total["tokens"])}
+            "tokens": int(total["tokens"]), "mismatch": mismatch}
 
 
 def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, gcfg, *, ref_model, suppress_ids, compute_dtype,
@@ -562,10 +406,18 @@ def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, gcfg, *, ref_model, 
                 ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
                                         suppress_ids=suppress_ids, group_size=G, chunk=per_chunk)
     old = logp.detach() if batch.old is None else batch.old[chunk, :logp.shape[1]]
+    weights, mismatch = None, {}
+    if roll.sampler_logprobs is not None:  # sampled by another engine: its log-probs against the old policy's
+        sampled = roll.sampler_logprobs[chunk, :logp.shape[1]].to(device, old.dtype)
+        mismatch = sampler_mismatch.mismatch_sums(old, sampled, cmask)
+        if gcfg.vllm_importance_sampling_correction:
+            weights = sampler_mismatch.importance_weights(old, sampled, cmask.to(old.dtype),
+                                                          gcfg.vllm_importance_sampling_mode,
+                                                          gcfg.vllm_importance_sampling_cap)
     loss, stats = grpo_loss(logp, old, batch.adv_rows[chunk].to(device), cmask,
                             policy_rows=batch.row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
-                            policy_denom=batch.denoms[0], kl_denom=batch.denoms[1])
+                            policy_denom=batch.denoms[0], kl_denom=batch.denoms[1], token_weights=weights)
     (scaler.scale(loss) if scaler is not None else loss).backward()
     m = cmask.to(ent.dtype)
-    return {**stats, "entropy_sum": float((ent * m).sum()), "tokens": int(cmask.sum())}
+    return {**stats, "entropy_sum": float((ent * m).sum()), "tokens": int(cmask.sum()), "mismatch": mismatch}

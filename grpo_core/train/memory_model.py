@@ -6,7 +6,7 @@ table can be regenerated (bench/memory_table.py). Checked against CPU measuremen
 (tests/test_memory_model.py) and, where a GPU is lent, against torch.cuda.max_memory_allocated
 (bench/gpu_check.py reports both).
 
-What it counts is what the trainer holds (models.load_policy, grpo.rollout, grpo.train_on):
+What it counts is what the trainer holds (models.load_policy, native_sampling.rollout, grpo.train_on):
 - the weights in fp32 (the master copy the optimizer updates), whatever the compute dtype;
 - the gradients and AdamW's two moments, fp32, of what trains: every weight, or the adapters;
 - under bf16/fp16 autocast, a 16-bit copy of every weight matrix (autocast caches the casts of

@@ -33,7 +33,7 @@ from grpo_core.runs.store import APPLIED, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV
 from grpo_core.runs.writer import BatchedWrites
 from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
-from grpo_core.train import checkpoints, evaluation, grpo, models, out_of_memory
+from grpo_core.train import checkpoints, evaluation, grpo, models, native_sampling, out_of_memory, sampling
 from grpo_core.train.skipping import PromptSkipper
 
 ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
@@ -42,7 +42,7 @@ ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be lo
 @dataclasses.dataclass
 class Sample:
     """A step's rollouts and their raw scores: one prompt batch, or several (dynamic sampling)."""
-    roll: grpo.Rollouts
+    roll: native_sampling.Rollouts
     raw: np.ndarray  # [P*G, K] raw metric scores
     errors: list[str | None]  # per rollout: "metric: what went wrong", or None
     batches: int  # prompt batches drawn
@@ -102,6 +102,10 @@ class Trainer:
         self.session = RunSession(store, dict.fromkeys(kinds, self.apply_request), self.refuse_request)
         if resume:
             self._load_checkpoint()
+        # After any resume: the engine starts from the weights the trainer holds now.
+        self.sampler = sampling.make_sampler(self.model, self.tokenizer, cfg, self.model_info, store.run_dir,
+                                             self.device, self.compute_dtype)
+        self.model_info["engine"] = self.sampler.name
 
     def prepare_model(self):
         """LoRA adapters and activation checkpointing on the loaded policy, and the optimizer
@@ -143,19 +147,19 @@ class Trainer:
             trainable_so_far += int(st.trainable.sum())
             if trainable_so_far >= g.dynamic_min_trainable:
                 break
-        return Sample(grpo.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
+        return Sample(native_sampling.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
                       t_gen, t_score)
 
     def rollout(self, examples: list[dict], group_size: int | None = None, temperature: float | None = None):
-        """grpo.rollout with the run's settings, in batches halved while they do not fit in memory."""
+        """native_sampling.rollout with the run's settings, in batches halved while they do not fit in memory."""
         g = self.cfg.grpo
 
         t = self.cfg.task
         prompts = [chat.render(self.tokenizer, e["prompt"], t.chat_template, t.system_prompt) for e in examples]
 
-        def attempt(batch_groups: int) -> grpo.Rollouts:
+        def attempt(batch_groups: int) -> native_sampling.Rollouts:
             with grpo.autocast(self.device, self.compute_dtype):
-                return grpo.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
+                return self.sampler.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
                                     max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
                                     temperature=g.temperature if temperature is None else temperature,
                                     batch_groups=batch_groups, prompts=prompts,
@@ -169,7 +173,7 @@ class Trainer:
         out = self.held_out.run(self.rollout, self.reward, self.cfg.grpo.temperature, self.device)
         return {**out, names.TIME_EVAL: time.perf_counter() - t0}
 
-    def train_on(self, roll: grpo.Rollouts, adv: np.ndarray, trainable: np.ndarray) -> dict:
+    def train_on(self, roll: native_sampling.Rollouts, adv: np.ndarray, trainable: np.ndarray) -> dict:
         """grpo.train_on, its micro-batch halved while the step does not fit in memory."""
         g = self.cfg.grpo
         forwarded = int(grpo.forwarded_groups(trainable, g, g.beta > 0 and self.ref_model is not None).sum())
@@ -210,9 +214,13 @@ class Trainer:
         lr = g.lr * grpo.lr_factor(self.step, g.warmup_steps, g.steps, g.lr_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.train_on(roll, adv, stats.trainable) if update else \
-            dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
-        t_train = time.perf_counter() - t0
+        loss = dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
+        t_sync = None
+        if update:
+            self.sampler.before_update()
+            loss = self.train_on(roll, adv, stats.trainable)
+            t_sync = self.sampler.sync(self.model)  # the engine samples the next step from the updated weights
+        t_train = time.perf_counter() - t0 - (t_sync or 0.0)
 
         scalars = step_stats.step_scalars(stats, scores, self.reward.names, self.reward.weights,
                                       self.cum_submitted, self.cum_trainable)
@@ -236,6 +244,9 @@ class Trainer:
             names.MIN_GROUP_STD: g.min_group_std, names.DIFFICULTY: float(self.task.level),
             names.SCORING_ERRORS: float(sum(e is not None for e in errors)), names.SAMPLING_BATCHES: float(sample.batches),
         })
+        scalars.update(loss.get("mismatch") or {})  # an engine-sampled step: sampler vs trainer log-probs
+        if t_sync is not None:
+            scalars[names.TIME_WEIGHT_SYNC] = t_sync
         if not update:  # nothing trained: log no loss at all rather than empty values
             for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO,
                       names.LEARNING_RATE):
