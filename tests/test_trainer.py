@@ -8,12 +8,13 @@ import os
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from grpo_core.analysis import health
 from grpo_core.runs import lifecycle
-from grpo_core.runs.config import GRPOConfig, ModelConfig, RunConfig
+from grpo_core.runs.config import GRPOConfig, HealthConfig, ModelConfig, RunConfig
 from grpo_core.runs.names import (
     CUM_GROUPS_SUBMITTED,
     CUM_GROUPS_TRAINABLE,
@@ -369,7 +370,6 @@ def test_zero_trainable_step_does_no_update_and_alerts(tmp_path):
 
 
 def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeypatch):
-    from grpo_core.analysis import health
     tr, _ = _trainer(tmp_path)
     on = {1, 2, 5, 6, 9, 30}  # on and off within ALERT_REARM steps, then again much later
     monkeypatch.setattr(trainer.health, "alerts", lambda wide, cfg, outcome=None: [health.Alert("declining_ratio", "warning", "x",
@@ -688,33 +688,6 @@ def test_thread_rule(monkeypatch):
 def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
     """The trainer passes health.alerts only health.ALERT_INPUTS each step: on frames that
     raise every alert kind (and on healthy ones) that must not change a single alert."""
-    import numpy as np
-    import pandas as pd
-
-    from grpo_core.analysis import health
-    from grpo_core.runs.config import HealthConfig
-    from grpo_core.runs.names import (
-        CUM_GROUPS_SUBMITTED,
-        CUM_GROUPS_TRAINABLE,
-        DIFFICULTY,
-        FRAC_REWARD_ZERO_STD,
-        GRAD_NORM,
-        GROUPS_SUBMITTED,
-        GROUPS_TRAINABLE,
-        LOSS_POLICY,
-        MIN_GROUP_STD,
-        PHANTOM_GROUPS,
-        REWARD,
-        REWARD_STD,
-        SAMPLING_BATCHES,
-        SCORING_ERRORS,
-        STEP_SCALARS,
-        TIME_LOG,
-        TRAINABLE_RATIO,
-        metric_group_std,
-        metric_mean,
-        metric_weight,
-    )
     rng = np.random.default_rng(0)
     cfg = HealthConfig()
     n = 30
@@ -740,11 +713,6 @@ def test_alerts_from_the_alert_inputs_alone_equal_alerts_from_every_column():
 def test_the_trainers_alert_check_raises_the_kinds_health_alerts_raises():
     """alert_kinds() (arrays, every step) against health.alerts() (frames, which write the
     messages) on windows that raise each kind, near each threshold, and at random."""
-    import numpy as np
-    import pandas as pd
-
-    from grpo_core.analysis import health
-    from grpo_core.runs.config import HealthConfig
     rng = np.random.default_rng(1)
     cfg = HealthConfig()
     keep = max(cfg.trend_window, cfg.near_zero_steps, cfg.zero_trainable_steps) + 1
