@@ -1,7 +1,8 @@
 """The trainer sampling with vLLM (grpo.engine=vllm) on the real-architecture Qwen2 in float32: its
 engine follows every update (the mismatch stays at float rounding), a skipped sync is caught by
 the sampler_mismatch alert, its checkpoint resumes onto a freshly synced engine, LoRA syncs,
-a G change mid-run applies, and the health numbers, the live page's charts and the report work.
+a G change mid-run applies, a pilot samples with it, and the health numbers, the live page's charts and
+the report work.
 
 Needs vLLM: `make test` runs these in .venv-vllm (the `vllm` marker); elsewhere they skip."""
 from __future__ import annotations
@@ -112,3 +113,30 @@ def test_a_group_size_change_mid_run_reaches_the_engine(qwen2, tmp_path, monkeyp
     assert set(rollouts.groupby("step").size()) == {12}  # 2 prompts x G 6 from step 1
     assert (store.scalars_wide()[names.SAMPLER_LOGP_DIFF_MEAN] < TOLERANCE).all()
     release(tr, store)
+
+
+def test_a_pilot_samples_with_the_engine(qwen2, tmp_path):
+    """The pilot (sample and score, no update) runs on the engine as the trainer does."""
+    import argparse
+    import signal
+
+    from grpo_core.analysis import pilot
+    from grpo_core.train.pilot import cli_pilot
+    cfg = load_config(None, [f"model.path={qwen2}", "model.dtype=float32", "grpo.engine=vllm", "grpo.steps=2",
+                             "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=8",
+                             "log.progress=false"])
+    with RunStore.create("pilot", cfg.to_dict(), root=tmp_path, kind="pilot") as store:
+        (store.run_dir / "config.toml").write_text(cfg.to_toml())
+    args = argparse.Namespace(config=str(tmp_path / "pilot" / "config.toml"), overrides=[], run_id="pilot",
+                              runs_dir=str(tmp_path))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert cli_pilot(args) == 0
+    finally:  # the pilot installs its own stop handlers: give pytest its own back
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        gc.collect()
+    with RunStore.open(tmp_path / "pilot") as store:
+        assert store.get_meta()["status"] == FINISHED and store.last_step() == 2
+        assert store.get_meta()["model"]["engine"] == "vllm"
+    assert pilot.pilot_summary(tmp_path / "pilot").batches_done == 2
