@@ -126,7 +126,7 @@ def test_new_kinds_are_chart_markers():
                        "source": ["autopilot", "ui", "ui", "ui"], "message": [""] * 4})
     shapes, notes = charts.marker_specs(ch)
     assert [s["x0"] for s in shapes] == [3, 4, 5]  # a step budget change alters no step: not drawn
-    assert charts.change_text("set_group_size", {"group_size": 12, "reason": "ratio 0.2 ...", "undo_of": 3}) == \
+    assert live_settings.describe("set_group_size", {"group_size": 12, "reason": "ratio 0.2 ...", "undo_of": 3}) == \
         "group_size 12"
 
 

@@ -141,10 +141,6 @@ def _figure(traces: list[dict], title: str, y_title: str, y_range=None, key: str
 
 
 VALIDATE = False  # tests switch it on to check every spec against plotly's schema
-def change_text(kind: str, request: dict) -> str:
-    return live_settings.describe(kind, request)
-
-
 def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict], list[dict]]:
     """(shapes, annotations): a dotted vertical line per applied change at its step,
     labelled at the top (hover the label for what changed)."""
@@ -168,7 +164,7 @@ def marker_specs(changes: pd.DataFrame | None, kinds=MARKED) -> tuple[list[dict]
 
 def _hover(row, kind: str) -> str:
     """What a marker's label says on hover: a ledger row's own text (old -> new), else the request's."""
-    return getattr(row, "change", None) or change_text(kind, getattr(row, "request", None) or {})
+    return getattr(row, "change", None) or live_settings.describe(kind, getattr(row, "request", None) or {})
 
 
 def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> go.Figure:

@@ -69,10 +69,6 @@ def _requested(kind: str, request: dict, old):
     return setting.after(old, setting.value(request))
 
 
-def _change_text(kind: str, old, new) -> str:
-    return live_settings.describe_change(kind, old, new)
-
-
 def _window_stats(steps: pd.DataFrame, lo: int, hi: int) -> dict:
     """Ratio (pooled when counts exist), reward and reward std over logged steps lo <= t < hi."""
     w = steps[(steps.index >= lo) & (steps.index < hi)]
@@ -193,7 +189,7 @@ def change_ledger(data: RunData, steps: pd.DataFrame | None = None, window: int 
         reuse = bool(kind not in NO_REUSE and b["n"] and a["n"] and np.isfinite(ratio_d) and ratio_d > 0
                      and np.isfinite(rew_d) and rew_d >= 0 and not (np.isfinite(same_w) and same_w < 0))
         rows.append({
-            "step": s, "kind": kind, "source": c["source"], "change": _change_text(kind, old, new),
+            "step": s, "kind": kind, "source": c["source"], "change": live_settings.describe_change(kind, old, new),
             "old": old, "new": new, "before": _window_span(b), "after": _window_span(a),
             "n_before": b["n"], "n_after": a["n"],
             "ratio_before": b["ratio"], "ratio_after": a["ratio"], "ratio_diff": ratio_d,

@@ -151,14 +151,20 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
         comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
                              max_new_tokens=max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
                              temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
+    return assemble(tokenizer, enc, comp, completion_mask(comp, eos), examples, group_size, prompts)
+
+
+def assemble(tokenizer, enc, completion: torch.Tensor, cmask: torch.Tensor, examples: list[dict], group_size: int,
+             prompts: list[str], sampler_logprobs: torch.Tensor | None = None) -> Rollouts:
+    """Rollouts from the encoded prompts [P, Lp] and the completions [P*G, Lc] with their mask (any
+    sampler's): each prompt repeated for its G rows, pad wherever the mask is 0, the texts decoded."""
     lp = enc["input_ids"].shape[1]
-    cmask = completion_mask(comp, eos)
     attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
-    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), comp], 1).masked_fill(attn == 0,
-                                                                                               tokenizer.pad_token_id)
+    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), completion], 1).masked_fill(
+        attn == 0, tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
     rep = [e for e in examples for _ in range(group_size)]
-    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size, prompts)
+    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size, prompts, sampler_logprobs)
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:

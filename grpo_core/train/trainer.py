@@ -219,7 +219,8 @@ class Trainer:
         if update:
             self.sampler.before_update()
             loss = self.train_on(roll, adv, stats.trainable)
-            t_sync = self.sampler.sync(self.model)  # the engine samples the next step from the updated weights
+            if loss["rows"]:  # an update happened: the engine samples the next step from the new weights
+                t_sync = self.sampler.sync(self.model)
         t_train = time.perf_counter() - t0 - (t_sync or 0.0)
 
         scalars = step_stats.step_scalars(stats, scores, self.reward.names, self.reward.weights,

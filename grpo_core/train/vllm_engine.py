@@ -276,13 +276,7 @@ def rollout(engine: VllmEngine, tokenizer, examples: list[dict], group_size: int
     ids, logprobs = engine.generate(prompt_ids, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
                                     top_p=top_p, eos_ids=eos_ids, suppress_ids=suppress_ids, seeds=seeds)
     completion, cmask, sampled = pad_completions(ids, logprobs, tokenizer.pad_token_id)
-    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
-    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), completion], 1)
-    out = out.masked_fill(attn == 0, tokenizer.pad_token_id)
-    prompt_len = enc["input_ids"].shape[1]
-    texts = tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
-    return native_sampling.Rollouts(out, attn, prompt_len, texts, [e for e in examples for _ in range(group_size)],
-                         len(examples), group_size, prompts, sampler_logprobs=sampled)
+    return native_sampling.assemble(tokenizer, enc, completion, cmask, examples, group_size, prompts, sampled)
 
 
 def pad_completions(ids: list[list[int]], logprobs: list[list[float]], pad_id: int):
