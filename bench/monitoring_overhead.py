@@ -43,8 +43,9 @@ TARGET = 0.02
 def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
     """n steps of the real loop under `variant`; per-step intervals (n - 1) and the time
     spent in the monitoring calls (added into `spent`)."""
-    real = {"log_step": tr.log_step, "new_alerts": tr.new_alerts, "curriculum": tr.curriculum,
-            "poll_control": tr.poll_control}
+    owners = {"log_step": (tr, "log_step"), "new_alerts": (tr.alerts, "new_alerts"),
+              "curriculum": (tr.curriculum, "after_step"), "poll_control": (tr, "poll_control")}
+    real = {name: getattr(obj, attr) for name, (obj, attr) in owners.items()}
     ticks = []
 
     def timed(name, fn):
@@ -63,16 +64,16 @@ def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
     noop_log = lambda *a, **kw: None  # noqa: E731
 
     def bare_alerts(step, scalars):  # no alert check, but the history stays whole for the full segments' check
-        tr.history.append({"step": step, **scalars})
-        del tr.history[:-64]
+        tr.alerts.history.append({"step": step, **scalars})
+        del tr.alerts.history[:-64]
         return []
     off = {"full": (), "per step": (), "no store": ("log_step",),
            "bare": ("log_step", "new_alerts", "curriculum", "poll_control")}
     for name, fn in real.items():
         if name in off[variant]:
-            fn = {"log_step": noop_log, "new_alerts": bare_alerts, "curriculum": lambda scalars: [],
+            fn = {"log_step": noop_log, "new_alerts": bare_alerts, "curriculum": lambda step, scalars: [],
                   "poll_control": lambda: None}[name]
-        setattr(tr, name, timed(name, fn))
+        setattr(*owners[name], timed(name, fn))
     close = tr.close_writer
 
     def close_writer(*a, **kw):
@@ -91,7 +92,7 @@ def run_segment(tr, n: int, variant: str, spent: dict) -> list[float]:
     finally:
         tr.cfg.log.commit_every_s = every
         for name in real:
-            setattr(tr, name, real[name])
+            setattr(*owners[name], real[name])
         tr.close_writer = close
     return [b - a for a, b in zip(ticks, ticks[1:])]
 

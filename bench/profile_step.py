@@ -121,8 +121,8 @@ def instrument(tr, timers: Timers):
     for fn in ("group_stats", "step_scalars"):
         timers.wrap(step_stats, fn, "health")
     timers.wrap(grpo, "advantages", "health")
-    for m in ("new_alerts", "curriculum"):
-        timers.wrap(tr, m, "alerts + curriculum")
+    timers.wrap(tr.alerts, "new_alerts", "alerts + curriculum")
+    timers.wrap(tr.curriculum, "after_step", "alerts + curriculum")
     timers.wrap(tr, "log_step", STORE_STAGE)
     timers.wrap(tr, "poll_control", "control polling")
     timers.wrap(tr, "run_autopilot", "autopilot")

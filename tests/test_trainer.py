@@ -40,7 +40,7 @@ from grpo_core.runs.names import (
 from grpo_core.runs.run_meta import FAILED, FINISHED, PAUSED, RUNNING, STOPPED, RunMeta, steps_budget
 from grpo_core.runs.store import EV_ALERT, EV_LIFECYCLE, RunStore
 from grpo_core.tasks.loading import load_config
-from grpo_core.train import grpo, models, native_sampling, trainer
+from grpo_core.train import grpo, models, native_sampling, step_events, trainer
 from grpo_core.train.checkpoints import latest_checkpoint
 from grpo_core.train.grpo import ADV_EPS, advantages, grpo_loss, train_on, trim
 from grpo_core.train.native_sampling import completion_mask, rollout
@@ -263,7 +263,7 @@ def _trainer(tmp_path, extra=(), run_id="r", resume=False):
 def _one_step(tr):
     scalars, groups, rollouts = tr.train_step()
     tr.step += 1
-    tr.store.log_step(tr.step, scalars, groups, rollouts, tr.new_alerts(tr.step, scalars))
+    tr.store.log_step(tr.step, scalars, groups, rollouts, tr.alerts.new_alerts(tr.step, scalars))
     return scalars, groups, rollouts
 
 
@@ -372,11 +372,11 @@ def test_zero_trainable_step_does_no_update_and_alerts(tmp_path):
 def test_a_flapping_alert_is_one_event_until_quiet_for_a_while(tmp_path, monkeypatch):
     tr, _ = _trainer(tmp_path)
     on = {1, 2, 5, 6, 9, 30}  # on and off within ALERT_REARM steps, then again much later
-    monkeypatch.setattr(trainer.health, "alerts", lambda wide, cfg, outcome=None: [health.Alert("declining_ratio", "warning", "x",
+    monkeypatch.setattr(step_events.health, "alerts", lambda wide, cfg, outcome=None: [health.Alert("declining_ratio", "warning", "x",
                                                                              int(wide.index[-1]))]
                         if int(wide.index[-1]) in on else [])
-    fired = [s for s in range(1, 31) if tr.new_alerts(s, {REWARD: 0.5})]
-    assert fired == [1, 30] and trainer.ALERT_REARM < 30 - 9
+    fired = [s for s in range(1, 31) if tr.alerts.new_alerts(s, {REWARD: 0.5})]
+    assert fired == [1, 30] and step_events.ALERT_REARM < 30 - 9
 
 
 def test_dynamic_sampling_draws_batches_until_enough_trainable_groups(tmp_path):
@@ -416,8 +416,8 @@ def test_difficulty_request_and_auto_curriculum(tmp_path):
     store.request("set_difficulty", {"level": 2})
     tr.poll_control()
     s, _, _ = _one_step(tr)
-    assert s[DIFFICULTY] == 2 and tr.curriculum(s) == []
-    events = tr.curriculum(s)
+    assert s[DIFFICULTY] == 2 and tr.curriculum.after_step(tr.step, s) == []
+    events = tr.curriculum.after_step(tr.step, s)
     assert tr.task.level == 3 and events[0][1]["source"] == "curriculum"
 
 

@@ -55,7 +55,7 @@ class ModelConfig:
     lora_dropout: float = knob(0.0, "Dropout on the LoRA adapters' input")
     lora_target_modules: str = knob("all-linear", "Modules that get adapters: all-linear, or comma-separated names (q_proj,v_proj)")
     gradient_checkpointing: bool = knob(False, "Recompute each layer's activations in the backward pass instead of keeping them: less memory for more compute (a group's prompt is then forwarded once per row)")
-    dtype: str = knob("auto", "Compute dtype: auto | float32 | bfloat16 | float16; auto = bf16 on CUDA, fp32 on CPU. Weights and optimizer state stay fp32 (autocast; fp16 adds a gradient scaler)")
+    dtype: str = knob("auto", "Compute dtype: auto | float32 | bfloat16 | float16 | float64; auto = bf16 on CUDA, fp32 on CPU. Weights and optimizer state stay fp32 (autocast; fp16 adds a gradient scaler); float64 runs weights, optimizer and compute in double (exactness checks, slow)")
 
 
 @dataclass
@@ -396,8 +396,8 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"model.device must be auto, cpu or cuda[:N], got {m.device!r}")
     need(m.lora_rank >= 0, f"model.lora_rank must be >= 0 (0 = full fine-tuning), got {m.lora_rank}")
     need(m.lora_alpha > 0 and 0 <= m.lora_dropout < 1, "model.lora_alpha must be > 0 and model.lora_dropout in [0, 1)")
-    need(m.dtype in ("auto", "float32", "bfloat16", "float16"),
-         f"model.dtype must be auto, float32, bfloat16 or float16, got {m.dtype!r}")
+    need(m.dtype in ("auto", "float32", "bfloat16", "float16", "float64"),
+         f"model.dtype must be auto, float32, bfloat16, float16 or float64, got {m.dtype!r}")
     need(m.hidden_size % max(m.num_heads, 1) == 0 and m.num_heads >= 1,
          f"model.hidden_size ({m.hidden_size}) must be a multiple of model.num_heads ({m.num_heads})")
     need(t.name in ("demo", "jsonl"), f"task.name must be 'demo' or 'jsonl', got {t.name!r}")

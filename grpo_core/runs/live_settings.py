@@ -159,6 +159,7 @@ class NumberSetting(LiveSetting):
     fmt: str | None = None  # the input's format (None: Streamlit's default)
     on_page: bool = True  # shown among the live page's run-setting inputs
     not_below_step: bool = False  # a value below the run's current step is refused (the step budget)
+    per_rank: bool = False  # at least one per training process (each rank samples whole groups)
 
     def bounds(self) -> str:
         left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
@@ -205,6 +206,9 @@ class NumberSetting(LiveSetting):
     def refusal(self, run, value):
         if self.not_below_step and value < run.step:
             return f"{self.key} {format_value(value)} is below the current step {run.step}"
+        if self.per_rank and value < run.ranks.size:
+            return (f"{self.key} {format_value(value)} is below the run's {run.ranks.size} ranks: each rank samples "
+                    "whole groups, so a step needs at least one prompt per rank")
         return None
 
 
@@ -347,7 +351,7 @@ SETTINGS = (
     NumberSetting(SET_GROUP_SIZE, "group_size", "Group size G", "group size G (GRPO compares completions inside a "
                   "group, so >= 2)", "G", "#264653", integer=True, lo=2, hi=1024),
     NumberSetting(SET_PROMPTS, "prompts_per_step", "Prompts per step", "prompts per step", "P", "#264653",
-                  integer=True, lo=1, hi=4096),
+                  integer=True, lo=1, hi=4096, per_rank=True),
     # The budget is not replayed: a resume recomputes it (runs.run_meta.RunMeta.resumed_budget).
     NumberSetting(SET_STEPS, "steps", "Steps (budget)", "step budget", "steps",
                   "#6C757D", integer=True, lo=1, hi=10_000_000, replay=False, not_below_step=True),

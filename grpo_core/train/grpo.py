@@ -29,6 +29,8 @@ from torch.utils.checkpoint import checkpoint
 from grpo_core.errors import ConfigError
 from grpo_core.train import sampler_mismatch
 from grpo_core.train.native_sampling import Rollouts, mode
+from grpo_core.train.out_of_memory import is_out_of_memory
+from grpo_core.train.ranks import SINGLE, Ranks
 
 ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 
@@ -301,7 +303,8 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> 
 
 
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
-             ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None) -> dict:
+             ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None,
+             world: Ranks = SINGLE) -> dict:
     """`gcfg.num_iterations` GRPO updates on the rollouts. adv [P, G], trainable [P]. Returns
     loss stats (policy, kl, clip_ratio, grad_norm, entropy: the mean over the passes); a batch
     with no trainable group returns zeros without a forward or backward.
@@ -312,26 +315,55 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     run in `compute_dtype` under autocast, the update on the (fp32) weights the optimizer holds;
     `scaler` (a torch.amp.GradScaler, for fp16) scales the loss so small gradients survive.
     With one pass the old policy is the current one (ratio 1); with more, the old log-probs are
-    the sampling policy's, computed once before the first pass, as TRL's num_iterations."""
+    the sampling policy's, computed once before the first pass, as TRL's num_iterations.
+
+    Under torchrun `roll` is this rank's share of the step (`world`: ranks.py): the counts that
+    divide the loss and the stats are summed over ranks, the gradients once per pass after the
+    last micro-batch, so every rank takes the single-process update. Every rank runs the same
+    collectives whatever its share: none trainable, fewer micro-batches, an out-of-memory retry
+    (all ranks retry together)."""
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
     with_kl = gcfg.beta > 0 and ref_model is not None
-    if not bool(row_trainable.any()) and not with_kl:
+    if not with_kl and not world.any(bool(row_trainable.any())):
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0, "mismatch": {}}
     idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
-    per = micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype) * G  # rows per micro-batch: whole groups
-    batch = _Batch(roll, idx, per,
-                   torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
-                   (_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, the dropped ones too
-                    _reduce_count(roll.completion_mask[idx], gcfg.loss_type)))  # KL: the rows forwarded
+    per = max(1, micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype)) * G  # whole groups
+    denoms = world.sum([_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, dropped ones too
+                        _reduce_count(roll.completion_mask[idx], gcfg.loss_type)])  # KL: the rows forwarded
+    batch = _Batch(roll, idx, per, torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
+                   (float(denoms[0]), float(denoms[1])))
     kw = dict(ref_model=ref_model, suppress_ids=suppress_ids, compute_dtype=compute_dtype)
     if gcfg.num_iterations > 1:
-        batch.old = _old_logprobs(model, batch, gcfg, **kw)
-    passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, **kw) for _ in range(gcfg.num_iterations)]
+        batch.old = _agreed(world, lambda: _old_logprobs(model, batch, gcfg, **kw))
+    passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, world=world, **kw)
+              for _ in range(gcfg.num_iterations)]
     out = {k: float(np.mean([p[k] for p in passes])) for k in ("policy", "kl", "clip_ratio", "grad_norm", "entropy")}
-    return {**out, "rows": int(len(idx)), "tokens": passes[0]["tokens"],
-            "mismatch": sampler_mismatch.combine(passes[0]["mismatch"])}
+    mismatch = [part for parts in world.gather(passes[0]["mismatch"]) for part in parts]
+    return {**out, "rows": int(world.sum([len(idx)])[0]), "tokens": passes[0]["tokens"],
+            "mismatch": sampler_mismatch.combine(mismatch)}
+
+
+class ElsewhereOutOfMemory(MemoryError):
+    """Another rank ran out of memory in this step: every rank retries with half the batch."""
+
+
+def _agreed(world: Ranks, compute):
+    """compute() on every rank, then one agreement: when any rank ran out of memory, every rank
+    raises (its own error, or ElsewhereOutOfMemory), so all retry the step's training together."""
+    failed = None
+    try:
+        result = compute()
+    except Exception as error:
+        if not (world.distributed and is_out_of_memory(error)):
+            raise
+        failed, result = error, None
+    if world.any(failed is not None):
+        if failed is not None:
+            raise failed
+        raise ElsewhereOutOfMemory("another rank ran out of memory")
+    return result
 
 
 @dataclass
@@ -342,42 +374,56 @@ class _Batch:
     per: int  # rows per micro-batch
     adv_rows: torch.Tensor  # [B] float64, to logp's dtype in grpo_loss
     row_trainable: torch.Tensor  # [B] bool
-    denoms: tuple[float, float]  # the policy and KL terms' counts over the whole step
+    denoms: tuple[float, float]  # the policy and KL terms' counts over the whole step (every rank's)
     old: torch.Tensor | None = None  # [B, Lc] the sampling policy's log-probs (passes > 1), else None
+
+    def chunks(self) -> tuple[torch.Tensor, ...]:
+        """The micro-batches' rows (none when this rank forwards no row)."""
+        return self.idx.split(self.per) if len(self.idx) else ()
 
 
 def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype) -> torch.Tensor:
     """The log-probs of the policy that sampled the batch [B, Lc] (no grad), in train mode as
     the passes' forwards are: the first pass's ratio is then 1, as with one pass."""
-    roll, old = batch.roll, None
+    roll = batch.roll
+    old = torch.zeros(roll.completion_ids.shape, dtype=torch.float32, device=roll.input_ids.device)
     with torch.no_grad(), mode(model, training=True):
-        for chunk in batch.idx.split(batch.per):
+        for chunk in batch.chunks():
             ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
             with autocast(roll.input_ids.device, compute_dtype):
                 logp, _ = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
                                          group_size=roll.group_size,
                                          chunk=chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model)))
-            if old is None:
-                old = torch.zeros(roll.completion_ids.shape, dtype=logp.dtype, device=logp.device)
+            old = old.to(logp.dtype)
             old[chunk, :logp.shape[1]] = logp
     return old
 
 
-def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype, scaler) -> dict:
-    """One pass: the micro-batches' forward/backward, clipping, one optimizer step."""
+_SUMMED = ("policy", "kl", "clipped", "policy_tokens", "entropy_sum", "tokens")
+
+
+def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype, scaler,
+            world: Ranks) -> dict:
+    """One pass: the micro-batches' forward/backward, the gradients summed over ranks, clipping,
+    one optimizer step."""
     optimizer.zero_grad(set_to_none=True)
-    total = {"policy": 0.0, "kl": 0.0, "clipped": 0.0, "policy_tokens": 0.0, "entropy_sum": 0.0, "tokens": 0}
-    mismatch = []
-    with mode(model, training=True):
-        for chunk in batch.idx.split(batch.per):
-            part = _micro_batch(model, batch, chunk, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
-                                compute_dtype=compute_dtype, scaler=scaler)
-            mismatch.append(part.pop("mismatch"))
-            for k in total:
-                total[k] += part[k]
+
+    def local() -> tuple[dict, list]:
+        total, mismatch = dict.fromkeys(_SUMMED, 0.0), []
+        with mode(model, training=True):
+            for chunk in batch.chunks():
+                part = _micro_batch(model, batch, chunk, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
+                                    compute_dtype=compute_dtype, scaler=scaler)
+                mismatch.append(part.pop("mismatch"))
+                for k in total:
+                    total[k] += part[k]
+        return total, mismatch
+    total, mismatch = _agreed(world, local)
+    total = dict(zip(_SUMMED, world.sum([total[k] for k in _SUMMED])))
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    world.sum_gradients(params)
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients
-    params = [p for g in optimizer.param_groups for p in g["params"]]
     gn = torch.nn.utils.clip_grad_norm_(params, gcfg.max_grad_norm if gcfg.max_grad_norm > 0 else float("inf"))
     if scaler is not None:
         scaler.step(optimizer)  # skipped when a gradient overflowed; the scale then shrinks

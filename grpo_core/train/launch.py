@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 
 from grpo_core.analysis.alert_rules import user_rules
 from grpo_core.errors import ConfigError
@@ -19,20 +20,20 @@ from grpo_core.runs.run_meta import CREATED, FAILED
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks import build_metrics, make_task
 from grpo_core.tasks.loading import load_config
-from grpo_core.train import checkpoints, models
+from grpo_core.train import checkpoints, models, rank_failure, ranks
 from grpo_core.train.models import set_threads
 from grpo_core.train.out_of_memory import OutOfMemory
 from grpo_core.train.trainer import Trainer
 
 
 def install_stop_signals(trainer: Trainer):
-    """SIGTERM / first Ctrl-C: finish the step, checkpoint, status stopped. A second Ctrl-C
-    interrupts at once."""
+    """SIGTERM / first Ctrl-C: finish the step, checkpoint, status stopped (under torchrun every
+    rank stops after the same step, whichever got the signal). A second Ctrl-C interrupts at once."""
     def handler(signum, frame):
-        if trainer.stop_reason:
+        if trainer.signal_reason or trainer.stop_reason:
             raise KeyboardInterrupt
-        trainer.stop_reason = signal.Signals(signum).name
-        trainer.log(f"{trainer.stop_reason}: stopping after this step")
+        trainer.signal_reason = signal.Signals(signum).name
+        trainer.log(f"{trainer.signal_reason}: stopping after this step")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
 
@@ -80,38 +81,87 @@ def open_run(args) -> tuple[RunConfig, RunStore]:
 
 
 def cli_train(args) -> int:
-    cfg, store = open_run(args)
-    # Our pid before the (maybe long) model load: a trainer killed while starting shows stale, not created.
-    store.set_meta(pid=os.getpid(), host=os.uname().nodename)
-    set_threads(cfg)
-    print(f"run {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
+    rank_set = ranks.from_environment()  # torchrun: join the job's process group first
     try:
-        trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)))
+        cfg, store, run_dir = open_on_ranks(args, rank_set)
+        return train(args, cfg, store, run_dir, rank_set)
+    finally:
+        rank_set.close()
+
+
+def open_on_ranks(args, rank_set: ranks.Ranks):
+    """Rank 0 opens the run (open_run) and tells the other ranks its config and folder; a bad
+    config ends every rank with rank 0's one line."""
+    store, opened = None, None
+    if rank_set.main:
+        try:
+            cfg, store = open_run(args)
+            ranks.check_config(cfg, rank_set)
+            opened = {"config": cfg.to_dict(), "run_dir": str(store.run_dir)}
+        except ConfigError as e:
+            if store is not None:
+                store.set_status(FAILED, error=str(e))
+            rank_set.broadcast({"error": str(e)})
+            raise
+    opened = rank_set.broadcast(opened)
+    if "error" in opened:
+        raise ConfigError(opened["error"])
+    cfg = cfg if rank_set.main else validate(from_dict(opened["config"]))
+    return cfg, store, Path(opened["run_dir"])
+
+
+def train(args, cfg: RunConfig, store: RunStore | None, run_dir: Path, rank_set: ranks.Ranks) -> int:
+    """The run on this rank: rank 0 (a single process's only rank) with the store, the others without."""
+    if store is not None:
+        # Our pid before the (maybe long) model load: a trainer killed while starting shows stale, not created.
+        store.set_meta(pid=os.getpid(), host=os.uname().nodename)
+        print(f"run {store.run_id}: {store.run_dir}" + (f" ({rank_set.size} ranks)" if rank_set.distributed else ""),
+              file=sys.stderr, flush=True)
+    set_threads(cfg, processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    quiet = None if rank_set.main else (lambda msg: None)  # rank 0 speaks for the job
+    try:
+        trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)), log=quiet, ranks=rank_set,
+                          run_dir=run_dir)
     except BaseException as e:
-        msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
-        store.reject_open_requests("trainer failed to start")
-        store.set_status(FAILED, error=msg)
+        if store is not None:
+            msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
+            store.reject_open_requests("trainer failed to start")
+            store.set_status(FAILED, error=msg)
         raise
     install_stop_signals(trainer)
     try:
-        status = trainer.run_safely()
+        status = trainer.run_safely() if store is not None else trainer.run()
     except KeyboardInterrupt:
         return 130
     except Exception as e:
-        why = storage_problem(e)
-        if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
-            print(f"error: {checkpoints.storage_message(trainer.store, why, trainer.runs_root)}", file=sys.stderr)
-        elif isinstance(e, OutOfMemory):  # the line names the knobs; the finished steps are in the store
-            print(f"error: {e}; steps up to {trainer.step} are kept", file=sys.stderr)
-        else:
-            traceback.print_exc()
-        return 1
-    last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
-    if last is not None and not last.empty:
-        r = last.iloc[-1]
-        print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[REWARD]:.3f}, "
-              f"trainable ratio {r[TRAINABLE_RATIO]:.2f}", file=sys.stderr)
+        return report_failure(e, trainer, rank_set, run_dir)
+    if store is not None:
+        last = store.scalars_wide(since_step=store.last_step() - 1) if store.last_step() else None
+        if last is not None and not last.empty:
+            r = last.iloc[-1]
+            print(f"run {store.run_id} {status} at step {trainer.step}: reward {r[REWARD]:.3f}, "
+                  f"trainable ratio {r[TRAINABLE_RATIO]:.2f}", file=sys.stderr)
     return 0
+
+
+def report_failure(e: Exception, trainer: Trainer, rank_set: ranks.Ranks, run_dir: Path) -> int:
+    """One line for what stopped the run (exit 1); the finished steps are in the store."""
+    if trainer.store is None:  # a rank without the store: rank 0 records it, unless rank 0 is what is gone
+        if ranks.lost_peer(e):
+            rank_failure.record_lost_main(run_dir, f"rank {rank_set.rank}: {e}".splitlines()[0])
+        print(f"error (rank {rank_set.rank}): {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return 1
+    why = storage_problem(e)
+    if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
+        print(f"error: {checkpoints.storage_message(trainer.store, why, trainer.runs_root)}", file=sys.stderr)
+    elif isinstance(e, OutOfMemory):  # the line names the knobs; the finished steps are in the store
+        print(f"error: {e}; steps up to {trainer.step} are kept", file=sys.stderr)
+    elif rank_set.distributed and ranks.lost_peer(e):
+        print(f"error: {rank_failure.LOST_RANK}; steps up to {trainer.step} are kept", file=sys.stderr)
+    else:
+        traceback.print_exc()
+    return 1
 
 
 def cli_export(args) -> int:

@@ -31,7 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 
 GIB = 2 ** 30
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 LOGIT_COPIES = 5.25  # logits, log-softmax, exp, the masked copy, their product, the p == 0 mask (1 byte)
 SAMPLING_LOGIT_COPIES = 4  # the step's logits buffer, a fresh float copy, the softmax, the filtered scores
 

@@ -280,20 +280,30 @@ def warm_start(model, tokenizer, task, max_steps: int, batch_size: int = 64, lr:
     return losses, rate
 
 
+def master_dtype(compute_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the weights the optimizer updates: fp32, or float64 when everything is."""
+    return torch.float64 if compute_dtype == torch.float64 else torch.float32
+
+
 def load_policy(cfg: ModelConfig, task, runs_root: str | os.PathLike, seed: int = 0,
                 log=lambda msg: None):
     """cfg -> (model, tokenizer, info), the weights in fp32 (the master copy the optimizer
-    updates; forward passes run in the compute dtype under autocast: trainer.Trainer.autocast).
-    info says where the weights came from."""
+    updates; forward passes run in the compute dtype under autocast: trainer.Trainer.autocast),
+    or float64 with model.dtype float64. info says where the weights came from."""
     device, dtype = pick_device(cfg)
+    model, tokenizer, info = _load_policy(cfg, task, runs_root, seed, log, device)
+    info["compute_dtype"] = str(dtype)
+    return model.to(master_dtype(dtype)), tokenizer, info
+
+
+def _load_policy(cfg: ModelConfig, task, runs_root, seed: int, log, device):
     if cfg.path:
         model, tokenizer = load_pretrained(cfg.path, device, torch.float32)
-        return model, tokenizer, {"source": cfg.path, "warm_start": None, "compute_dtype": str(dtype)}
+        return model, tokenizer, {"source": cfg.path, "warm_start": None}
     cache = Path(runs_root) / ".cache" / f"warm-{warm_key(cfg, task.cache_key(), seed)}"
     if (cache / "config.json").is_file():
         model, tokenizer = load_pretrained(str(cache), device, torch.float32)
-        return model, tokenizer, {"source": "builtin", "warm_start": str(cache), "cached": True,
-                                  "compute_dtype": str(dtype)}
+        return model, tokenizer, {"source": "builtin", "warm_start": str(cache), "cached": True}
     tokenizer = build_tokenizer()
     model = build_tiny_model(cfg, tokenizer, seed).to(device)
     info = {"source": "builtin", "warm_start": None}
@@ -307,7 +317,6 @@ def load_policy(cfg: ModelConfig, task, runs_root: str | os.PathLike, seed: int 
         _save_atomic(model, tokenizer, cache)
         info.update(warm_start=str(cache), cached=False, warm_steps=len(losses), loss_last=losses[-1],
                     warm_success=rate)
-    info["compute_dtype"] = str(dtype)
     return model, tokenizer, info
 
 
@@ -323,12 +332,12 @@ def _save_atomic(model, tokenizer, dest: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def set_threads(cfg: RunConfig | None = None):
+def set_threads(cfg: RunConfig | None = None, processes: int = 1):
     """CPU threads for torch: $GRPO_TORCH_THREADS, else 1 for the built-in model (and when no
-    config is given), else min(4, cores). The built-in model's ops are far too small to split:
-    a second thread only waits at barriers, and on a shared box it waits for a core
-    (docs/benchmarks.md, "Behind the code")."""
+    config is given), else min(4, cores / the training processes on this machine). The built-in
+    model's ops are far too small to split: a second thread only waits at barriers, and on a
+    shared box it waits for a core (docs/benchmarks.md, "Behind the code")."""
     n = int(os.environ.get("GRPO_TORCH_THREADS", "0"))
     if not n:
-        n = max(1, min(4, os.cpu_count() or 1)) if cfg is not None and cfg.model.path else 1
+        n = max(1, min(4, (os.cpu_count() or 1) // max(processes, 1))) if cfg is not None and cfg.model.path else 1
     torch.set_num_threads(n)

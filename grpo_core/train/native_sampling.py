@@ -74,7 +74,8 @@ def mode(model, training: bool):
 @torch.no_grad()
 def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
                   max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-                  suppress_ids: list[int] | None = None) -> torch.Tensor:
+                  suppress_ids: list[int] | None = None, generators: list[torch.Generator] | None = None,
+                  ) -> torch.Tensor:
     """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
     for left-padded prompts [P, Lp] -> completion ids [P*G, Lc], pad after each row's eos (any
     of eos_ids), stopping once every row has ended; temperature 0 is greedy. Same logits processing (suppress, temperature, top-p)
@@ -83,7 +84,11 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
     through the model once, not G times (its KV cache is copied to its G rows; the prefill of
     every row was a large share of generate's time: docs/benchmarks.md, "Behind the code"), rows
     that have ended leave the model's batch (once a quarter of it has ended), and none of
-    generate's per-token bookkeeping runs."""
+    generate's per-token bookkeeping runs.
+
+    `generators` (one per prompt) draw each group's tokens from its own stream instead of
+    torch's global one: a group's completions then do not depend on the other prompts of the
+    batch (the trainer seeds each group: ranks.group_seeds)."""
     eos = torch.as_tensor(eos_ids, device=prompt_ids.device)
     pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -107,7 +112,7 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
             if top_p < 1.0:
                 scores = _top_p(scores, top_p)
             # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
-            tok = torch.multinomial(scores.softmax(-1), 1).squeeze(1).masked_fill(done, pad_id)
+            tok = _draw(scores.softmax(-1), group_size, generators).masked_fill(done, pad_id)
         toks.append(tok)
         done = done | torch.isin(tok, eos)
         if t == max_new_tokens - 1:
@@ -128,29 +133,41 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
     return torch.stack(toks, 1)
 
 
+def _draw(probs: torch.Tensor, group_size: int, generators: list[torch.Generator] | None) -> torch.Tensor:
+    """One token per row [B] from probs [B, V]: from torch's generator, or each group's rows from its own."""
+    if generators is None:
+        return torch.multinomial(probs, 1).squeeze(1)
+    return torch.cat([torch.multinomial(rows, 1, generator=gen).squeeze(1)
+                      for rows, gen in zip(probs.split(group_size), generators)])
+
+
 def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
             temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
-            batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None) -> Rollouts:
+            batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None,
+            seeds: list[int] | None = None) -> Rollouts:
     """P prompts -> P*G sampled completions (KV cache, each prompt prefilled once), in batches
     of `batch_groups` prompts (0: one batch) so the KV cache held is one batch's. Rows are
     grouped: rows g*G .. g*G+G-1 are prompt g's group. `prompts`: the text each example is
     prompted with (default: its "prompt"); add_special_tokens=False when they are rendered chat
-    templates, which hold the model's special tokens already."""
+    templates, which hold the model's special tokens already. `seeds` (one per prompt): each
+    group drawn from its own generator, so its completions are the same in any batch."""
     prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
     if 0 < batch_groups < len(examples):
         parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_p=top_p, suppress_ids=suppress_ids,
-                         add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups])
+                         add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups],
+                         seeds=None if seeds is None else seeds[i:i + batch_groups])
                  for i in range(0, len(examples), batch_groups)]
         return concat_rollouts(parts, tokenizer.pad_token_id)
     device = next(model.parameters()).device
     enc = tokenizer(prompts, return_tensors="pt", padding=True,
                     add_special_tokens=add_special_tokens).to(device)
     eos = eos_token_ids(model, tokenizer)
+    generators = None if seeds is None else [torch.Generator(device).manual_seed(int(s)) for s in seeds]
     with mode(model, training=False):
         comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
                              max_new_tokens=max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
-                             temperature=temperature, top_p=top_p, suppress_ids=suppress_ids)
+                             temperature=temperature, top_p=top_p, suppress_ids=suppress_ids, generators=generators)
     return assemble(tokenizer, enc, comp, completion_mask(comp, eos), examples, group_size, prompts)
 
 

@@ -84,6 +84,7 @@ def cli_pilot(args) -> int:
     try:
         while trainer.step < cfg.grpo.steps and not trainer.stop_reason:
             session.serve()
+            trainer.stop_reason = trainer.stop_reason or trainer.signal_reason  # a signal: finish the batch, stop
             if trainer.stop_reason:
                 break
             scalars, groups, rollouts = trainer.train_step(update=False)

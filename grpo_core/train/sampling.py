@@ -12,6 +12,8 @@ import importlib.util
 import time
 from pathlib import Path
 
+import numpy as np
+
 from grpo_core.train import models, native_sampling
 
 
@@ -50,11 +52,14 @@ class VllmSampler:
         self.engine.load_weights(model)  # the policy as the trainer holds it: warm-started or resumed
 
     def rollout(self, model, tokenizer, examples: list[dict], group_size: int, *, batch_groups: int = 0,
-                **kw) -> native_sampling.Rollouts:
+                seeds: list[int] | None = None, **kw) -> native_sampling.Rollouts:
         """The engine batches by itself (batch_groups is the native sampler's memory knob). Each
-        completion's seed is drawn from torch's generator: a seeded run samples the same again."""
+        completion's seed (below 2**31, as vLLM takes) comes from its group's seed (`seeds`, one per
+        prompt), else from torch's generator: a seeded run samples the same again."""
         self.engine.wake_up()
-        return self.module.rollout(self.engine, tokenizer, examples, group_size,
+        per_row = None if seeds is None else [int(np.random.SeedSequence([seed, j]).generate_state(1)[0]) >> 1
+                                              for seed in seeds for j in range(group_size)]
+        return self.module.rollout(self.engine, tokenizer, examples, group_size, seeds=per_row,
                                    eos_ids=native_sampling.eos_token_ids(model, tokenizer), **kw)
 
     def sync(self, model) -> float:

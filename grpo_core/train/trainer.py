@@ -1,10 +1,14 @@
 """The embedded GRPO trainer: rollout -> score -> health -> advantage -> loss -> update -> log.
 
 The step's math is grpo.py; `Trainer` wires it to a task, a run store and the control
-requests the dashboard writes, with checkpoints (checkpoints.py) and a heartbeat (session.py).
+requests the dashboard writes, with checkpoints (checkpoints.py) and a heartbeat (runs/lifecycle.py).
 
 - Control requests are claimed and applied between steps only, so a step never sees
   half a change; each is resolved with the step it takes effect at.
+- Under torchrun (ranks.py) every rank runs this loop on its share of each step's prompts.
+  Rank 0 alone holds the store: it reads the requests and the ranks apply them together at
+  the same step boundary; the step's numbers are computed from every rank's scores
+  (step_batch.py), so they are the same on 1 rank or N, and rank 0 logs them.
 """
 from __future__ import annotations
 
@@ -16,15 +20,14 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
-from grpo_core.analysis import autopilot, health, step_stats
+from grpo_core.analysis import autopilot, step_stats
 from grpo_core.errors import ConfigError
 from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import RunConfig
 from grpo_core.runs.lifecycle import RunSession
-from grpo_core.runs.live_settings import CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, SET_DIFFICULTY, STOP
+from grpo_core.runs.live_settings import CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, STOP
 from grpo_core.runs.locations import storage_problem
 from grpo_core.runs.requests import validate_request
 from grpo_core.runs.run_meta import FINISHED, PAUSED, RUNNING, STOPPED, RunMeta
@@ -33,28 +36,22 @@ from grpo_core.runs.store import APPLIED, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV
 from grpo_core.runs.writer import BatchedWrites
 from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
-from grpo_core.train import checkpoints, evaluation, grpo, models, native_sampling, out_of_memory, sampling
+from grpo_core.train import (checkpoints, evaluation, grpo, models, out_of_memory, rank_failure, ranks, sampling,
+                             step_batch)
+from grpo_core.train.ranks import SINGLE, Ranks, group_seeds
 from grpo_core.train.skipping import PromptSkipper
-
-ALERT_REARM = 10  # steps an alert must stay quiet before it may fire (and be logged) again
-
-
-@dataclasses.dataclass
-class Sample:
-    """A step's rollouts and their raw scores: one prompt batch, or several (dynamic sampling)."""
-    roll: native_sampling.Rollouts
-    raw: np.ndarray  # [P*G, K] raw metric scores
-    errors: list[str | None]  # per rollout: "metric: what went wrong", or None
-    batches: int  # prompt batches drawn
-    generate_s: float
-    score_s: float
+from grpo_core.train.step_events import AlertWatch, Curriculum
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, store: RunStore, *, resume: bool = False, log=None):
-        self.cfg, self.store, self.resume = cfg, store, resume
+    def __init__(self, cfg: RunConfig, store: RunStore | None, *, resume: bool = False, log=None,
+                 ranks: Ranks = SINGLE, run_dir: Path | None = None):
+        """`store` on rank 0 (every rank of a single process); the other ranks of a torchrun job
+        have none and are given the run's folder (`run_dir`) instead."""
+        self.cfg, self.store, self.resume, self.ranks = cfg, store, resume, ranks
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.runs_root = store.run_dir.parent
+        self.run_dir = store.run_dir if store is not None else Path(run_dir)
+        self.runs_root = self.run_dir.parent
         g = cfg.grpo
         self.task = make_task(cfg)
         metric_names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
@@ -68,9 +65,9 @@ class Trainer:
         self.cum_tokens = (0, 0)  # completion tokens sampled, and those in groups that taught nothing
         self.paused = False
         self.stop_reason: str | None = None
-        self.active_alerts: dict[str, int] = {}  # alert kind -> last step it held
-        self.history: list[dict] = []  # recent steps' scalars, for alerts and the curriculum
-        self.curriculum_streak = 0
+        self.signal_reason: str | None = None  # a stop signal this rank got: the ranks agree on it at the next step
+        self.alerts = AlertWatch(cfg.health, cfg.reward.outcome_metric or None)
+        self.curriculum = Curriculum(cfg.curriculum, self.task, self.log)
         self.last_log_s = 0.0
         self.last_ckpt_step: int | None = None
         self.autopilot_on = cfg.autopilot.enabled  # set_autopilot switches it mid-run
@@ -99,11 +96,13 @@ class Trainer:
         self.prepare_model()
         # Its requests are its handlers: every kind, a difficulty only on a task with levels.
         kinds = [k for k in CONTROL_KINDS if k not in live_settings.BY_KIND or live_settings.BY_KIND[k].available(self)]
-        self.session = RunSession(store, dict.fromkeys(kinds, self.apply_request), self.refuse_request)
+        self.handlers = dict.fromkeys(kinds, self.apply_request)
+        self.session = RunSession(store, self.handlers, self.refuse_request) if store is not None else None
         if resume:
             self._load_checkpoint()
+        ranks.same_parameters(self.model)  # every rank from rank 0's weights, as DDP starts
         # After any resume: the engine starts from the weights the trainer holds now.
-        self.sampler = sampling.make_sampler(self.model, self.tokenizer, cfg, self.model_info, store.run_dir,
+        self.sampler = sampling.make_sampler(self.model, self.tokenizer, cfg, self.model_info, self.run_dir,
                                              self.device, self.compute_dtype)
         self.model_info["engine"] = self.sampler.name
 
@@ -122,36 +121,42 @@ class Trainer:
                                            weight_decay=g.weight_decay)
 
     # ---- one step ------------------------------------------------------------------------
-    def sample(self) -> Sample:
-        """Draw prompt batches (more than one only with dynamic sampling) and score them."""
+    def sample(self) -> step_batch.StepBatch:
+        """Draw prompt batches (more than one only with dynamic sampling) and score them. Every
+        rank draws the step's whole batch (the task's stream is seeded alike) and samples its
+        share, each group from its own seed; the scores of every rank are gathered."""
         g = self.cfg.grpo
-        parts, raws, errors, t_gen, t_score, batches = [], [], [], 0.0, 0.0, 0
+        rolls, scored, mine, examples, t_gen, t_score = [], [], [], [], 0.0, 0.0
         trainable_so_far = 0
         while True:
-            batches += 1
-            examples = self.skipper.draw(self.task.batch, g.prompts_per_step)
+            drawn = self.skipper.draw(self.task.batch, g.prompts_per_step)
+            share = self.ranks.share(len(drawn))
             t0 = time.perf_counter()
-            roll = self.rollout(examples)
+            roll = self.rollout(drawn[share], seeds=group_seeds(g.seed, self.step + 1, len(rolls), share.start,
+                                                                share.stop - share.start))
             t1 = time.perf_counter()
-            scored = self.reward.score(roll.texts, roll.examples)
+            local = self.reward.score(roll.texts, roll.examples)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
-            parts.append(roll)
-            raws.append(scored.raw)
-            errors += scored.errors
-            if not g.dynamic_sampling or batches >= g.dynamic_max_batches:
+            mine += range(len(examples) + share.start, len(examples) + share.stop)
+            rolls.append(roll)
+            examples += drawn
+            scored.append(step_batch.gather(self.ranks, step_batch.Scored.of(roll, local.raw, local.errors)))
+            if not g.dynamic_sampling or len(rolls) >= g.dynamic_max_batches:
                 break
             # The step's own rule: with an outcome gate, a phantom group does not count toward the target.
-            st = step_stats.group_stats(scored.totals.reshape(-1, g.group_size), scored.raw.reshape(-1, g.group_size,
-                                    scored.raw.shape[1]), min_group_std=g.min_group_std,
-                                    outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
+            raw = scored[-1].raw
+            st = step_stats.group_stats(self.reward.totals(raw).reshape(-1, g.group_size),
+                                        raw.reshape(-1, g.group_size, raw.shape[1]), min_group_std=g.min_group_std,
+                                        outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
             trainable_so_far += int(st.trainable.sum())
             if trainable_so_far >= g.dynamic_min_trainable:
                 break
-        return Sample(native_sampling.concat_rollouts(parts, self.tokenizer.pad_token_id), np.concatenate(raws), errors, batches,
-                      t_gen, t_score)
+        return step_batch.StepBatch.join(rolls, self.tokenizer.pad_token_id, mine, examples, scored, t_gen, t_score)
 
-    def rollout(self, examples: list[dict], group_size: int | None = None, temperature: float | None = None):
-        """native_sampling.rollout with the run's settings, in batches halved while they do not fit in memory."""
+    def rollout(self, examples: list[dict], group_size: int | None = None, temperature: float | None = None,
+                seeds: list[int] | None = None):
+        """The sampler's rollout with the run's settings, in batches halved while they do not fit
+        in memory. `seeds`: one per group (None: torch's generator)."""
         g = self.cfg.grpo
 
         t = self.cfg.task
@@ -162,7 +167,7 @@ class Trainer:
                 return self.sampler.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
                                     max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
                                     temperature=g.temperature if temperature is None else temperature,
-                                    batch_groups=batch_groups, prompts=prompts,
+                                    batch_groups=batch_groups, prompts=prompts, seeds=seeds,
                                     add_special_tokens=not chat.uses_template(self.tokenizer, t.chat_template))
         return out_of_memory.halving(attempt, g.sample_batch_groups or len(examples), stage="sampling",
                                      knob="grpo.sample_batch_groups", on_retry=self.memory_retry("sample_batch_groups"))
@@ -173,15 +178,16 @@ class Trainer:
         out = self.held_out.run(self.rollout, self.reward, self.cfg.grpo.temperature, self.device)
         return {**out, names.TIME_EVAL: time.perf_counter() - t0}
 
-    def train_on(self, roll: native_sampling.Rollouts, adv: np.ndarray, trainable: np.ndarray) -> dict:
-        """grpo.train_on, its micro-batch halved while the step does not fit in memory."""
+    def train_on(self, roll, adv: np.ndarray, trainable: np.ndarray) -> dict:
+        """grpo.train_on, its micro-batch halved while the step does not fit in memory (under
+        torchrun: on any rank, and then on every rank)."""
         g = self.cfg.grpo
         forwarded = int(grpo.forwarded_groups(trainable, g, g.beta > 0 and self.ref_model is not None).sum())
         return out_of_memory.halving(
             lambda n: grpo.train_on(self.model, self.optimizer, roll, adv, trainable,
                                     dataclasses.replace(g, micro_batch_groups=n), ref_model=self.ref_model,
                                     suppress_ids=self.suppress_ids, compute_dtype=self.compute_dtype,
-                                    scaler=self.scaler),
+                                    scaler=self.scaler, world=self.ranks),
             min(grpo.micro_batch_groups(self.model, roll, max(forwarded, 1), g, self.compute_dtype), max(forwarded, 1)),
             stage="training",
             knob="grpo.micro_batch_groups", on_retry=self.memory_retry("micro_batch_groups"))
@@ -191,8 +197,8 @@ class Trainer:
         (the next steps would not fit either) and an event says so."""
         def retry(groups: int, error: str):
             setattr(self.cfg.grpo, knob, groups)
-            self.pending_events.append((EV_MEMORY, {"knob": f"grpo.{knob}", "groups": groups,
-                                                                     "error": error}))
+            self.pending_events.append((EV_MEMORY, {"knob": f"grpo.{knob}", "groups": groups, "error": error,
+                                                    **({"rank": self.ranks.rank} if self.ranks.distributed else {})}))
             self.log(f"out of memory ({error}): retrying with grpo.{knob}={groups}")
         return retry
 
@@ -200,9 +206,9 @@ class Trainer:
         """One step; update=False samples, scores and logs without training (the pilot)."""
         g = self.cfg.grpo
         t_start = time.perf_counter()
-        sample = self.sample()
-        roll, raw, errors, t_gen, t_score = sample.roll, sample.raw, sample.errors, sample.generate_s, sample.score_s
-        P, G, K = roll.num_prompts, g.group_size, raw.shape[1]
+        sample = self.sample()  # this rank's rollouts; the step's scores, every rank's
+        done, raw, t_gen, t_score = sample.scored, sample.scored.raw, sample.generate_s, sample.score_s
+        P, G, K = len(sample.examples), g.group_size, raw.shape[1]
         t0 = time.perf_counter()
         totals = self.reward.totals(raw).reshape(P, G)
         scores = raw.reshape(P, G, K)
@@ -218,7 +224,7 @@ class Trainer:
         t_sync = None
         if update:
             self.sampler.before_update()
-            loss = self.train_on(roll, adv, stats.trainable)
+            loss = self.train_on(sample.roll, adv[sample.mine], stats.trainable[sample.mine])
             if loss["rows"]:  # an update happened: the engine samples the next step from the new weights
                 t_sync = self.sampler.sync(self.model)
         t_train = time.perf_counter() - t0 - (t_sync or 0.0)
@@ -230,20 +236,20 @@ class Trainer:
         outcomes = step_stats.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
                                          self.reward.weights, self.cfg.reward.outcome_metric or None)
         scalars.update(step_stats.outcome_counts(outcomes))
-        scalars.update(self.skipper.after_step(roll.examples[::G], stats.trainable))
-        scalars.update(step_stats.wasted_compute(roll.completion_mask.sum(-1).reshape(P, G).numpy(), stats.trainable,
-                                             t_gen, self.cum_tokens))
+        scalars.update(self.skipper.after_step(sample.examples, stats.trainable))
+        scalars.update(step_stats.wasted_compute(done.lengths.reshape(P, G), stats.trainable, t_gen, self.cum_tokens))
         self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
-        n_tokens = int(roll.completion_mask.sum())
+        n_tokens = int(done.lengths.sum())
         step_s = time.perf_counter() - t_start
         scalars.update({
             names.LOSS_POLICY: loss["policy"], names.LOSS_KL: loss["kl"], names.LOSS_ENTROPY: loss["entropy"],
             names.GRAD_NORM: loss["grad_norm"], names.CLIP_RATIO: loss["clip_ratio"], names.LEARNING_RATE: lr,
-            names.COMPLETION_MEAN_LENGTH: n_tokens / len(roll.texts),
+            names.COMPLETION_MEAN_LENGTH: n_tokens / len(done.texts),
             names.TIME_STEP: step_s, names.TIME_GENERATE: t_gen, names.TIME_SCORE: t_score, names.TIME_TRAIN: t_train,
             names.TIME_LOG: self.last_log_s, names.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
             names.MIN_GROUP_STD: g.min_group_std, names.DIFFICULTY: float(self.task.level),
-            names.SCORING_ERRORS: float(sum(e is not None for e in errors)), names.SAMPLING_BATCHES: float(sample.batches),
+            names.SCORING_ERRORS: float(sum(e is not None for e in done.errors)),
+            names.SAMPLING_BATCHES: float(sample.batches),
         })
         scalars.update(loss.get("mismatch") or {})  # an engine-sampled step: sampler vs trainer log-probs
         if t_sync is not None:
@@ -252,28 +258,46 @@ class Trainer:
             for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO,
                       names.LEARNING_RATE):
                 scalars.pop(k)
-        groups = StepGroups(np.arange(P), [roll.examples[i * G].get("prompt_id", str(i)) for i in range(P)],
-                              G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=roll.prompts,
-                              outcome=outcomes)
+        groups = StepGroups(np.arange(P), [e.get("prompt_id", str(i)) for i, e in enumerate(sample.examples)],
+                            G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=done.prompts,
+                            outcome=outcomes)
         keep_all = self.cfg.log.keep_text == "all"
         n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
         n = P * G
         rollouts = StepRollouts(self.reward.names, np.arange(n) // G, np.arange(n) % G, totals.reshape(-1), raw,
-                                  roll.texts[:n_text * G] + [None] * (n - n_text * G), errors)
+                                done.texts[:n_text * G] + [None] * (n - n_text * G), done.errors)
         return scalars, groups, rollouts
 
     # ---- control requests -------------------------------------------------------------------
     def poll_control(self):
-        if not self.store.has_pending():  # a read: never waits behind a write transaction
-            return
-        # What a request does refers to the steps so far (applied / paused / stopped at step N):
-        # those steps are in the store before its answer is.
-        self.flush_writes()
-        for req, applied, step, message in self.session.serve():
+        """At a step boundary: rank 0 claims the open requests and every rank applies them, in
+        order; a stop signal any rank got stops them all after the same step."""
+        claimed = self.claim_requests() if self.ranks.main else []
+        shared = self.ranks.gather((claimed, self.signal_reason)) if self.ranks.distributed \
+            else [(claimed, self.signal_reason)]
+        signalled = [f"{why} (rank {r})" if self.ranks.distributed else why
+                     for r, (_, why) in enumerate(shared) if why]
+        if signalled and not self.stop_reason:
+            self.stop_reason = signalled[0]
+            self.log(f"{self.stop_reason}: stopping after step {self.step}")
+        for req in shared[0][0]:
+            applied, step, message = self.handlers.get(req["kind"], self.refuse_request)(req)
+            if not self.ranks.main:
+                continue
+            self.store.resolve_request(req["id"], applied, step, message)
             self.log(f"request {req['id']} {req['kind']}: {'applied' if applied else 'rejected'} ({message})")
             if applied:
                 autopilot.note_applied(self.autopilot, req, step)
                 self.publish_settings()
+
+    def claim_requests(self) -> list[dict]:
+        """The open requests, claimed (rank 0)."""
+        if not self.store.has_pending():  # a read: never waits behind a write transaction
+            return []
+        # What a request does refers to the steps so far (applied / paused / stopped at step N):
+        # those steps are in the store before its answer is.
+        self.flush_writes()
+        return self.store.claim_pending()
 
     def apply_request(self, req: dict) -> tuple[bool, int | None, str]:
         """-> (applied, step it takes effect at, message). set_* take effect at the next step;
@@ -295,13 +319,15 @@ class Trainer:
             if self.paused:
                 return False, None, "already paused"
             self.paused = True
-            self.store.set_status(PAUSED)
+            if self.store is not None:
+                self.store.set_status(PAUSED)
             return True, self.step, f"paused after step {self.step}"
         if kind == RESUME:
             if not self.paused:
                 return False, None, "not paused"
             self.paused = False
-            self.store.set_status(RUNNING)
+            if self.store is not None:
+                self.store.set_status(RUNNING)
             return True, nxt, f"resumed at step {nxt}"
         if kind == STOP:
             self.stop_source = req.get("source") or "ui"
@@ -310,7 +336,7 @@ class Trainer:
             return True, self.step, f"stopping after step {self.step}"
         if kind == CHECKPOINT:
             path = self.save_checkpoint("request")
-            return True, self.step, f"checkpoint {path.name}"
+            return True, self.step, f"checkpoint {path.name if path else self.step}"
         return self.refuse_request(req)
 
     def refuse_request(self, req: dict) -> tuple[bool, None, str]:
@@ -341,127 +367,89 @@ class Trainer:
         if ids:
             self.log(f"autopilot after step {self.step}: request(s) {', '.join(map(str, ids))}")
 
-    # ---- alerts and curriculum ------------------------------------------------------------------
-    def new_alerts(self, step: int, scalars: dict) -> list[tuple[str, dict]]:
-        """Alert events for alerts that start at this step. An ongoing alert is not repeated, and
-        one that went quiet for fewer than ALERT_REARM steps is the same episode (a trend alert
-        near its significance line flaps on and off every few steps)."""
-        h = self.cfg.health
-        keep = max(h.trend_window, h.near_zero_steps, h.zero_trainable_steps) + 1
-        self.history.append({"step": step, **scalars})
-        del self.history[:-keep]
-        outcome = self.cfg.reward.outcome_metric or None
-        held = health.alert_kinds(self.history, h, outcome)
-        is_new = lambda kind: step - self.active_alerts.get(kind, -ALERT_REARM - 1) > ALERT_REARM  # noqa: E731
-        if held is not None and not any(map(is_new, held)):  # nothing starts: no message to write
-            self.active_alerts.update(dict.fromkeys(held, step))
-            return []
-        # An alert starts (or the window has gaps): health.alerts() writes the messages.
-        # Only the columns alerts() reads: building a frame of every logged name cost more than the alerts.
-        columns = health.alert_columns(h, outcome)
-        wide = pd.DataFrame({n: [r.get(n, np.nan) for r in self.history] for n in columns},
-                            index=pd.Index([r["step"] for r in self.history], name="step"))
-        now = health.alerts(wide, h, outcome)
-        events = [(EV_ALERT, {"kind": a.kind, "severity": a.severity, "message": a.message, "step": a.step})
-                  for a in now if is_new(a.kind)]
-        self.active_alerts.update({a.kind: step for a in now})
-        return events
-
-    def curriculum(self, scalars: dict) -> list[tuple[str, dict]]:
-        c = self.cfg.curriculum
-        if c.mode != "auto" or self.task.levels < 2:
-            return []
-        easy = scalars[names.TRAINABLE_RATIO] < c.raise_ratio and scalars[names.REWARD] > c.raise_reward
-        self.curriculum_streak = self.curriculum_streak + 1 if easy else 0
-        top = min(c.max_level, self.task.levels)
-        if self.curriculum_streak < c.window or self.task.level >= top:
-            return []
-        old = self.task.level
-        self.task.set_level(old + 1)
-        self.curriculum_streak = 0
-        msg = (f"curriculum: level {old} -> {self.task.level} from step {self.step + 1} (ratio < {c.raise_ratio:g} "
-               f"and reward > {c.raise_reward:g} for {c.window} steps)")
-        self.log(msg)
-        return [(EV_CHANGE, {"kind": SET_DIFFICULTY, "request": {"level": self.task.level},
-                               "source": "curriculum", "message": msg})]
-
     # ---- checkpoints ---------------------------------------------------------------------------
-    def save_checkpoint(self, reason: str) -> Path:
+    def save_checkpoint(self, reason: str) -> Path | None:
+        """The weights and the training state after self.step, written once, by rank 0 (every
+        rank holds the same weights and state); None on the other ranks."""
+        if not self.ranks.main:
+            return None
         self.flush_writes()  # a checkpoint at step N implies steps <= N are stored (--resume truncates after it)
-        final = self.store.run_dir / "checkpoints" / f"{checkpoints.CKPT_PREFIX}{self.step:06d}"
+        final = self.run_dir / "checkpoints" / f"{checkpoints.CKPT_PREFIX}{self.step:06d}"
         if self.last_ckpt_step == self.step and final.is_dir():
             return final
         state = {"optimizer": self.optimizer.state_dict(), "task": self.task.state_dict(),
                  "weights": dict(self.reward.weights), "cum": [self.cum_submitted, self.cum_trainable],
                  "cum_tokens": list(self.cum_tokens), "skipper": self.skipper.state_dict(),
-                 "curriculum_streak": self.curriculum_streak, "active_alerts": self.active_alerts,
-                 "history": self.history, "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
+                 "curriculum_streak": self.curriculum.streak, **self.alerts.state_dict(),
+                 "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
                  "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
                                    for s in live_settings.NUMBER_SETTINGS if s.replay}}
-        final = checkpoints.write_checkpoint(self.store.run_dir, self.step, self.model, self.tokenizer, state)
+        final = checkpoints.write_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
         self.last_ckpt_step = self.step
         self.store.add_event(EV_CHECKPOINT, {"path": str(final), "reason": reason}, step=self.step)
         return final
 
     def _load_checkpoint(self):
-        ckpt = checkpoints.latest_checkpoint(self.store.run_dir)
+        """--resume: rank 0 reads the last checkpoint, every rank takes its state (the weights
+        follow in same_parameters), so a run resumes on any rank count."""
+        state = self.ranks.broadcast(self._read_checkpoint() if self.ranks.main else None)
+        checkpoints.set_rng_state(state["rng"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.task.load_state_dict(state["task"])
+        self.reward.set_weights(state["weights"])
+        if "min_group_std" in state:  # a checkpoint written before grpo_settings held it
+            self.cfg.grpo.min_group_std = state["min_group_std"]
+        self.cum_submitted, self.cum_trainable = state["cum"]
+        self.cum_tokens = tuple(state.get("cum_tokens", (0, 0)))
+        self.skipper.load_state_dict(state.get("skipper"))
+        self.curriculum.streak = state.get("curriculum_streak", 0)
+        self.alerts.load_state_dict(state, int(state["step"]))
+        for k, v in state.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: below)
+            setattr(self.cfg.grpo, k, v)
+        self.cfg.grpo.steps = state["budget"]
+        self.autopilot = autopilot.AutopilotState.from_dict(state.get("autopilot"))
+        self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
+        self.autopilot_on = state.get("autopilot_on", self.autopilot_on)
+        self.step = self.last_ckpt_step = int(state["step"])
+        for req in state["replay"]:  # requests applied after the checkpoint were part of the lost steps
+            self.apply_request(req)
+        self.resumed_from = Path(state["path"])
+
+    def _read_checkpoint(self) -> dict:
+        """Rank 0: the last checkpoint's weights loaded, and its state with the step budget and
+        the requests to apply again (read from the store)."""
+        ckpt = checkpoints.latest_checkpoint(self.run_dir)
         if ckpt is None:
             raise ConfigError(f"--resume: run {self.store.run_id} has no complete checkpoint in "
-                              f"{self.store.run_dir / 'checkpoints'}; start it again without --resume")
+                              f"{self.run_dir / 'checkpoints'}; start it again without --resume")
         if models.is_lora(self.model):  # a LoRA checkpoint holds the adapters: the base is the run's own
             models.load_lora_state(self.model, ckpt)
         else:
-            self.model, self.tokenizer = models.load_pretrained(str(ckpt), self.device, torch.float32)
+            self.model, self.tokenizer = models.load_pretrained(str(ckpt), self.device,
+                                                                models.master_dtype(self.compute_dtype))
         self.prepare_model()
-        st = checkpoints.read_state(ckpt)
-        self.optimizer.load_state_dict(st["optimizer"])
-        self.task.load_state_dict(st["task"])
-        self.reward.set_weights(st["weights"])
-        if "min_group_std" in st:  # a checkpoint written before grpo_settings held it
-            self.cfg.grpo.min_group_std = st["min_group_std"]
-        self.cum_submitted, self.cum_trainable = st["cum"]
-        self.cum_tokens = tuple(st.get("cum_tokens", (0, 0)))
-        self.skipper.load_state_dict(st.get("skipper"))
-        self.curriculum_streak = st.get("curriculum_streak", 0)
-        seen = st.get("active_alerts", {})
-        self.active_alerts = seen if isinstance(seen, dict) else dict.fromkeys(seen, int(st["step"]))
-        self.history = st.get("history", [])
-        for k, v in st.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: below)
-            setattr(self.cfg.grpo, k, v)
-        self.cfg.grpo.steps = RunMeta.parse(self.store.get_meta()).resumed_budget(self.cfg.grpo.steps)
-        self.autopilot = autopilot.AutopilotState.from_dict(st.get("autopilot"))
-        self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
-        self.autopilot_on = st.get("autopilot_on", self.autopilot_on)
-        self.step = self.last_ckpt_step = int(st["step"])
-        # Requests applied after the checkpoint were part of the lost steps: apply them again.
+        state = checkpoints.read_state(ckpt)
         done = self.store.control()
-        if len(done):
-            later = done[(done["status"] == APPLIED) & (done["applied_step"] > self.step)]
-            for _, r in later.iterrows():
-                if r["kind"] in live_settings.REPLAYED:
-                    self.apply_request({"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"]})
-        self.resumed_from = ckpt
+        later = done[(done["status"] == APPLIED) & (done["applied_step"] > int(state["step"]))] if len(done) else done
+        replay = [{"id": int(r["id"]), "kind": r["kind"], "payload": r["payload"]} for _, r in later.iterrows()
+                  if r["kind"] in live_settings.REPLAYED]
+        budget = RunMeta.parse(self.store.get_meta()).resumed_budget(self.cfg.grpo.steps)
+        return {**state, "replay": replay, "budget": budget, "path": str(ckpt)}
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> str:
         """Train to cfg.grpo.steps or a stop; returns the final status. Exceptions propagate
         (run_safely records them)."""
-        cfg, store = self.cfg, self.store
-        if self.resume:
-            dropped = store.truncate_after(self.step)
-            event = {"event": "resumed", "from": str(self.resumed_from), "steps_redone": dropped}
-            self.log(f"resumed from {self.resumed_from.name} (step {self.step})")
-        else:
-            event = {"event": "started", "model": self.model_info, "steps": cfg.grpo.steps}
-        self.session.start(self.step, event, metric_names=self.reward.names, metric_kinds=self.metric_kinds,
-                           model=self.model_info, device=str(self.device), config=cfg.to_dict())
-        self.publish_settings()
-        mirror, bar = self.open_mirror(), self.open_progress_bar()
+        cfg, main = self.cfg, self.ranks.main
+        if main:
+            self.start_session()
+        mirror, bar = (self.open_mirror(), self.open_progress_bar()) if main else (None, None)
         finished = False
         try:
             # The loop writes its steps and commits those of the last log.commit_every_s together
             # (BatchedWrites: one commit per batch, not per step; writer.py says why).
-            self.writer = BatchedWrites(store, cfg.log.commit_every_s) if cfg.log.commit_every_s > 0 else None
+            self.writer = BatchedWrites(self.store, cfg.log.commit_every_s) if main and cfg.log.commit_every_s > 0 \
+                else None
             while self.step < cfg.grpo.steps and not self.stop_reason:
                 self.poll_control()
                 self.wait_while_paused()
@@ -475,26 +463,48 @@ class Trainer:
             finally:
                 if bar is not None:
                     bar.close()
-                self.session.stop_heartbeat()
+                if self.session is not None:
+                    self.session.stop_heartbeat()
                 if mirror is not None:
                     mirror.finish()
         self.save_checkpoint("stop" if self.stop_reason else "end")
         status = STOPPED if self.stop_reason else FINISHED
-        self.session.finish(status, self.step, self.stop_reason, **({"stop_reason": self.stop_source or "signal",
-                                                                     "stop_message": self.stop_reason}
-                                                                    if self.stop_reason else {}))
+        if main:
+            self.session.finish(status, self.step, self.stop_reason,
+                                **({"stop_reason": self.stop_source or "signal", "stop_message": self.stop_reason}
+                                   if self.stop_reason else {}))
         return status
+
+    def start_session(self):
+        """Rank 0: the run's start in the store (status running, meta, the heartbeat)."""
+        cfg, store = self.cfg, self.store
+        if self.resume:
+            dropped = store.truncate_after(self.step)
+            event = {"event": "resumed", "from": str(self.resumed_from), "steps_redone": dropped}
+            self.log(f"resumed from {self.resumed_from.name} (step {self.step})")
+        else:
+            event = {"event": "started", "model": self.model_info, "steps": cfg.grpo.steps}
+        event.update({"ranks": self.ranks.size} if self.ranks.distributed else {})
+        self.session.start(self.step, event, metric_names=self.reward.names, metric_kinds=self.metric_kinds,
+                           model=self.model_info, device=str(self.device), config=cfg.to_dict(),
+                           ranks=self.ranks.size)
+        self.publish_settings()
 
     def one_step(self, mirror, bar):
         """One step of the loop: train, alerts and curriculum, the store (and mirror), the
-        autopilot, the progress bar, a periodic checkpoint."""
-        cfg = self.cfg
+        autopilot, the progress bar, a periodic checkpoint (rank 0 writes; every rank trains
+        and follows the curriculum)."""
+        cfg, main = self.cfg, self.ranks.main
         scalars, groups, rollouts = self.train_step()
         self.step += 1
-        if self.held_out is not None and self.held_out.due(self.step, cfg.grpo.steps):
+        if main and self.held_out is not None and self.held_out.due(self.step, cfg.grpo.steps):
             scalars.update(self.evaluate())
-        events = self.pending_events + self.new_alerts(self.step, scalars) + self.curriculum(scalars)
+        events = [e for rank_events in self.ranks.gather(self.pending_events) for e in rank_events]
+        events += (self.alerts.new_alerts(self.step, scalars) if main else []) + \
+            self.curriculum.after_step(self.step, scalars)
         self.pending_events = []
+        if not main:
+            return
         t0 = time.perf_counter()
         self.log_step(scalars, groups, rollouts, events)
         if mirror is not None:
@@ -559,6 +569,12 @@ class Trainer:
         if len(ev):
             self._mirrored_event = int(ev["id"].iloc[-1])
 
+    def failure_line(self, error: BaseException) -> str:
+        """The one line a failed run ends with."""
+        if self.ranks.distributed and ranks.lost_peer(error):
+            return rank_failure.LOST_RANK
+        return f"{type(error).__name__}: {error}"
+
     def run_safely(self) -> str:
         """run(), recording a crash as status failed with the traceback in meta.error."""
         try:
@@ -570,7 +586,7 @@ class Trainer:
                 text += "\n" + checkpoints.storage_message(self.store, why, self.runs_root)
             for attempt in range(2):
                 try:
-                    self.session.fail(text, self.step, f"{type(e).__name__}: {e}")
+                    self.session.fail(text, self.step, self.failure_line(e))
                     break
                 except Exception:
                     if attempt or not why:

@@ -1,0 +1,131 @@
+"""grpo.train_on on two real gloo processes against one process: the same update at the same
+global batch, whatever each rank's share holds (grpo_core/train/ranks.py).
+
+Each case builds the same float64 Llama and the same global batch in every process; each rank
+trains on its contiguous share (Ranks.share: 3 groups and 2), the single process on all of it. The parameters
+after the update agree to float64 round-off (the only difference is the order the two ranks'
+partial gradients are added in: measured ~1e-16 relative; asserted at 1e-10 absolute on
+weights of order 0.1). Cases: one rank with no trainable group (dropped rows, so
+it does no backward at all), different micro-batch counts, an out-of-memory retry on one rank
+only, and a step no group trains on."""
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from grpo_core.runs.config import GRPOConfig
+from grpo_core.train import grpo, out_of_memory
+from grpo_core.train.native_sampling import Rollouts
+from grpo_core.train.ranks import SINGLE, Ranks
+
+P, G, LP, LC, VOCAB = 5, 4, 3, 5, 40
+TRAINABLE = {  # rank 0 takes groups 0-2, rank 1 groups 3-4
+    "one rank flat": [1, 0, 1, 0, 0],  # rank 1 has no trainable group: no backward there
+    "micro-batches": [1, 1, 1, 1, 0],  # rank 0 runs three micro-batches, rank 1 one
+    "out of memory": [1, 0, 1, 1, 0],
+    "none trainable": [0, 0, 0, 0, 0],
+}
+
+
+def _model():
+    torch.manual_seed(0)
+    conf = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(conf).to(torch.float64)
+
+
+def _batch(case: str):
+    """The global batch: P groups of G rows, ragged completions, advantages and trainable groups."""
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, VOCAB, (P * G, LP + LC), generator=gen)
+    mask = torch.ones_like(ids)
+    lengths = torch.randint(1, LC + 1, (P * G,), generator=gen)
+    for row, n in enumerate(lengths.tolist()):
+        mask[row, LP + n:] = 0
+    totals = torch.rand((P, G), generator=gen, dtype=torch.float64).numpy()
+    trainable = np.array(TRAINABLE[case], bool)
+    return ids, mask, grpo.advantages(totals, trainable), trainable
+
+
+def _rollouts(ids, mask, groups: slice) -> Rollouts:
+    rows = slice(groups.start * G, groups.stop * G)
+    n = groups.stop - groups.start
+    return Rollouts(ids[rows], mask[rows], LP, [""] * (n * G), [{}] * (n * G), n, G, [""] * n)
+
+
+def _config(case: str, rank: int) -> GRPOConfig:
+    micro = 1 if case == "micro-batches" else 0  # one group per micro-batch (0: all at once)
+    return GRPOConfig(micro_batch_groups=micro, micro_batch_mb=0, drop_untrainable=True, beta=0.0, lr=0.05,
+                      max_grad_norm=0.0)
+
+
+def _train(ranks: Ranks, case: str) -> list[np.ndarray]:
+    ids, mask, adv, trainable = _batch(case)
+    share = ranks.share(P)
+    model = _model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    cfg = _config(case, ranks.rank)
+    roll = _rollouts(ids, mask, share)
+    calls = {"n": 0}
+
+    def attempt(groups: int) -> dict:
+        calls["n"] += 1
+        if case == "out of memory" and ranks.rank == 1 and calls["n"] == 1:  # rank 1 alone, once
+            real = grpo._micro_batch
+
+            def fail(*a, **kw):
+                grpo._micro_batch = real
+                raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+            grpo._micro_batch = fail
+        cfg.micro_batch_groups = groups
+        return grpo.train_on(model, optimizer, roll, adv[share], trainable[share], cfg, world=ranks)
+    for _ in range(2):  # two steps: Adam's state carries over
+        out = out_of_memory.halving(attempt, max(1, share.stop - share.start), stage="training", knob="k",
+                                    on_retry=lambda groups, error: None)
+    return [p.detach().numpy().copy() for p in model.parameters()] + [np.array([out["rows"], calls["n"]])]
+
+
+def _worker(rank: int, port: int, case: str, out_dir: str):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        result = _train(Ranks(rank, 2, rank, "gloo"), case)
+        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), *result)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", list(TRAINABLE))
+def test_two_ranks_update_as_one_process(tmp_path, case):
+    torch.set_num_threads(1)
+    single = _train(SINGLE, case)
+    mp.spawn(_worker, args=(_free_port(), case, str(tmp_path)), nprocs=2, join=True)
+    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in (0, 1)]
+    ranks = [[f[f"arr_{i}"] for i in range(len(f.files))] for f in ranks]
+    *params0, (rows0, calls0) = ranks[0]
+    *params1, (rows1, calls1) = ranks[1]
+    *ref, (rows, _) = single
+    assert rows0 == rows1 == rows  # the rows trained, summed over ranks
+    for a, b, r in zip(params0, params1, ref):
+        np.testing.assert_array_equal(a, b)  # both ranks hold the same weights
+        np.testing.assert_allclose(a, r, rtol=0, atol=1e-10)
+    if case == "none trainable":
+        assert rows == 0 and all(np.array_equal(a, b) for a, b in zip(ref, [p.detach().numpy() for p in
+                                                                            _model().parameters()]))
+    else:
+        assert max(np.abs(a - b).max() for a, b in zip(ref, [p.detach().numpy() for p in _model().parameters()])) > 1e-3
+    # out of memory: rank 1 ran out in the first step; both retried it with half the batch, together
+    assert calls0 == calls1 == (3 if case == "out of memory" else 2)
