@@ -71,15 +71,17 @@ def cmd_serve(args):
 
 def cmd_status(args):
     from grpo_core.runs import names
-    from grpo_core.runs.run_meta import RunMeta, display_status, status_label
+    from grpo_core.runs.run_meta import RunMeta, display_status, ranks_label, status_label
     from grpo_core.runs.store import RunStore
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
         last = s.last_step()
         row = s.scalars_wide(since_step=(last - 1) if last is not None else -1)
+        run = RunMeta.parse(meta)
         out = {"run_id": s.run_id, "status": status_label(display_status(meta), meta.get("stop_reason")),
                "last_step": last,
-               "steps": RunMeta.parse(meta).steps_budget,  # set_steps changes it mid-run
+               "steps": run.steps_budget,  # set_steps changes it mid-run
+               "ranks": run.ranks,  # training processes; None (null): the store does not say
                "error": meta.get("error")}
         if not row.empty:
             r = row.iloc[-1]
@@ -89,7 +91,8 @@ def cmd_status(args):
                     out[name] = float(r[name])
         pending = s.control()
         out["pending_requests"] = int((pending["status"] == "pending").sum()) if len(pending) else 0
-    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    text = {**out, "ranks": ranks_label(out["ranks"])}  # "unknown", not None
+    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in text.items()))
     return 0
 
 

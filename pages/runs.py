@@ -10,7 +10,7 @@ from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import presets
 from grpo_core.runs.config import DEMO_WEIGHTS, apply_overrides
 from grpo_core.runs.live_settings import BY_KEY
-from grpo_core.runs.run_meta import LIVE_STATUSES, status_label
+from grpo_core.runs.run_meta import LIVE_STATUSES, ranks_label, status_label
 
 GROUP_SIZE = BY_KEY["group_size"]
 PROMPTS = BY_KEY["prompts_per_step"]  # the bounds a live request has (live_settings)
@@ -63,7 +63,7 @@ def run_rows():
             if steps and steps == steps:
                 c[1].progress(float(r["progress"]), text=f"step {done} of {int(steps)}")
             c[1].caption(r["summary"])
-            c[2].caption(f"started {r['started']}  \nETA {r['eta']}")
+            c[2].caption(f"started {r['started']}  \nETA {r['eta']}  \nranks {ranks_label(r.get('ranks'))}")
             b = c[3].container(horizontal=True)  # buttons flow and wrap, never truncated
             if b.button("Open", key=f"open_{rid}"):
                 open_run(rid)

@@ -40,7 +40,7 @@ from grpo_core.runs.names import (
 from grpo_core.runs.run_meta import FAILED, FINISHED, PAUSED, RUNNING, STOPPED, RunMeta, steps_budget
 from grpo_core.runs.store import EV_ALERT, EV_LIFECYCLE, RunStore
 from grpo_core.tasks.loading import load_config
-from grpo_core.train import grpo, models, native_sampling, step_events, trainer
+from grpo_core.train import grpo, models, native_sampling, step_events
 from grpo_core.train.checkpoints import latest_checkpoint
 from grpo_core.train.grpo import ADV_EPS, advantages, grpo_loss, train_on, trim
 from grpo_core.train.native_sampling import completion_mask, rollout

@@ -251,6 +251,7 @@ def test_two_processes_one_store_groups_cover_both(tmp_path):
         meta, wide, groups, rollouts = s.get_meta(), s.scalars_wide(), s.groups(), s.rollouts()
         changes = s.changes()
     assert meta["pid"] == ranks[0]["pid"] and meta["status"] == "finished"
+    assert meta["ranks"] == 2
     assert sorted(logged) == wide.index.tolist() == [1, 2, 3, 4]
     assert (groups.groupby("step").size() == 3).all() and (rollouts.groupby("step").size() == 12).all()
     assert (groups.groupby("step")["prompt_id"].nunique() == 3).all()  # no prompt counted twice

@@ -199,6 +199,7 @@ class GRPOHealthCallback(TrainerCallback):
             store.close()
             raise ConfigError(f"run {self.run_id!r} already has {last} steps in {self.root}: pick another run_id, "
                               "or resume TRL from a checkpoint to continue it")
+        store.set_meta(ranks=int(t.accelerator.num_processes))  # the training processes (world size)
         if last is not None:  # resumed from a checkpoint: continue the cumulative counts
             row = store.scalars(since_step=-1, until_step=state.global_step,
                                 names=[names.CUM_GROUPS_SUBMITTED, names.CUM_GROUPS_TRAINABLE])

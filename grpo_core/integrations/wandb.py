@@ -30,6 +30,7 @@ import pandas as pd
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.wandb_file import wandb_file_finished
 from grpo_core.runs import names
+from grpo_core.runs.store import EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_REJECTED
 
 MODES = ("offline", "online")
 TRL_ALIASES = {names.REWARD: "reward", names.REWARD_STD: "reward_std"}  # frac_reward_zero_std is already TRL's name
@@ -47,6 +48,7 @@ class WandbMirror:
         self._changes: list[list] = []
         self._alerts: list[list] = []
         self._last_step = -1
+        self._last_event = 0  # the last store event mirrored (stored_step)
         # Set before importing wandb: it reads these at import and init. Offline never dials out.
         os.environ["WANDB_MODE"] = mode
         os.environ["WANDB_SILENT"] = "true"
@@ -83,6 +85,16 @@ class WandbMirror:
                 data["rollouts"] = table
         self._call(lambda: self.run.log(data, step=step))
         self._last_step = step
+
+    def stored_step(self, store, step: int, scalars: dict, groups, rollouts):
+        """The embedded trainer's step just stored, and every event stored since the last one
+        (applied and rejected requests come from the store: the mirror sees what readers see)."""
+        self.log_step(step, scalars, groups.frame(), rollouts)
+        ev = store.events(since_id=self._last_event, kinds=[EV_CHANGE, EV_REJECTED, EV_ALERT, EV_CHECKPOINT])
+        for kind, payload, at in zip(ev["kind"], ev["payload"], ev["step"]):
+            self.event(kind, payload, None if at != at else int(at))
+        if len(ev):
+            self._last_event = int(ev["id"].iloc[-1])
 
     def event(self, kind: str, payload: dict, step: int | None = None):
         """A store event. Changes (weights, threshold, difficulty) and alerts go to summary

@@ -17,7 +17,8 @@ from grpo_core.runs.store import RunStore
 
 def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
     """Every run under the runs dir: id, status (incl. stale/unreadable), last step, steps,
-    heartbeat, created, error. An unreadable store is listed with the reason, never raised."""
+    heartbeat, created, error, ranks (how many training processes; None when the store does not
+    say). An unreadable store is listed with the reason, never raised."""
     base = runs_dir(root)
     rows = []
     for db in sorted(base.glob(f"*/{DB_NAME}")) if base.is_dir() else []:
@@ -30,11 +31,12 @@ def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
                            steps=parsed.steps_budget, kind=parsed.kind,
                            created=meta.get("created"), heartbeat=meta.get("heartbeat"),
                            error=meta.get("error"), source=parsed.source,
-                           stop_reason=meta.get("stop_reason"))
+                           stop_reason=meta.get("stop_reason"), ranks=parsed.ranks)
         except (StoreError, sqlite3.DatabaseError, ValueError) as e:
             row.update(status="unreadable", error=str(e))
         rows.append(row)
     cols = ["run_id", "status", "last_step", "steps", "kind", "created", "heartbeat", "error", "source", "path",
-            "stop_reason"]
+            "stop_reason", "ranks"]
     df = pd.DataFrame(rows, columns=cols)
+    df["ranks"] = pd.Series([r.get("ranks") for r in rows], index=df.index, dtype=object)  # 2 or None, not 2.0/NaN
     return df.sort_values("created", ascending=False, na_position="last").reset_index(drop=True)

@@ -1,6 +1,7 @@
 """A run's status and meta as readers see them: the statuses, display_status and RunMeta.
 
-display_status derives "stale" from the heartbeat and the pid; RunMeta is a run's meta, parsed once."""
+display_status derives "stale" from the heartbeat and the pid; RunMeta is a run's meta, parsed once
+(ranks: how many training processes wrote it, None when the store does not say)."""
 from __future__ import annotations
 
 import os
@@ -57,13 +58,16 @@ class RunMeta:
     config: dict  # the run's config (RunConfig.to_dict() for our runs; what an importer found)
     settings: dict  # what the process behind the run has in force now (meta "settings")
     accepts: tuple[str, ...] | None  # the request kinds its session handles (None: a store from before)
+    ranks: int | None = None  # training processes (torch.distributed world size); None: unknown
 
     @classmethod
     def parse(cls, meta: dict) -> "RunMeta":
-        accepts = meta.get("accepts")
+        accepts, ranks = meta.get("accepts"), meta.get("ranks")
         return cls(meta.get("status"), meta.get("kind") or "train", meta.get("source") or "grpo_core",
                    meta.get("config") or {}, meta.get("settings") or {},
-                   None if accepts is None else tuple(accepts))
+                   None if accepts is None else tuple(accepts),
+                   # a positive int, else unknown: a store from before ranks were written never reads as 1
+                   ranks if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks > 0 else None)
 
     def cfg(self, section: str, key: str, default=None):
         """A config value, `default` when the section or key is missing."""
@@ -87,6 +91,11 @@ class RunMeta:
         config, which the trainer rewrites with the budget in force at each start)."""
         budget = self.steps_budget
         return int(budget) if budget is not None and steps == self.configured_steps else steps
+
+
+def ranks_label(ranks) -> str:
+    """A run's rank count for display: "2", or "unknown" for None (or NaN, as a DataFrame holds it)."""
+    return "unknown" if ranks is None or ranks != ranks else str(int(ranks))
 
 
 def steps_budget(meta: dict) -> int | None:

@@ -1,8 +1,9 @@
 """Checkpoint folders: each written to a temporary folder, then renamed into place.
 
-So a half-written one is never loaded; the last CKPT_KEEP complete ones are kept. What goes
-into a checkpoint's state is the trainer's business (Trainer.save_checkpoint); the folder
-rules are here."""
+So a half-written one is never loaded; the last CKPT_KEEP complete ones are kept. A trainer's
+checkpoint holds its weights (the folder) and its training state (`training_state`: the
+optimizer, the task's stream, the settings in force, the cumulative counts, the alert and
+curriculum state), which `restore_training_state` puts back on every rank of a resumed run."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grpo_core.analysis.autopilot import AutopilotState
+from grpo_core.runs import live_settings
 from grpo_core.runs.run_meta import pid_alive
 from grpo_core.train import models
 
@@ -75,10 +78,42 @@ def write_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict) ->
 
 
 def read_state(ckpt: Path) -> dict:
-    """A checkpoint's state.pt; the random generators are restored from it."""
-    state = torch.load(Path(ckpt) / "state.pt", weights_only=False)
+    """A checkpoint's state.pt (restore_training_state restores its random generators)."""
+    return torch.load(Path(ckpt) / "state.pt", weights_only=False)
+
+
+def training_state(trainer) -> dict:
+    """What a checkpoint of the embedded trainer holds besides its weights."""
+    return {"optimizer": trainer.optimizer.state_dict(), "task": trainer.task.state_dict(),
+            "weights": dict(trainer.reward.weights), "cum": [trainer.cum_submitted, trainer.cum_trainable],
+            "cum_tokens": list(trainer.cum_tokens), "skipper": trainer.skipper.state_dict(),
+            "curriculum_streak": trainer.curriculum.streak, **trainer.alerts.state_dict(),
+            "autopilot": trainer.autopilot.to_dict(), "autopilot_on": trainer.autopilot_on,
+            "grpo_settings": {s.key: getattr(trainer.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
+                              for s in live_settings.NUMBER_SETTINGS if s.replay}}
+
+
+def restore_training_state(trainer, state: dict):
+    """`training_state` (and "budget": the resumed step budget) back on `trainer`, its random
+    generators too."""
     set_rng_state(state["rng"])
-    return state
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.task.load_state_dict(state["task"])
+    trainer.reward.set_weights(state["weights"])
+    if "min_group_std" in state:  # a checkpoint written before grpo_settings held it
+        trainer.cfg.grpo.min_group_std = state["min_group_std"]
+    trainer.cum_submitted, trainer.cum_trainable = state["cum"]
+    trainer.cum_tokens = tuple(state.get("cum_tokens", (0, 0)))
+    trainer.skipper.load_state_dict(state.get("skipper"))
+    trainer.curriculum.streak = state.get("curriculum_streak", 0)
+    trainer.alerts.load_state_dict(state, int(state["step"]))
+    for k, v in state.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: the budget)
+        setattr(trainer.cfg.grpo, k, v)
+    trainer.cfg.grpo.steps = state["budget"]
+    trainer.autopilot = AutopilotState.from_dict(state.get("autopilot"))
+    trainer.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
+    trainer.autopilot_on = state.get("autopilot_on", trainer.autopilot_on)
+    trainer.step = trainer.last_ckpt_step = int(state["step"])
 
 
 def storage_message(store, why: str, runs_root) -> str:

@@ -91,14 +91,14 @@ def cli_train(args) -> int:
 
 def open_on_ranks(args, rank_set: ranks.Ranks):
     """Rank 0 opens the run (open_run) and tells the other ranks its config and folder; a bad
-    config ends every rank with rank 0's one line."""
+    config (or run id) ends every rank with rank 0's one line."""
     store, opened = None, None
     if rank_set.main:
         try:
             cfg, store = open_run(args)
             ranks.check_config(cfg, rank_set)
             opened = {"config": cfg.to_dict(), "run_dir": str(store.run_dir)}
-        except ConfigError as e:
+        except Exception as e:  # the other ranks wait for this broadcast: tell them, then fail
             if store is not None:
                 store.set_status(FAILED, error=str(e))
             rank_set.broadcast({"error": str(e)})

@@ -13,6 +13,7 @@ requests the dashboard writes, with checkpoints (checkpoints.py) and a heartbeat
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import sys
 import time
@@ -32,7 +33,7 @@ from grpo_core.runs.locations import storage_problem
 from grpo_core.runs.requests import validate_request
 from grpo_core.runs.run_meta import FINISHED, PAUSED, RUNNING, STOPPED, RunMeta
 from grpo_core.runs.step_columns import StepGroups, StepRollouts
-from grpo_core.runs.store import APPLIED, EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_MEMORY, EV_REJECTED, RunStore
+from grpo_core.runs.store import APPLIED, EV_CHECKPOINT, EV_MEMORY, RunStore
 from grpo_core.runs.writer import BatchedWrites
 from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
@@ -79,8 +80,12 @@ class Trainer:
         torch.manual_seed(g.seed)
         np.random.seed(g.seed)
         random.seed(g.seed)
+        if not ranks.main:  # rank 0 loads first: a built-in model's warm-start is then cached for the others
+            ranks.broadcast(None)
         self.model, self.tokenizer, self.model_info = models.load_policy(
             cfg.model, self.task, self.runs_root, seed=g.seed, log=self.log)
+        if ranks.main:
+            ranks.broadcast(None)
         self.device = next(self.model.parameters()).device
         # Weights and optimizer state in fp32; forward passes in the compute dtype (model.dtype).
         self.compute_dtype = models.pick_device(cfg.model)[1]
@@ -162,7 +167,7 @@ class Trainer:
         t = self.cfg.task
         prompts = [chat.render(self.tokenizer, e["prompt"], t.chat_template, t.system_prompt) for e in examples]
 
-        def attempt(batch_groups: int) -> native_sampling.Rollouts:
+        def attempt(batch_groups: int) -> step_batch.Rollouts:
             with grpo.autocast(self.device, self.compute_dtype):
                 return self.sampler.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
                                     max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
@@ -273,10 +278,12 @@ class Trainer:
         """At a step boundary: rank 0 claims the open requests and every rank applies them, in
         order; a stop signal any rank got stops them all after the same step."""
         claimed = self.claim_requests() if self.ranks.main else []
-        shared = self.ranks.gather((claimed, self.signal_reason)) if self.ranks.distributed \
-            else [(claimed, self.signal_reason)]
+        shared = self.ranks.gather((claimed, self.signal_reason, self.in_force()))
+        if len({state for _, _, state in shared}) > 1:  # a rank applied something the others did not
+            raise RuntimeError(f"the ranks disagree on the settings after step {self.step}: "
+                               + " | ".join(f"rank {r}: {state}" for r, (_, _, state) in enumerate(shared)))
         signalled = [f"{why} (rank {r})" if self.ranks.distributed else why
-                     for r, (_, why) in enumerate(shared) if why]
+                     for r, (_, why, _) in enumerate(shared) if why]
         if signalled and not self.stop_reason:
             self.stop_reason = signalled[0]
             self.log(f"{self.stop_reason}: stopping after step {self.step}")
@@ -289,6 +296,11 @@ class Trainer:
             if applied:
                 autopilot.note_applied(self.autopilot, req, step)
                 self.publish_settings()
+
+    def in_force(self) -> str:
+        """What every rank must hold alike between steps: the step, the pause and the settings."""
+        return json.dumps([self.step, self.paused, self.settings()], sort_keys=True, default=str) \
+            if self.ranks.distributed else ""
 
     def claim_requests(self) -> list[dict]:
         """The open requests, claimed (rank 0)."""
@@ -377,14 +389,8 @@ class Trainer:
         final = self.run_dir / "checkpoints" / f"{checkpoints.CKPT_PREFIX}{self.step:06d}"
         if self.last_ckpt_step == self.step and final.is_dir():
             return final
-        state = {"optimizer": self.optimizer.state_dict(), "task": self.task.state_dict(),
-                 "weights": dict(self.reward.weights), "cum": [self.cum_submitted, self.cum_trainable],
-                 "cum_tokens": list(self.cum_tokens), "skipper": self.skipper.state_dict(),
-                 "curriculum_streak": self.curriculum.streak, **self.alerts.state_dict(),
-                 "autopilot": self.autopilot.to_dict(), "autopilot_on": self.autopilot_on,
-                 "grpo_settings": {s.key: getattr(self.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
-                                   for s in live_settings.NUMBER_SETTINGS if s.replay}}
-        final = checkpoints.write_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
+        final = checkpoints.write_checkpoint(self.run_dir, self.step, self.model, self.tokenizer,
+                                             checkpoints.training_state(self))
         self.last_ckpt_step = self.step
         self.store.add_event(EV_CHECKPOINT, {"path": str(final), "reason": reason}, step=self.step)
         return final
@@ -393,24 +399,7 @@ class Trainer:
         """--resume: rank 0 reads the last checkpoint, every rank takes its state (the weights
         follow in same_parameters), so a run resumes on any rank count."""
         state = self.ranks.broadcast(self._read_checkpoint() if self.ranks.main else None)
-        checkpoints.set_rng_state(state["rng"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.task.load_state_dict(state["task"])
-        self.reward.set_weights(state["weights"])
-        if "min_group_std" in state:  # a checkpoint written before grpo_settings held it
-            self.cfg.grpo.min_group_std = state["min_group_std"]
-        self.cum_submitted, self.cum_trainable = state["cum"]
-        self.cum_tokens = tuple(state.get("cum_tokens", (0, 0)))
-        self.skipper.load_state_dict(state.get("skipper"))
-        self.curriculum.streak = state.get("curriculum_streak", 0)
-        self.alerts.load_state_dict(state, int(state["step"]))
-        for k, v in state.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: below)
-            setattr(self.cfg.grpo, k, v)
-        self.cfg.grpo.steps = state["budget"]
-        self.autopilot = autopilot.AutopilotState.from_dict(state.get("autopilot"))
-        self.autopilot.stopped = False  # resuming is the user's call: the autopilot may act again
-        self.autopilot_on = state.get("autopilot_on", self.autopilot_on)
-        self.step = self.last_ckpt_step = int(state["step"])
+        checkpoints.restore_training_state(self, state)
         for req in state["replay"]:  # requests applied after the checkpoint were part of the lost steps
             self.apply_request(req)
         self.resumed_from = Path(state["path"])
@@ -509,7 +498,7 @@ class Trainer:
         self.log_step(scalars, groups, rollouts, events)
         if mirror is not None:
             self.flush_writes()  # the mirror reads this step's events back from the store
-            self.mirror_step(mirror, scalars, groups, rollouts)
+            mirror.stored_step(self.store, self.step, scalars, groups, rollouts)
         self.last_log_s = time.perf_counter() - t0
         if self.autopilot_on and not self.stop_reason and self.step < cfg.grpo.steps:
             self.flush_writes()  # the autopilot reads the window from the store
@@ -554,20 +543,8 @@ class Trainer:
         if self.cfg.log.wandb == "off":
             return None
         from grpo_core.integrations.wandb import WandbMirror
-        self._mirrored_event = 0
         return WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
                            self.store.run_dir, self.cfg.to_dict())
-
-    def mirror_step(self, mirror, scalars: dict, groups: StepGroups, rollouts: StepRollouts):
-        """Mirror the step just stored, and every event since the last one (applied and
-        rejected requests come from the store, so the mirror sees exactly what readers see)."""
-        mirror.log_step(self.step, scalars, groups.frame(), rollouts)
-        ev = self.store.events(since_id=self._mirrored_event,
-                               kinds=[EV_CHANGE, EV_REJECTED, EV_ALERT, EV_CHECKPOINT])
-        for kind, payload, step in zip(ev["kind"], ev["payload"], ev["step"]):
-            mirror.event(kind, payload, None if step != step else int(step))
-        if len(ev):
-            self._mirrored_event = int(ev["id"].iloc[-1])
 
     def failure_line(self, error: BaseException) -> str:
         """The one line a failed run ends with."""

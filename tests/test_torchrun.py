@@ -1,0 +1,262 @@
+"""`torchrun --nproc_per_node 2 -m grpo_core train`: real torchrun jobs of two gloo processes on
+this CPU, against the same run on one rank (the plain trainer, in the test's process) (grpo_core/train/ranks.py).
+
+- 1 rank and 2 give the same steps: the same groups submitted and trainable, the same rewards,
+  and weights equal to float64 round-off (model.dtype=float64: measured ~2e-15 after 4 steps;
+  asserted at 1e-9. In float32 the same runs differ by ~5e-7: docs/benchmarks.md), on the
+  built-in model and on a locally built Qwen2.
+- A rank whose groups never train (its metric is flat) does not hang the job.
+Each torchrun job costs ~15 s of start-up on this box (torch and transformers imported by the
+launcher and both workers), so one job checks several of these.
+- A weight change from the dashboard's request path applies on both ranks at one step (every
+  step boundary the ranks compare what they hold and fail the run if they differ), a stop
+  request and a SIGTERM to either rank end the job stopped, a killed rank fails it with one line.
+- A run checkpointed on 2 ranks resumes on 1 and ends where a 1-rank run ends.
+
+The jobs are waited on by their progress in the store (the last step, a request's status), never
+by a guessed time; each is killed by its process group if the test fails.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+from grpo_core.runs import names, requests
+from grpo_core.runs.store import RunStore
+from grpo_core.train import launch
+from grpo_core.train.checkpoints import latest_checkpoint
+from grpo_core.train.rank_failure import LOST_RANK
+from grpo_core.train.trainer import Trainer
+from tests import real_model
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+LIMIT_S = 300  # a safety bound on a job that makes no progress, not a guess of how long it takes
+
+METRICS = '''
+import os
+
+
+def spread(completion, example):
+    """A random-init model's rewards would tie: every group gets a spread from the lengths."""
+    return float(len(completion) % 3)
+
+
+def flat_on_rank_1(completion, example):
+    """Flat on rank 1: its groups never train, rank 0's do."""
+    return 0.0 if os.environ.get("RANK") == "1" else float(len(completion) % 3)
+'''
+TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+        "model.warm_start_steps=0", "grpo.prompts_per_step=4", "grpo.group_size=4", "grpo.max_new_tokens=12",
+        "grpo.lr=0.01", "model.dtype=float64", "log.progress=false", "log.checkpoint_every=0"]
+
+
+def _config(tmp_path: Path, metric: str = "spread") -> Path:
+    (tmp_path / "rank_metrics.py").write_text(METRICS)
+    path = tmp_path / "config.toml"
+    path.write_text(f'[reward]\nweights = {{ m = 1.0 }}\ncustom = {{ m = "rank_metrics:{metric}" }}\n')
+    return path
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(ranks: int, run_id: str, runs: Path, sets: list[str], config: Path) -> subprocess.Popen:
+    """`torchrun --nproc_per_node RANKS -m grpo_core train ...`"""
+    args = ["train", "--run-id", run_id, "--runs-dir", str(runs), "--config", str(config)]
+    for s in sets:
+        args += ["--set", s]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
+                "127.0.0.1", "--master_port", str(_port()), "-m", "grpo_core"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "GRPO_TORCH_THREADS": "1"}
+    return subprocess.Popen(launcher + args, cwd=runs.parent, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _train_here(run_id: str, runs: Path, sets: list[str], config: Path | None = None, resume: bool = False):
+    """The 1-rank run in this process, as `python -m grpo_core train` opens and runs it (a
+    process of its own would cost its start-up, and one rank is the plain trainer)."""
+    args = argparse.Namespace(config=str(config) if config else None, overrides=list(sets), run_id=run_id,
+                              runs_dir=str(runs), resume=resume)
+    cfg, store = launch.open_run(args)
+    try:
+        assert Trainer(cfg, store, resume=resume, log=lambda m: None).run() == "finished"
+    finally:
+        store.close()
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=LIMIT_S)
+    finally:
+        _kill(proc)
+    return proc.returncode, out
+
+
+def _kill(proc: subprocess.Popen):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _meta(runs: Path, run_id: str) -> dict:
+    with RunStore.open(runs / run_id, readonly=True) as store:
+        return store.get_meta()
+
+
+def _wait(proc: subprocess.Popen, ready, what: str):
+    """Until ready() (read from the store) or the job ends or makes no progress for LIMIT_S."""
+    deadline = time.monotonic() + LIMIT_S
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended before {what}: {proc.communicate()[0][-3000:]}")
+        assert time.monotonic() < deadline, f"no {what} within {LIMIT_S}s"
+        time.sleep(0.1)
+
+
+def _last_step(runs: Path, run_id: str) -> int:
+    try:
+        with RunStore.open(runs / run_id, readonly=True) as store:
+            return store.last_step() or 0
+    except Exception:  # not created yet
+        return 0
+
+
+def _rank_pids(proc: subprocess.Popen) -> list[int]:
+    """The worker processes torchrun started, by rank (rank 0's pid is the store's meta pid)."""
+    children = []
+    for task in Path(f"/proc/{proc.pid}/task").iterdir():
+        children += [int(p) for p in (task / "children").read_text().split()]
+    return sorted(children, key=lambda pid: _environ(pid).get("RANK", ""))
+
+
+def _environ(pid: int) -> dict:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _weights(runs: Path, run_id: str) -> dict:
+    return load_file(latest_checkpoint(runs / run_id) / "model.safetensors")
+
+
+def _steps(runs: Path, run_id: str):
+    with RunStore.open(runs / run_id, readonly=True) as store:
+        return store.scalars_wide(), store.rollouts(), store.groups()
+
+
+def _same_run(runs: Path, one: str, two: str, steps: int):
+    wide1, roll1, _ = _steps(runs, one)
+    wide2, roll2, _ = _steps(runs, two)
+    assert wide1.index.tolist() == wide2.index.tolist() == list(range(1, steps + 1))
+    for name in (names.GROUPS_SUBMITTED, names.GROUPS_TRAINABLE, names.TRAINABLE_RATIO):
+        assert wide1[name].tolist() == wide2[name].tolist(), name
+    assert wide1[names.GROUPS_TRAINABLE].sum() > 0  # the weights below moved
+    np.testing.assert_allclose(roll1["total"], roll2["total"], rtol=0, atol=1e-12)
+    w1, w2 = _weights(runs, one), _weights(runs, two)
+    assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-9
+
+
+def test_one_rank_and_two_train_the_same_qwen2_run(tmp_path):
+    runs, config, model = tmp_path / "runs", _config(tmp_path), real_model.build(tmp_path / "models")
+    sets = TINY + ["grpo.steps=3", f"model.path={model}"]
+    _train_here("one", runs, sets, config)
+    rc, out = _finish(_start(2, "two", runs, sets, config))
+    assert rc == 0, out[-3000:]
+    assert _meta(runs, "one")["ranks"] == 1 and _meta(runs, "two")["ranks"] == 2
+    _same_run(runs, "one", "two", 3)
+    start, moved = load_file(model / "model.safetensors"), _weights(runs, "two")
+    assert all(float((moved[k] - start[k].double()).abs().max()) > 0 for k in moved)  # every weight trained
+
+
+def test_a_live_weight_change_applies_on_both_ranks_then_a_stop_request_ends_them(tmp_path):
+    runs, config = tmp_path / "runs", _config(tmp_path)
+    proc = _start(2, "live", runs, TINY + ["grpo.steps=100000"], config)
+    try:
+        _wait(proc, lambda: _last_step(runs, "live") >= 2, "step 2")
+        rid = requests.send(runs / "live", "set_weights", {"weights": {"m": 0.5}})
+        with RunStore.open(runs / "live", readonly=True) as store:
+            _wait(proc, lambda: store.control().set_index("id").loc[rid, "status"] == "applied", "the change")
+            at = int(store.control().set_index("id").loc[rid, "applied_step"])
+        # Both ranks compare what they hold at every step boundary: a rank that missed it fails the run.
+        _wait(proc, lambda: _last_step(runs, "live") >= at + 2, f"step {at + 2}")
+        stop = requests.send(runs / "live", "stop", {})
+        rc, out = _finish(proc)
+    finally:
+        _kill(proc)
+    assert rc == 0, out[-3000:]
+    wide, _, _ = _steps(runs, "live")
+    weight = wide[names.metric_weight("m")]
+    assert (weight.loc[:at - 1] == 1.0).all() and (weight.loc[at:] == 0.5).all()
+    meta = _meta(runs, "live")
+    with RunStore.open(runs / "live", readonly=True) as store:
+        assert store.control().set_index("id").loc[stop, "status"] == "applied"
+    assert meta["status"] == "stopped" and latest_checkpoint(runs / "live").name == f"step-{wide.index[-1]:06d}"
+
+
+def test_a_rank_whose_groups_never_train_does_not_hang_and_sigterm_to_it_stops_the_job(tmp_path):
+    """Rank 1's metric is flat: it never runs a backward, rank 0 does; then SIGTERM to rank 1
+    stops both after one step, every step kept and checkpointed."""
+    runs = tmp_path / "runs"
+    proc = _start(2, "term", runs, TINY + ["grpo.steps=100000", "grpo.drop_untrainable=true"],
+                  _config(tmp_path, "flat_on_rank_1"))
+    try:
+        _wait(proc, lambda: _last_step(runs, "term") >= 4, "step 4")
+        os.kill(_rank_pids(proc)[1], signal.SIGTERM)
+        rc, out = _finish(proc)
+    finally:
+        _kill(proc)
+    assert rc == 0, out[-3000:]
+    meta, last = _meta(runs, "term"), _last_step(runs, "term")
+    assert meta["status"] == "stopped" and "SIGTERM (rank 1)" in meta["stop_message"]
+    assert latest_checkpoint(runs / "term").name == f"step-{last:06d}"
+    wide, _, groups = _steps(runs, "term")
+    assert not groups[groups["group"] >= 2]["trainable"].any()  # rank 1's share: groups 2 and 3
+    assert groups[groups["group"] < 2]["trainable"].any() and (wide[names.GRAD_NORM] > 0).any()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_killed_rank_fails_the_run_with_one_line(tmp_path, rank):
+    runs = tmp_path / "runs"
+    proc = _start(2, "kill", runs, TINY + ["grpo.steps=100000"], _config(tmp_path))
+    try:
+        _wait(proc, lambda: _last_step(runs, "kill") >= 2, "step 2")
+        os.kill(_rank_pids(proc)[rank], signal.SIGKILL)
+        rc, out = _finish(proc)
+    finally:
+        _kill(proc)
+    assert rc != 0
+    meta = _meta(runs, "kill")
+    assert meta["status"] == "failed", (meta["status"], out[-3000:])
+    with RunStore.open(runs / "kill", readonly=True) as store:
+        failed = store.events(kinds=["lifecycle"])["payload"].tolist()[-1]
+    assert failed["event"] == "failed" and failed["error"] == LOST_RANK
+
+
+def test_two_ranks_train_as_one_and_their_checkpoint_resumes_on_one(tmp_path):
+    """The built-in model: 3 steps on 2 ranks are the first 3 steps of a 1-rank run, and the
+    2-rank checkpoint (written once) resumes on 1 rank to the 1-rank run's step 5."""
+    runs, config = tmp_path / "runs", _config(tmp_path)
+    _train_here("one", runs, TINY + ["grpo.steps=5", "log.checkpoint_every=3"], config)
+    rc, out = _finish(_start(2, "two", runs, TINY + ["grpo.steps=3"], config))
+    assert rc == 0, out[-3000:]
+    assert _meta(runs, "two")["ranks"] == 2
+    assert [p.name for p in (runs / "two" / "checkpoints").iterdir()] == ["step-000003"]  # written once
+    at_3 = {r: load_file(runs / r / "checkpoints" / "step-000003" / "model.safetensors") for r in ("one", "two")}
+    assert max(float((at_3["one"][k] - at_3["two"][k]).abs().max()) for k in at_3["one"]) < 1e-9
+    _train_here("two", runs, ["grpo.steps=5"], resume=True)
+    _same_run(runs, "one", "two", 5)
+    meta = _meta(runs, "two")
+    assert meta["status"] == "finished" and meta["ranks"] == 1
