@@ -25,6 +25,15 @@ tokens/s):
   |log-prob| gap to the trainer's fp32 log-probs on a short fixed completion, after an
   optimizer step with and without the sync. Without vLLM installed: "skipped: vllm not installed".
 
+One data-parallel variant, ranks: the same small run (the full variant's model and batch, but
+max_new_tokens=64 and 1 warm-up + --steps steps) as a CLI job on 1 rank (`python -m grpo_core
+train`) and under torchrun on 2 ranks sharing the one GPU (NCCL refuses two ranks on one device;
+ranks.from_environment then picks gloo, the gradients going through host memory), each a fresh
+process: wall steps/s and the median step times of each (bench/ranks_step.py runs the jobs), and
+whether both trained the same groups at every step. It shows that the torchrun path runs on a
+GPU and what a second rank on the same GPU costs or gains; not NCCL, which needs a GPU per rank.
+A job that fails is reported as the variant's status (its output's tail), the other figures kept.
+
 Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_check.json):
 - generation tokens/s (completion tokens sampled / time/generate_s) and training tokens/s
   (prompt + completion tokens through forward/backward / time/train_s), medians over the
@@ -34,7 +43,7 @@ Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_ch
 - the share of trained parameter elements that moved over the run (fp32 master weights at
   lr 1e-6: with bf16 weights most small updates would be lost), and parameters trained.
 
-    python bench/gpu_check.py [--steps 2] [--variants full,lora,generate-static,vllm] [--out gpu_check.json]
+    python bench/gpu_check.py [--steps 2] [--variants full,lora,generate-static,vllm,ranks] [--out gpu_check.json]
     python bench/gpu_check.py --smoke      # CPU, a tiny Qwen2, fp32: checks the script itself
 """
 from __future__ import annotations
@@ -44,7 +53,9 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +63,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
@@ -340,6 +352,38 @@ def sync_figures(engine, model, tokenizer, b: dict, steps: int) -> dict:
             "logprob_gap_after_wake_up": gap()}
 
 
+RANKS_NEW_TOKENS = 64  # the ranks variant's completions (the smoke run keeps its 16): two start-ups and a few steps
+
+
+def ranks_variant(path: Path, smoke: bool, steps: int, warm: int = 1) -> dict:
+    """The same run on 1 rank and on 2 (torchrun, both on the one GPU over gloo), each a CLI job:
+    wall steps/s and median step times after `warm` steps, and whether they trained the same groups."""
+    from ranks_step import run_job, step_figures
+    cfg = make_config(path, smoke, lora=False, steps=warm + steps)
+    if not smoke:
+        cfg.grpo.max_new_tokens = RANKS_NEW_TOKENS
+    root = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-ranks-"))
+    config = root / "config.toml"
+    config.write_text(cfg.to_toml())
+    res = {"variant": "ranks", "max_new_tokens": cfg.grpo.max_new_tokens, "steps_timed": steps}
+    for ranks in (1, 2):
+        run_id = f"ranks-{ranks}"
+        try:  # one torch thread a process on the smoke run's 2 cores; the trainer's choice on a GPU box
+            job = run_job(ranks, run_id, root / "runs", config, [], one_thread=smoke, limit_s=300)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            return {**res, "status": f"failed: {str(e)[-2000:]}"}
+        fig = step_figures(root / "runs", run_id, job["ends"], warm)
+        shutil.rmtree(root / "runs" / run_id / "checkpoints", ignore_errors=True)  # the end's: ~6 GB at 0.5B
+        keep = ("status", "steps", "wall_steps_per_s", "step_s", "generate_s", "train_s", "other_s", "trainable",
+                "submitted")
+        res[f"rank_{ranks}"] = {"job_s": round(job["job_s"], 2), **{k: fig[k] for k in keep}}
+    one, two = res["rank_1"], res["rank_2"]
+    res.update(status="finished" if one["status"] == two["status"] == "finished" else "failed: a job did not finish",
+               same_trainable_groups=one["trainable"] == two["trainable"] and one["submitted"] == two["submitted"],
+               speedup_wall=two["wall_steps_per_s"] / one["wall_steps_per_s"])
+    return res
+
+
 def free_memory():
     gc.collect()
     if torch.cuda.is_available():
@@ -349,15 +393,16 @@ def free_memory():
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after 1 warm-up step)")
-    ap.add_argument("--variants", default="full,lora,generate-static,vllm",
-                    help="comma-separated: full, lora (the trainer's loop), generate-static, vllm (sampling only)")
+    ap.add_argument("--variants", default="full,lora,generate-static,vllm,ranks",
+                    help="comma-separated: full, lora (the trainer's loop), generate-static, vllm (sampling only), "
+                         "ranks (1 rank against 2 on the one GPU, torchrun jobs)")
     ap.add_argument("--smoke", action="store_true", help="CPU, a tiny Qwen2, fp32: test the script itself")
     ap.add_argument("--out", default=None, help="write the JSON here (default: $OUT/gpu_check.json when $OUT is set)")
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in ("full", "lora", *SAMPLERS)]
+    unknown = [v for v in variants if v not in ("full", "lora", *SAMPLERS, "ranks")]
     if unknown:
-        ap.error(f"--variants: unknown {', '.join(unknown)}; choose from full, lora, {', '.join(SAMPLERS)}")
+        ap.error(f"--variants: unknown {', '.join(unknown)}; choose from full, lora, {', '.join(SAMPLERS)}, ranks")
     if not args.smoke and not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA is not available (use --smoke for the CPU check of this script)"}))
         return 2
@@ -373,6 +418,8 @@ def main(argv=None) -> int:
             res["variants"].append((generate_static if variant == "generate-static" else vllm_sampling)(
                 path, args.smoke, args.steps))
             free_memory()
+        elif variant == "ranks":  # processes of their own
+            res["variants"].append(ranks_variant(path, args.smoke, args.steps))
         else:
             res["variants"].append(run_variant(path, args.smoke, variant == "lora", args.steps, warm=1))
     res["total_s"] = round(time.perf_counter() - t0, 2)

@@ -1,7 +1,8 @@
 """bench/gpu_check.py runs here too: `--smoke` is the same script (the trainer's loop, both
 variants, the memory model's estimate, the parameters-moved check; the sampling-only variants,
-generate with a static cache and the vLLM engine) on a tiny Qwen2 on CPU, so the prepared GPU
-check is known to work before a GPU is lent for it."""
+generate with a static cache and the vLLM engine; the same run on 1 rank and on 2 under
+torchrun) on a tiny Qwen2 on CPU, so the prepared GPU check is known to work before a GPU is
+lent for it."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,9 +23,8 @@ def test_the_gpu_check_smoke_run_writes_sane_figures_for_both_variants(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["device"] == "cpu (smoke)" and res["model"]["vocab_size"] > 2048  # past the tokenizer's vocabulary
-    full, lora, static, vllm = res["variants"]
-    assert (full["variant"], lora["variant"], static["variant"], vllm["variant"]) == ("full", "lora", "generate-static",
-                                                                                      "vllm")
+    full, lora, static, vllm, ranks = res["variants"]
+    assert [v["variant"] for v in res["variants"]] == ["full", "lora", "generate-static", "vllm", "ranks"]
     batch = res["batch"]
     for v in (full, lora):
         assert v["status"] == "finished" and v["steps_timed"] == 2
@@ -48,3 +48,9 @@ def test_the_gpu_check_smoke_run_writes_sane_figures_for_both_variants(tmp_path)
         assert vllm == {"variant": "vllm", "status": "skipped: vllm not installed"}
     else:  # the engine follows the trainer's weights only through the sync
         assert vllm["logprob_gap_synced"] < 1e-4 < vllm["logprob_gap_unsynced"] and vllm["sync_s_median"] > 0
+    # The same run as a 1-rank CLI job and a 2-rank torchrun job: both finish, train the same groups.
+    assert ranks["status"] == "finished", ranks["status"]
+    for arm in (ranks["rank_1"], ranks["rank_2"]):
+        assert arm["status"] == "finished" and arm["steps"] == 3 and arm["wall_steps_per_s"] > 0
+        assert arm["submitted"] == [batch["prompts"]] * 3
+    assert ranks["same_trainable_groups"] and sum(ranks["rank_1"]["trainable"]) > 0

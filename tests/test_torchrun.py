@@ -8,9 +8,10 @@ this CPU, against the same run on one rank (the plain trainer, in the test's pro
 - A rank whose groups never train (its metric is flat) does not hang the job.
 Each torchrun job costs ~15 s of start-up on this box (torch and transformers imported by the
 launcher and both workers), so one job checks several of these.
-- A weight change from the dashboard's request path applies on both ranks at one step (every
-  step boundary the ranks compare what they hold and fail the run if they differ), a stop
-  request and a SIGTERM to either rank end the job stopped, a killed rank fails it with one line.
+- Requests from the dashboard's path (a weight change, checkpoint, pause, resume, stop) apply
+  on both ranks at one step (at every step boundary the ranks compare what they hold and fail
+  the run if they differ); a SIGTERM to a rank ends the job stopped; a killed rank (either)
+  fails it with one line.
 - A run checkpointed on 2 ranks resumes on 1 and ends where a 1-rank run ends.
 
 The jobs are waited on by their progress in the store (the last step, a request's status), never
@@ -107,9 +108,20 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 
 
 def _kill(proc: subprocess.Popen):
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """The job, if still running: torchrun starts each rank in a session of its own, so the
+    launcher's process group does not hold them; each is killed by its pid."""
+    if proc.poll() is not None:
+        return
+    try:
+        ranks = _rank_pids(proc)
+    except OSError:  # the launcher ended meanwhile
+        ranks = []
+    for pid in (*ranks, proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
 
 
 def _meta(runs: Path, run_id: str) -> dict:
@@ -136,15 +148,17 @@ def _last_step(runs: Path, run_id: str) -> int:
 
 
 def _rank_pids(proc: subprocess.Popen) -> list[int]:
-    """The worker processes torchrun started, by rank (rank 0's pid is the store's meta pid)."""
-    children = []
-    for task in Path(f"/proc/{proc.pid}/task").iterdir():
-        children += [int(p) for p in (task / "children").read_text().split()]
+    """The worker processes torchrun started, by rank."""
+    children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                for p in (task / "children").read_text().split()]
     return sorted(children, key=lambda pid: _environ(pid).get("RANK", ""))
 
 
 def _environ(pid: int) -> dict:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # it ended meanwhile
+        return {}
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
@@ -181,29 +195,41 @@ def test_one_rank_and_two_train_the_same_qwen2_run(tmp_path):
     assert all(float((moved[k] - start[k].double()).abs().max()) > 0 for k in moved)  # every weight trained
 
 
-def test_a_live_weight_change_applies_on_both_ranks_then_a_stop_request_ends_them(tmp_path):
+def _applied(proc, runs: Path, run_id: str, kind: str, payload: dict) -> int:
+    """Send a request the dashboard's way, wait until the job applies it; the step it applied at."""
+    rid = requests.send(runs / run_id, kind, payload)
+    with RunStore.open(runs / run_id, readonly=True) as store:
+        row = lambda: store.control().set_index("id").loc[rid]  # noqa: E731
+        _wait(proc, lambda: row()["status"] != "pending", f"an answer to {kind}")
+        assert row()["status"] == "applied", row()["message"]
+        return int(row()["applied_step"])
+
+
+def test_live_requests_apply_on_both_ranks_at_one_step(tmp_path):
+    """A weight change, a checkpoint, pause and resume, then a stop: each applied by both ranks
+    at one step boundary (they compare what they hold at every boundary: a rank that missed one
+    fails the run)."""
     runs, config = tmp_path / "runs", _config(tmp_path)
     proc = _start(2, "live", runs, TINY + ["grpo.steps=100000"], config)
     try:
         _wait(proc, lambda: _last_step(runs, "live") >= 2, "step 2")
-        rid = requests.send(runs / "live", "set_weights", {"weights": {"m": 0.5}})
-        with RunStore.open(runs / "live", readonly=True) as store:
-            _wait(proc, lambda: store.control().set_index("id").loc[rid, "status"] == "applied", "the change")
-            at = int(store.control().set_index("id").loc[rid, "applied_step"])
-        # Both ranks compare what they hold at every step boundary: a rank that missed it fails the run.
-        _wait(proc, lambda: _last_step(runs, "live") >= at + 2, f"step {at + 2}")
-        stop = requests.send(runs / "live", "stop", {})
+        at = _applied(proc, runs, "live", "set_weights", {"weights": {"m": 0.5}})
+        saved = _applied(proc, runs, "live", "checkpoint", {})
+        paused = _applied(proc, runs, "live", "pause", {})
+        assert _meta(runs, "live")["status"] == "paused" and _last_step(runs, "live") == paused
+        resumed = _applied(proc, runs, "live", "resume", {})
+        _wait(proc, lambda: _last_step(runs, "live") >= resumed + 1, f"step {resumed + 1}")
+        stopped = _applied(proc, runs, "live", "stop", {})
         rc, out = _finish(proc)
     finally:
         _kill(proc)
     assert rc == 0, out[-3000:]
+    assert (runs / "live" / "checkpoints" / f"step-{saved:06d}").is_dir() and resumed == paused + 1
     wide, _, _ = _steps(runs, "live")
     weight = wide[names.metric_weight("m")]
     assert (weight.loc[:at - 1] == 1.0).all() and (weight.loc[at:] == 0.5).all()
-    meta = _meta(runs, "live")
-    with RunStore.open(runs / "live", readonly=True) as store:
-        assert store.control().set_index("id").loc[stop, "status"] == "applied"
-    assert meta["status"] == "stopped" and latest_checkpoint(runs / "live").name == f"step-{wide.index[-1]:06d}"
+    assert _meta(runs, "live")["status"] == "stopped" and wide.index[-1] == stopped
+    assert latest_checkpoint(runs / "live").name == f"step-{stopped:06d}"
 
 
 def test_a_rank_whose_groups_never_train_does_not_hang_and_sigterm_to_it_stops_the_job(tmp_path):
