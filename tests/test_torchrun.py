@@ -1,21 +1,22 @@
 """`torchrun --nproc_per_node 2 -m grpo_core train`: real torchrun jobs of two gloo processes on
-this CPU, against the same run on one rank (the plain trainer, in the test's process) (grpo_core/train/ranks.py).
+this CPU (grpo_core/train/ranks.py), against the same run on one rank (the plain trainer, run in
+the test's process).
 
 - 1 rank and 2 give the same steps: the same groups submitted and trainable, the same rewards,
   and weights equal to float64 round-off (model.dtype=float64: measured ~2e-15 after 4 steps;
   asserted at 1e-9. In float32 the same runs differ by ~5e-7: docs/benchmarks.md), on the
   built-in model and on a locally built Qwen2.
-- A rank whose groups never train (its metric is flat) does not hang the job.
-Each torchrun job costs ~15 s of start-up on this box (torch and transformers imported by the
-launcher and both workers), so one job checks several of these.
 - Requests from the dashboard's path (a weight change, checkpoint, pause, resume, stop) apply
   on both ranks at one step (at every step boundary the ranks compare what they hold and fail
-  the run if they differ); a SIGTERM to a rank ends the job stopped; a killed rank (either)
-  fails it with one line.
-- A run checkpointed on 2 ranks resumes on 1 and ends where a 1-rank run ends.
+  the run if they differ), while a rank whose groups never train (its metric is flat) runs no
+  backward and hangs nothing.
+- SIGTERM to a rank stops the job; a killed rank (either) fails it with one line.
+- A run stopped on 2 ranks resumes on 1 and ends where the 1-rank run ends.
 
-The jobs are waited on by their progress in the store (the last step, a request's status), never
-by a guessed time; each is killed by its process group if the test fails.
+Each torchrun job costs ~15 s of start-up on this box (the launcher and both workers import
+torch and transformers), so one job checks several of these. The jobs are waited on by their
+progress in the store (the last step, a request's status), never by a guessed time; each rank is
+killed by its pid if the test fails.
 """
 from __future__ import annotations
 
@@ -205,12 +206,12 @@ def _applied(proc, runs: Path, run_id: str, kind: str, payload: dict) -> int:
         return int(row()["applied_step"])
 
 
-def test_live_requests_apply_on_both_ranks_at_one_step(tmp_path):
+def test_live_requests_apply_on_both_ranks_at_one_step_and_a_flat_rank_does_not_hang(tmp_path):
     """A weight change, a checkpoint, pause and resume, then a stop: each applied by both ranks
     at one step boundary (they compare what they hold at every boundary: a rank that missed one
-    fails the run)."""
-    runs, config = tmp_path / "runs", _config(tmp_path)
-    proc = _start(2, "live", runs, TINY + ["grpo.steps=100000"], config)
+    fails the run). Rank 1's groups never train (its metric is flat, drop_untrainable on)."""
+    runs, config = tmp_path / "runs", _config(tmp_path, "flat_on_rank_1")
+    proc = _start(2, "live", runs, TINY + ["grpo.steps=100000", "grpo.drop_untrainable=true"], config)
     try:
         _wait(proc, lambda: _last_step(runs, "live") >= 2, "step 2")
         at = _applied(proc, runs, "live", "set_weights", {"weights": {"m": 0.5}})
@@ -230,25 +231,8 @@ def test_live_requests_apply_on_both_ranks_at_one_step(tmp_path):
     assert (weight.loc[:at - 1] == 1.0).all() and (weight.loc[at:] == 0.5).all()
     assert _meta(runs, "live")["status"] == "stopped" and wide.index[-1] == stopped
     assert latest_checkpoint(runs / "live").name == f"step-{stopped:06d}"
-
-
-def test_a_rank_whose_groups_never_train_does_not_hang_and_sigterm_to_it_stops_the_job(tmp_path):
-    """Rank 1's metric is flat: it never runs a backward, rank 0 does; then SIGTERM to rank 1
-    stops both after one step, every step kept and checkpointed."""
-    runs = tmp_path / "runs"
-    proc = _start(2, "term", runs, TINY + ["grpo.steps=100000", "grpo.drop_untrainable=true"],
-                  _config(tmp_path, "flat_on_rank_1"))
-    try:
-        _wait(proc, lambda: _last_step(runs, "term") >= 4, "step 4")
-        os.kill(_rank_pids(proc)[1], signal.SIGTERM)
-        rc, out = _finish(proc)
-    finally:
-        _kill(proc)
-    assert rc == 0, out[-3000:]
-    meta, last = _meta(runs, "term"), _last_step(runs, "term")
-    assert meta["status"] == "stopped" and "SIGTERM (rank 1)" in meta["stop_message"]
-    assert latest_checkpoint(runs / "term").name == f"step-{last:06d}"
-    wide, _, groups = _steps(runs, "term")
+    # Rank 1's metric is flat: it never ran a backward while rank 0 did, and nothing hung.
+    groups = _steps(runs, "live")[2]
     assert not groups[groups["group"] >= 2]["trainable"].any()  # rank 1's share: groups 2 and 3
     assert groups[groups["group"] < 2]["trainable"].any() and (wide[names.GRAD_NORM] > 0).any()
 
@@ -271,18 +255,27 @@ def test_a_killed_rank_fails_the_run_with_one_line(tmp_path, rank):
     assert failed["event"] == "failed" and failed["error"] == LOST_RANK
 
 
-def test_two_ranks_train_as_one_and_their_checkpoint_resumes_on_one(tmp_path):
-    """The built-in model: 3 steps on 2 ranks are the first 3 steps of a 1-rank run, and the
-    2-rank checkpoint (written once) resumes on 1 rank to the 1-rank run's step 5."""
+def test_sigterm_to_a_rank_stops_the_job_and_its_checkpoint_resumes_on_one_rank(tmp_path):
+    """The built-in model on 2 ranks until SIGTERM to rank 1: both stop after the same step N,
+    checkpointed once; its steps are the first N of the same run on 1 rank, and the checkpoint
+    resumes on 1 rank to that run's step N + 2."""
     runs, config = tmp_path / "runs", _config(tmp_path)
-    _train_here("one", runs, TINY + ["grpo.steps=5", "log.checkpoint_every=3"], config)
-    rc, out = _finish(_start(2, "two", runs, TINY + ["grpo.steps=3"], config))
+    proc = _start(2, "two", runs, TINY + ["grpo.steps=100000"], config)
+    try:
+        _wait(proc, lambda: _last_step(runs, "two") >= 3, "step 3")
+        os.kill(_rank_pids(proc)[1], signal.SIGTERM)
+        rc, out = _finish(proc)
+    finally:
+        _kill(proc)
     assert rc == 0, out[-3000:]
-    assert _meta(runs, "two")["ranks"] == 2
-    assert [p.name for p in (runs / "two" / "checkpoints").iterdir()] == ["step-000003"]  # written once
-    at_3 = {r: load_file(runs / r / "checkpoints" / "step-000003" / "model.safetensors") for r in ("one", "two")}
-    assert max(float((at_3["one"][k] - at_3["two"][k]).abs().max()) for k in at_3["one"]) < 1e-9
-    _train_here("two", runs, ["grpo.steps=5"], resume=True)
-    _same_run(runs, "one", "two", 5)
+    meta, stopped = _meta(runs, "two"), _last_step(runs, "two")
+    assert meta["status"] == "stopped" and "SIGTERM (rank 1)" in meta["stop_message"] and meta["ranks"] == 2
+    assert [p.name for p in (runs / "two" / "checkpoints").iterdir()] == [f"step-{stopped:06d}"]  # written once
+    _train_here("one", runs, TINY + [f"grpo.steps={stopped + 2}", f"log.checkpoint_every={stopped}"], config)
+    at_stop = {r: load_file(runs / r / "checkpoints" / f"step-{stopped:06d}" / "model.safetensors")
+               for r in ("one", "two")}
+    assert max(float((at_stop["one"][k] - at_stop["two"][k]).abs().max()) for k in at_stop["one"]) < 1e-9
+    _train_here("two", runs, [f"grpo.steps={stopped + 2}"], resume=True)
+    _same_run(runs, "one", "two", stopped + 2)
     meta = _meta(runs, "two")
     assert meta["status"] == "finished" and meta["ranks"] == 1
