@@ -7,7 +7,8 @@ after the update agree to float64 round-off (the only difference is the order th
 partial gradients are added in: measured ~1e-16 relative; asserted at 1e-10 absolute on
 weights of order 0.1). Cases: one rank with no trainable group (dropped rows, so
 it does no backward at all), different micro-batch counts, an out-of-memory retry on one rank
-only, and a step no group trains on."""
+only, and a step no group trains on. And the safety net behind requests: ranks whose settings
+differ fail at the next step boundary."""
 from __future__ import annotations
 
 import os
@@ -96,11 +97,34 @@ def _worker(rank: int, port: int, out_dir: str):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    ranks = Ranks(rank, 2, rank, "gloo")
     try:  # every case in one job: starting two processes costs more than the cases
         for case in TRAINABLE:
-            np.savez(os.path.join(out_dir, f"{case}-rank{rank}.npz"), *_train(Ranks(rank, 2, rank, "gloo"), case))
+            np.savez(os.path.join(out_dir, f"{case}-rank{rank}.npz"), *_train(ranks, case))
+        Path(out_dir, f"diverged-rank{rank}.txt").write_text(_diverge(ranks, Path(out_dir)))
     finally:
         torch.distributed.destroy_process_group()
+
+
+def _diverge(ranks: Ranks, out_dir: Path) -> str:
+    """Two ranks' trainers, one of which takes a weight change the other never got: the next
+    step boundary must fail both (rank 0 holds the store, as under torchrun)."""
+    from grpo_core.runs.store import RunStore
+    from grpo_core.tasks.loading import load_config
+    from grpo_core.train.trainer import Trainer
+    cfg = load_config(None, ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2",
+                             "model.intermediate_size=32", "model.warm_start_steps=0", "log.progress=false"])
+    store = RunStore.create("diverge", cfg.to_dict(), root=out_dir) if ranks.main else None
+    ranks.broadcast(None)  # the store exists before rank 1 looks for its folder
+    trainer = Trainer(cfg, store, log=lambda m: None, ranks=ranks, run_dir=out_dir / "diverge")
+    trainer.poll_control()  # the same settings: no error
+    if ranks.rank == 1:
+        trainer.reward.set_weights({**trainer.reward.weights, "exact": 0.9})
+    try:
+        trainer.poll_control()
+    except RuntimeError as error:
+        return str(error)
+    return "no error"
 
 
 def _free_port() -> int:
@@ -117,6 +141,12 @@ def two_ranks(tmp_path_factory) -> Path:
     # its first seconds importing torch and transformers again).
     mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=True, start_method="fork")
     return out
+
+
+def test_ranks_that_hold_different_settings_fail_at_the_next_step_boundary(two_ranks):
+    for rank in (0, 1):
+        text = (two_ranks / f"diverged-rank{rank}.txt").read_text()
+        assert text.startswith("the ranks disagree on the settings after step 0") and "0.9" in text
 
 
 @pytest.mark.parametrize("case", list(TRAINABLE))
