@@ -78,11 +78,12 @@ class RunSession:
         if self.fold_wal:
             self.store.defer_checkpoints()
 
-    def serve(self) -> list[tuple[dict, bool, int | None, str]]:
-        """Claim the pending requests and answer each, in order, with its kind's handler.
-        Returns (request, applied, step, message) per request."""
+    def serve(self, claimed: list[dict] | None = None) -> list[tuple[dict, bool, int | None, str]]:
+        """Answer each request, in order, with its kind's handler: `claimed` (already claimed by
+        the caller), else the pending ones, claimed now. Returns (request, applied, step,
+        message) per request."""
         done = []
-        for req in self.store.claim_pending():
+        for req in self.store.claim_pending() if claimed is None else claimed:
             applied, step, message = self.handlers.get(req["kind"], self.refuse)(req)
             self.store.resolve_request(req["id"], applied, step, message)
             done.append((req, applied, step, message))

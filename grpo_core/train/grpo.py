@@ -325,24 +325,28 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     G = roll.group_size
     row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
     with_kl = gcfg.beta > 0 and ref_model is not None
-    if not with_kl and not world.any(bool(row_trainable.any())):
+    idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
+    # The step's counts, every rank's, in one all-reduce: trainable rows, the policy term's count
+    # (every row, the dropped ones too), the KL term's (the rows forwarded), the rows forwarded.
+    trainable_rows, policy_count, kl_count, rows = world.sum([
+        float(row_trainable.sum()), _reduce_count(roll.completion_mask, gcfg.loss_type),
+        _reduce_count(roll.completion_mask[idx], gcfg.loss_type), len(idx)])
+    if not with_kl and not trainable_rows:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0, "mismatch": {}}
-    idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
     per = max(1, micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype)) * G  # whole groups
-    denoms = world.sum([_reduce_count(roll.completion_mask, gcfg.loss_type),  # policy: every row, dropped ones too
-                        _reduce_count(roll.completion_mask[idx], gcfg.loss_type)])  # KL: the rows forwarded
     batch = _Batch(roll, idx, per, torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
-                   (float(denoms[0]), float(denoms[1])))
+                   (float(policy_count), float(kl_count)))
     kw = dict(ref_model=ref_model, suppress_ids=suppress_ids, compute_dtype=compute_dtype)
     if gcfg.num_iterations > 1:
         batch.old = _agreed(world, lambda: _old_logprobs(model, batch, gcfg, **kw))
     passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, world=world, **kw)
               for _ in range(gcfg.num_iterations)]
     out = {k: float(np.mean([p[k] for p in passes])) for k in ("policy", "kl", "clip_ratio", "grad_norm", "entropy")}
-    mismatch = [part for parts in world.gather(passes[0]["mismatch"]) for part in parts]
-    return {**out, "rows": int(world.sum([len(idx)])[0]), "tokens": passes[0]["tokens"],
-            "mismatch": sampler_mismatch.combine(mismatch)}
+    mismatch = passes[0]["mismatch"]
+    if roll.sampler_logprobs is not None:  # engine-sampled (on every rank alike): every rank's tokens compared
+        mismatch = [part for parts in world.gather(mismatch) for part in parts]
+    return {**out, "rows": int(rows), "tokens": passes[0]["tokens"], "mismatch": sampler_mismatch.combine(mismatch)}
 
 
 class ElsewhereOutOfMemory(MemoryError):
@@ -385,8 +389,7 @@ class _Batch:
 def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype) -> torch.Tensor:
     """The log-probs of the policy that sampled the batch [B, Lc] (no grad), in train mode as
     the passes' forwards are: the first pass's ratio is then 1, as with one pass."""
-    roll = batch.roll
-    old = torch.zeros(roll.completion_ids.shape, dtype=torch.float32, device=roll.input_ids.device)
+    roll, old = batch.roll, None
     with torch.no_grad(), mode(model, training=True):
         for chunk in batch.chunks():
             ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
@@ -394,7 +397,8 @@ def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, comput
                 logp, _ = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
                                          group_size=roll.group_size,
                                          chunk=chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model)))
-            old = old.to(logp.dtype)
+            if old is None:
+                old = torch.zeros(roll.completion_ids.shape, dtype=logp.dtype, device=logp.device)
             old[chunk, :logp.shape[1]] = logp
     return old
 

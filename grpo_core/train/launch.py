@@ -130,7 +130,7 @@ def train(args, cfg: RunConfig, store: RunStore | None, run_dir: Path, rank_set:
         raise
     install_stop_signals(trainer)
     try:
-        status = trainer.run_safely() if store is not None else trainer.run()
+        status = trainer.run_safely()
     except KeyboardInterrupt:
         return 130
     except Exception as e:

@@ -39,6 +39,7 @@ from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
 from grpo_core.train import (checkpoints, evaluation, grpo, models, out_of_memory, rank_failure, ranks, sampling,
                              step_batch)
+from grpo_core.train.native_sampling import Rollouts
 from grpo_core.train.ranks import SINGLE, Ranks, group_seeds
 from grpo_core.train.skipping import PromptSkipper
 from grpo_core.train.step_events import AlertWatch, Curriculum
@@ -167,7 +168,7 @@ class Trainer:
         t = self.cfg.task
         prompts = [chat.render(self.tokenizer, e["prompt"], t.chat_template, t.system_prompt) for e in examples]
 
-        def attempt(batch_groups: int) -> step_batch.Rollouts:
+        def attempt(batch_groups: int) -> Rollouts:
             with grpo.autocast(self.device, self.compute_dtype):
                 return self.sampler.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
                                     max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
@@ -287,11 +288,11 @@ class Trainer:
         if signalled and not self.stop_reason:
             self.stop_reason = signalled[0]
             self.log(f"{self.stop_reason}: stopping after step {self.step}")
-        for req in shared[0][0]:
-            applied, step, message = self.handlers.get(req["kind"], self.refuse_request)(req)
-            if not self.ranks.main:
-                continue
-            self.store.resolve_request(req["id"], applied, step, message)
+        if not self.ranks.main:  # the same requests, applied alike; rank 0 answers them in the store
+            for req in shared[0][0]:
+                self.handlers.get(req["kind"], self.refuse_request)(req)
+            return
+        for req, applied, step, message in self.session.serve(shared[0][0]):
             self.log(f"request {req['id']} {req['kind']}: {'applied' if applied else 'rejected'} ({message})")
             if applied:
                 autopilot.note_applied(self.autopilot, req, step)
@@ -553,10 +554,13 @@ class Trainer:
         return f"{type(error).__name__}: {error}"
 
     def run_safely(self) -> str:
-        """run(), recording a crash as status failed with the traceback in meta.error."""
+        """run(), recording a crash as status failed with the traceback in meta.error (by rank 0:
+        a rank without the store only raises)."""
         try:
             return self.run()
         except BaseException as e:
+            if self.session is None:
+                raise
             text = traceback.format_exc()
             why = storage_problem(e)
             if why:  # the disk's fault: the last line (what the runs page shows) says so and what to do
