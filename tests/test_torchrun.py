@@ -201,7 +201,8 @@ def _applied(proc, runs: Path, run_id: str, kind: str, payload: dict) -> int:
     rid = requests.send(runs / run_id, kind, payload)
     with RunStore.open(runs / run_id, readonly=True) as store:
         row = lambda: store.control().set_index("id").loc[rid]  # noqa: E731
-        _wait(proc, lambda: row()["status"] != "pending", f"an answer to {kind}")
+        # "applying" is the claimed-but-not-yet-answered state between the two.
+        _wait(proc, lambda: row()["status"] not in ("pending", "applying"), f"an answer to {kind}")
         assert row()["status"] == "applied", row()["message"]
         return int(row()["applied_step"])
 
