@@ -57,16 +57,15 @@ RUN_SCRIPT = textwrap.dedent('''
                           num_generations=4, max_completion_length=8, max_steps=steps, logging_steps=1,
                           report_to=report_to, use_cpu=True, save_strategy="no", seed=0, learning_rate=1e-3,
                           reward_weights=[1.0, 1.0], disable_tqdm=True, dataloader_num_workers=0)
-        trainer = GRPOTrainer(model=model_dir, reward_funcs=[has_e, length], args=args, train_dataset=ds,
-                              processing_class=AutoTokenizer.from_pretrained(model_dir))
-        cb = GRPOHealthCallback.attach(trainer, run_id=run_id, root=runs)
-
         class SendWeights(TrainerCallback):  # what the dashboard does mid-run
             def on_step_end(self, args, state, ctl, **kw):
-                if state.global_step == send_at and trainer.accelerator.is_main_process:
+                if state.global_step == send_at and state.is_world_process_zero:
                     requests.send(os.path.join(runs, run_id), "set_weights", {"weights": weights}, source="test")
 
-        trainer.add_callback(SendWeights())
+        cb = GRPOHealthCallback(run_id=run_id, root=runs)  # as TRL users add callbacks
+        trainer = GRPOTrainer(model=model_dir, reward_funcs=[has_e, length], args=args, train_dataset=ds,
+                              processing_class=AutoTokenizer.from_pretrained(model_dir),
+                              callbacks=[cb, SendWeights()])
         trainer.train()
         rank = trainer.accelerator.process_index
         trainer.state.save_to_json(os.path.join(out, f"trainer_state_rank{rank}.json"))
@@ -100,7 +99,7 @@ def trl_run(tmp_path_factory):
     mp.setenv("WANDB_SILENT", "true")
     mp.setenv("WANDB_DIR", str(tmp))
     mp.setenv("WANDB_PROJECT", "grpo-health-test")
-    mp.setenv("GRPO_RUNS_DIR", str(tmp / "runs"))
+    mp.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp / "runs"))
     try:
         import run_trl
         trainer, cb = run_trl.run(str(model_dir), str(tmp / "runs"), str(tmp), "trl-run", per_device=12, steps=6,
@@ -228,7 +227,7 @@ def test_two_processes_one_store_groups_cover_both(tmp_path):
     (tmp_path / "run_trl.py").write_text(RUN_SCRIPT)
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "GRPO_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "ACCELERATE_USE_CPU": "true"}
+           "GRPO_HEALTH_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "ACCELERATE_USE_CPU": "true"}
     # torchrun, which accelerate's multi-GPU launcher wraps: `accelerate launch --cpu
     # --num_processes 2` starts ONE process unless given an mpirun hostfile (accelerate 1.15,
     # commands/launch.py: launch_command -> simple_launcher). Accelerate sees the torchrun
@@ -315,7 +314,7 @@ def test_docs_snippets_run(tmp_path):
     text = (REPO / "docs" / "integrations.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) == 2
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GRPO_RUNS_DIR": str(tmp_path / "runs"), "WANDB_MODE": "disabled"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GRPO_HEALTH_RUNS_DIR": str(tmp_path / "runs"), "WANDB_MODE": "disabled"}
     # The snippets name the fixture by its path in the repo, as a reader would run them from there.
     (tmp_path / "tests" / "fixtures").mkdir(parents=True)
     (tmp_path / "tests" / "fixtures" / "trl").symlink_to(REPO / "tests" / "fixtures" / "trl")

@@ -1,23 +1,32 @@
 """GRPOHealthCallback: a TRL GRPOTrainer run watched with the embedded trainer's store, health and weights.
 
-The way to use GRPO Health at scale (accelerate, DeepSpeed, many GPUs).
+The way to use GRPO Health at scale (accelerate, DeepSpeed, many GPUs). Added like any
+transformers callback:
 
-    trainer = GRPOTrainer(model=..., reward_funcs=[f1, f2], args=GRPOConfig(...), train_dataset=ds)
-    GRPOHealthCallback.attach(trainer, run_id="my-run")
+    trainer = GRPOTrainer(model=..., reward_funcs=[f1, f2], args=GRPOConfig(...), train_dataset=ds,
+                          callbacks=[GRPOHealthCallback(run_id="my-run")])
     trainer.train()
 
-Where it hooks, and why there (TRL 1.16, trl/trainer/grpo_trainer.py):
-- Scores: `GRPOTrainer._calculate_rewards` returns `rewards_per_func` [N, K] *gathered
-  across processes* (it ends with `gather(rewards_per_func)`), in the order TRL itself
-  groups by (`rewards.view(-1, num_generations)` in `_generate_and_score_completions`).
-  We wrap that method on the instance: every process calls it, so our extra
-  `gather_object` of prompt ids and texts is collective too, and rank 0 sees each
-  completion exactly once with its group. A wrapper around the reward functions would
-  see only its own process's slice and only one function's scores.
+(`GRPOHealthCallback.attach(trainer, run_id=...)` does the same for a trainer already built.)
+
+How it reaches the trainer: transformers' CallbackHandler hands callbacks the model,
+optimizer and dataloaders but never the trainer, and fires every event from a Trainer
+method; so at `on_init_end` (the end of Trainer.__init__, before train()) the callback
+takes the trainer from the calling frame whose `callback_handler` holds this very
+callback (`find_trainer`). From there it uses TRL's public attributes only: `reward_funcs`,
+`reward_weights`, `reward_func_names`, `num_generations`, `accelerator`.
+
+Where it hooks, and why there (TRL 1.16):
+- Scores: trl_scores.ScoreTap (wraps the reward functions in `trainer.reward_funcs`;
+  gathers every process's slice at step end, in TRL's group order, so that rank 0 sees each
+  completion exactly once with its group). A reward model needs TRL's private
+  `_calculate_rewards`: checked against the installed TRL when the callback binds.
 - Weights: TRL reads `trainer.reward_weights` (a [K] tensor) each time it scores. Rank 0
   claims weight requests from the store at `on_step_begin`, before that step generates,
   and broadcasts the decision so that every process applies the same weights.
 - Only rank 0 touches the store; a heartbeat thread keeps a slow step from looking stale.
+- A training error is recorded as the run's failure: the callback wraps the instance's
+  public `train` when it binds (before train() is called).
 
 "Trainable" here defaults to TRL's own rule, in TRL's own arithmetic (`trl_rewards`: float32
 sums, unscorable completions left out, the Bessel std's isclose-to-0 test), so the store's
@@ -28,8 +37,7 @@ counts the groups TRL trains whose spread is float rounding (step_stats.float_no
 from __future__ import annotations
 
 import atexit
-import hashlib
-import json
+import inspect
 import math
 import time
 import warnings
@@ -42,6 +50,7 @@ from transformers import TrainerCallback
 from grpo_core.analysis import health, step_stats
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.base import ImportReport
+from grpo_core.integrations.trl_scores import ScoreTap
 from grpo_core.integrations.trl_state import is_trl_summary, map_trl_entry
 from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import HealthConfig
@@ -55,20 +64,21 @@ from grpo_core.runs.store import EV_ALERT, EV_LIFECYCLE, RunStore
 PAUSE_POLL_S = 0.5
 
 
-def _text(x) -> str:
-    """A TRL prompt/completion (string, or a conversation: list of messages) -> text."""
-    if isinstance(x, str):
-        return x
-    if isinstance(x, list) and x and isinstance(x[-1], dict) and "content" in x[-1]:
-        return "\n".join(str(m.get("content", "")) for m in x)
-    return json.dumps(x, default=str)
-
-
-def _prompt_id(example: dict, prompt) -> str:
-    for key in ("prompt_id", "id"):
-        if key in example:
-            return str(example[key])
-    return hashlib.sha1(_text(prompt).encode()).hexdigest()[:12]
+def find_trainer(callback):
+    """The Trainer whose callbacks hold `callback`: the `self` of the Trainer method up the
+    stack that fired this event (see the module docstring)."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            obj = frame.f_locals.get("self")
+            handler = getattr(obj, "callback_handler", None)
+            if handler is not None and any(c is callback for c in getattr(handler, "callbacks", ())):
+                return obj
+            frame = frame.f_back
+    finally:
+        del frame
+    raise ConfigError("GRPOHealthCallback could not find the trainer that called it: pass it to "
+                      "GRPOTrainer(callbacks=[...]) or use GRPOHealthCallback.attach(trainer)")
 
 
 def trl_rewards(scores: torch.Tensor, weights: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,68 +99,64 @@ def trl_rewards(scores: torch.Tensor, weights: torch.Tensor, group_size: int) ->
 
 
 class GRPOHealthCallback(TrainerCallback):
-    def __init__(self, trainer, run_id: str | None = None, root=None, *, min_group_std: float = 0.0,
+    def __init__(self, run_id: str | None = None, root=None, *, min_group_std: float = 0.0,
                  outcome_metric: str | None = None, keep_text: str = "all", text_sample_groups: int = 2,
                  health_config: HealthConfig | None = None, config: dict | None = None):
-        if not hasattr(trainer, "_calculate_rewards") or not hasattr(trainer, "reward_weights"):
-            raise ConfigError("GRPOHealthCallback needs a TRL GRPOTrainer (with _calculate_rewards and "
-                              f"reward_weights), got {type(trainer).__name__}")
+        if run_id is not None and not isinstance(run_id, str):
+            raise ConfigError(f"GRPOHealthCallback's first argument is the run id, got a {type(run_id).__name__}: "
+                              "GRPOTrainer(..., callbacks=[GRPOHealthCallback(run_id=...)]), or "
+                              "GRPOHealthCallback.attach(trainer, run_id=...)")
         if keep_text not in ("all", "sample"):
             raise ConfigError(f"keep_text must be 'all' or 'sample', got {keep_text!r}")
-        self.trainer = trainer
-        self.names = list(trainer.reward_func_names)
-        if outcome_metric and outcome_metric not in self.names:
-            raise ConfigError(f"outcome_metric {outcome_metric!r} is not a reward function "
-                              f"({', '.join(self.names)})")
+        self.outcome_metric = outcome_metric
         self.min_group_std = float(min_group_std)
-        self.outcome_index = self.names.index(outcome_metric) if outcome_metric else None
         self.keep_text, self.text_sample_groups = keep_text, text_sample_groups
         self.health_cfg = health_config or HealthConfig()
         self.extra_config = config or {}
         self.run_id = run_id or new_run_id("trl")
         self.root = runs_dir(root)
-        self.main = trainer.accelerator.is_main_process
+        self.trainer = None  # bound at on_init_end (or attach, or on_train_begin)
+        self.tap: ScoreTap | None = None
         self.store: RunStore | None = None
-        self._pending: list[tuple] = []  # scored generation batches since the last step end
         self._cum = [0, 0]  # cumulative submitted, trainable groups
         self._alert_kinds: set[str] = set()
         self.session: RunSession | None = None  # rank 0, from on_train_begin
         self._paused = False
         self._at, self._decision = (1, 0), {}  # while requests are answered: (first step affected, last step run)
-        self._wrap_rewards()
-        self._wrap_train()
 
     @classmethod
     def attach(cls, trainer, run_id: str | None = None, root=None, **kw) -> "GRPOHealthCallback":
-        """Create the callback for `trainer` and add it; returns it (its run id: `.run_id`)."""
-        cb = cls(trainer, run_id, root, **kw)
+        """Create the callback for a trainer already built and add it; returns it (its run id:
+        `.run_id`). The same as passing it in GRPOTrainer(callbacks=[...])."""
+        cb = cls(run_id, root, **kw)
+        cb._bind(trainer)
         trainer.add_callback(cb)
         return cb
 
-    # ---- scores: the one place TRL has them from every process, in group order ------------------
-    def _wrap_rewards(self):
-        trainer, orig = self.trainer, self.trainer._calculate_rewards
-
-        def calculate_rewards(inputs, prompts, completions, completion_ids_list):
-            scores = orig(inputs, prompts, completions, completion_ids_list)  # [N_all, K], gathered
-            if trainer.model.training:  # evaluation batches are not training steps
-                self._record(scores, inputs, prompts, completions)
-            return scores
-
-        trainer._calculate_rewards = calculate_rewards
-
-    def _record(self, scores: torch.Tensor, inputs, prompts, completions):
-        from accelerate.utils import gather_object
-
-        local = [(_prompt_id(ex, p), _text(c)) for ex, p, c in zip(inputs, prompts, completions)]
-        rows = gather_object(local) if self.trainer.accelerator.num_processes > 1 else local
-        if not self.main:
+    def _bind(self, trainer):
+        """Check `trainer` (a TRL GRPOTrainer, and the private TRL code a reward model needs) and
+        keep it. Errors here surface from GRPOTrainer(...) itself, before any training."""
+        if trainer is self.trainer:
             return
-        if len(rows) != scores.shape[0]:  # would mean TRL changed how it gathers: refuse to mislabel
-            raise RuntimeError(f"GRPO health: {scores.shape[0]} gathered scores but {len(rows)} completions")
-        # Kept in float32, as TRL computes with them: the health counts must be TRL's, rounding included.
-        weights = self.trainer.reward_weights.detach().float().cpu().clone()
-        self._pending.append((scores.detach().float().cpu(), rows, weights))
+        if self.trainer is not None:
+            raise ConfigError(f"this GRPOHealthCallback (run {self.run_id!r}) already watches another trainer: "
+                              "create one callback per trainer")
+        missing = [a for a in ("reward_funcs", "reward_weights", "reward_func_names", "num_generations",
+                               "accelerator") if not hasattr(trainer, a)]
+        if missing:
+            raise ConfigError(f"GRPOHealthCallback needs a TRL GRPOTrainer, got {type(trainer).__name__} "
+                              f"(no {', '.join(missing)})")
+        self.names = list(trainer.reward_func_names)
+        if self.outcome_metric and self.outcome_metric not in self.names:
+            raise ConfigError(f"outcome_metric {self.outcome_metric!r} is not a reward function "
+                              f"({', '.join(self.names)})")
+        self.outcome_index = self.names.index(self.outcome_metric) if self.outcome_metric else None
+        self.tap = ScoreTap(trainer)
+        self.trainer, self.main = trainer, trainer.accelerator.is_main_process
+        self._wrap_train()
+
+    def on_init_end(self, args, state, control, **kw):
+        self._bind(find_trainer(self))
 
     def _wrap_train(self):
         """A training error is recorded as the run's failure (else the run would show 'running')."""
@@ -162,6 +168,8 @@ class GRPOHealthCallback(TrainerCallback):
             except BaseException as e:
                 self._fail(f"{type(e).__name__}: {e}"[:500])
                 raise
+            finally:
+                self.tap.remove()  # the trainer's reward functions as they were
 
         trainer.train = train
 
@@ -171,6 +179,9 @@ class GRPOHealthCallback(TrainerCallback):
 
     # ---- lifecycle ------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kw):
+        if self.trainer is None:  # added with trainer.add_callback after the trainer was built
+            self._bind(find_trainer(self))
+        self.tap.install()  # on every process: each scores its own slice
         if not self.main:
             return
         t = self.trainer
@@ -221,6 +232,7 @@ class GRPOHealthCallback(TrainerCallback):
         self._fail("the TRL process exited before training ended (see its log)")
 
     def on_train_end(self, args, state, control, **kw):
+        self.tap.remove()
         if not self.main or self.store is None:
             return
         self.session.finish(FINISHED, state.global_step, at="the run finished before applying this request")
@@ -330,12 +342,13 @@ class GRPOHealthCallback(TrainerCallback):
 
     # ---- one step: groups, rollouts, health scalars ------------------------------------------------------
     def on_step_end(self, args, state, control, **kw):
-        if self.main and self._pending:
-            self._write_step(state)
+        batches = self.tap.take()  # on every process (a collective); the batches on rank 0
+        if self.main and batches:
+            self._write_step(state, batches)
         self._control(state, control, running=False)
 
-    def _write_step(self, state):
-        batches, self._pending = self._pending, []
+    def _write_step(self, state, batches: list):
+        """batches: trl_scores.ScoreTap.take's, the step's generation batches over every process."""
         g = self.trainer.num_generations
         rows = [r for b in batches for r in b[1]]
         scores32 = torch.cat([b[0] for b in batches])
