@@ -90,8 +90,8 @@ CLI_CASES = {
                                      "custom metric 'no_such_module:fn' cannot be loaded"),
     "run id with ../": (["train", "--run-id", "../escape"], "run id '../escape' is not allowed"),
     "run id with /": (["train", "--run-id", "a/b"], "run id 'a/b' is not allowed"),
-    "import: CSV given as TRL": (["import", "trl", "{in}/history.csv"], "history.csv: expected a TRL trainer_state.json"),
-    "import: CSV given as W&B run file": (["import", "wandb", "{in}/history.csv"], "expected a W&B run file"),
+    "import: CSV given as TRL": (["import", "trl", "{in}/history.csv"], "history.csv: this is a CSV exported from W&B: use `import csv`"),
+    "import: CSV given as W&B run file": (["import", "wandb", "{in}/history.csv"], "use `import csv`"),
     "import: TOML given as CSV": (["import", "csv", "{in}/typo.toml"], "expected a CSV exported from W&B"),
     "import: missing file": (["import", "trl", "{in}/nope.json"], "nope.json: file not found"),
     "import: run id with ../": (["import", "csv", "{in}/history.csv", "--run-id", "../up"],
@@ -215,7 +215,7 @@ def test_import_of_the_wrong_kind_on_the_runs_page_is_one_line(files, runs_dir):
     at.run()
     at.button(key="import_go").click().run()
     errs = [e.value for e in at.error]
-    assert not at.exception and len(errs) == 1 and "expected a TRL trainer_state.json" in errs[0]
+    assert not at.exception and len(errs) == 1 and "use `import csv`" in errs[0]
     assert list_runs(runs_dir).empty
 
 
@@ -299,7 +299,7 @@ def misbehaving_runs(tmp_path_factory):
     common = ["--runs-dir", str(root), "--set", f"grpo.steps={STEPS}", "--set", f"grpo.prompts_per_step={BP}",
               "--set", f"grpo.group_size={BG}", "--set", "grpo.max_new_tokens=8", "--set", "log.checkpoint_every=0",
               *FAST]
-    env = {**os.environ, "PYTHONPATH": f"{base}{os.pathsep}{REPO}", "GRPO_RUNS_DIR": str(root)}
+    env = {**os.environ, "PYTHONPATH": f"{base}{os.pathsep}{REPO}", "GRPO_HEALTH_RUNS_DIR": str(root)}
     custom = [a for m in RULES for a in ("--set", f"reward.custom.{m}=\"badmetrics:{m}\"",
                                          "--set", f"reward.weights.{m}=0.1")]
     procs = {"metrics": subprocess.Popen([sys.executable, "-m", "grpo_core", "train", "--run-id", "metrics",

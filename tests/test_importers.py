@@ -27,7 +27,7 @@ FNS = ["diversity_reward_fn", "format_reward_fn", "oversight_reward_fn", "pnl_re
 
 @pytest.fixture(autouse=True)
 def runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path / "runs"))
     return tmp_path / "runs"
 
 
@@ -119,12 +119,13 @@ def test_trl_quirks_are_counted_not_dropped(runs, tmp_path):
 
 
 @pytest.mark.parametrize("kind, content, expect", [
-    ("trl", b"Step,train/reward\n1,0.5\n", "expected a TRL trainer_state.json"),
+    ("trl", b"Step,train/reward\n1,0.5\n", "this is a CSV exported from W&B: use `import csv`"),
+    ("trl", b"Step;train/reward\n1;0.5\n", "expected a TRL trainer_state.json"),
     ("trl", b'{"global_step": 10, "epoch": 1}', "found no log_history"),
     ("trl", b"[1, 2, 3]", "found no log_history"),
     ("trl", b"", "the file is empty"),
     ("wandb", bytes(range(256)) * 8, "expected a W&B run file"),
-    ("wandb", b'{"log_history": []}', "expected a W&B run file"),
+    ("wandb", b'{"log_history": []}', "this is a TRL trainer_state.json: use `import trl`"),
     ("csv", bytes([0xff, 0xfe, 0x00, 0x81]) * 50, "expected a CSV exported from W&B"),
     ("csv", b"a,b\n1,2\n", "no step column"),
     ("csv", b"Name,State,train/reward\nrun1,finished,0.5\n", "W&B runs table"),

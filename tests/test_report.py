@@ -79,7 +79,7 @@ def make_run(run_id: str, *, steps: int, weights: dict, scores, changes=(), min_
     if status != "running":
         store.set_status(status, error=error)
     store.close()
-    return Path(os.environ["GRPO_RUNS_DIR"]) / run_id
+    return Path(os.environ["GRPO_HEALTH_RUNS_DIR"]) / run_id
 
 
 # Bottleneck run: `exact` is 0 for every completion (uniform in every group); answer_f1 is
@@ -323,7 +323,7 @@ def make_imported(run_id: str = "imported") -> Path:
         store.log_step(step * 5, {names.REWARD: rew, names.REWARD_STD: 0.1, names.FRAC_REWARD_ZERO_STD: z,
                                   names.metric_group_std("fmt"): 0.0, names.metric_group_std("acc"): 0.2})
     store.close()
-    return Path(os.environ["GRPO_RUNS_DIR"]) / run_id
+    return Path(os.environ["GRPO_HEALTH_RUNS_DIR"]) / run_id
 
 
 def test_imported_run_without_groups_says_what_is_missing():
@@ -383,7 +383,7 @@ def test_cli_writes_html_and_md(tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"wrote {html_out}" in p.stdout
     assert html_out.read_text().startswith("<!DOCTYPE html>")
-    p = _cli("cli", "--out", str(md_out))  # by run id under $GRPO_RUNS_DIR
+    p = _cli("cli", "--out", str(md_out))  # by run id under $GRPO_HEALTH_RUNS_DIR
     assert p.returncode == 0, p.stderr
     assert md_out.read_text() == report.to_markdown(report.build_report(run))
     p = _cli(str(run))

@@ -109,15 +109,41 @@ LEDGER_SHOW = ["step", "kind", "source", "change", "before", "after", "ratio_bef
 STEP_COLS = ["submitted", "trainable", "ratio", "cum_ratio", "ratio_rolling", "phantom", "reward", "reward_std"]
 
 
+def unknown(what: str) -> str:
+    """What a report cell says for a number the run never logged: never 'none' or 0."""
+    return f"unknown (the source did not log {what})"
+
+
+NO_RATIO = "a trainable ratio: no frac_reward_zero_std, no group counts"
+NO_COUNTS = "group counts, only a ratio (pass groups_per_step to the import for counts)"
+NO_GROUPS = "per-group data"
+
+
+def _summary_value(rep: Report, key: str) -> str:
+    """One summary cell: the number, or 'unknown (...)' where the source did not log it, so
+    an empty list ('none') or a dash is said only of what was logged."""
+    s, steps = rep.summary, rep.steps
+    has_ratio = bool(steps["ratio"].notna().any())
+    v = s.get(key)
+    if key in ("submitted", "trainable") and v is None:
+        return unknown(NO_COUNTS if has_ratio else NO_RATIO)
+    if key in ("ratio", "final_ratio", "zero_trainable_steps") and not has_ratio:
+        return unknown(NO_RATIO)
+    if key == "phantom" and v is None:
+        return unknown(NO_GROUPS)
+    return fmt(v)
+
+
 def summary_rows(rep: Report) -> list[tuple[str, str, str]]:
     """(key, label, formatted value) for the summary table."""
-    s = rep.summary
-    rows = [(k, label, fmt(s.get(k))) for k, label in SUMMARY_ROWS]
-    t = rep.trend
-    rows += [("reward_final", "reward, final step", fmt(t.get("final"))),
-             ("reward_best", "reward, best step", fmt(t.get("best"))),
-             ("trend_run", "reward trend, whole run", t["run_text"]),
-             ("trend_last", f"reward trend, last {rep.window} steps", t["last_text"])]
+    rows = [(k, label, _summary_value(rep, k)) for k, label in SUMMARY_ROWS]
+    t, s = rep.trend, rep.summary
+    no_reward = not rep.steps["reward"].notna().any()
+    rows += [("reward_final", "reward, final step", unknown("a reward") if no_reward else fmt(t.get("final"))),
+             ("reward_best", "reward, best step", unknown("a reward") if no_reward else fmt(t.get("best"))),
+             ("trend_run", "reward trend, whole run", unknown("a reward") if no_reward else t["run_text"]),
+             ("trend_last", f"reward trend, last {rep.window} steps", unknown("a reward") if no_reward
+              else t["last_text"])]
     wasted = wasted_sampling(rep.data)
     if wasted is not None:
         rows.append(("wasted_sampling", "sampling that taught nothing", wasted))
@@ -127,6 +153,12 @@ def summary_rows(rep: Report) -> list[tuple[str, str, str]]:
         rows.append(("verdict", "health verdict (last window)", rep.verdict.status))
     return rows
 
+
+def no_changes_text(rep: Report) -> str:
+    """An imported run's source records no setting changes: unknown, not 'no changes'."""
+    if rep.data.imported:
+        return "No changes recorded: the source does not log setting changes, so whether any were made is unknown."
+    return "No applied changes."
 
 
 def steps_csv(rep: Report) -> str:
@@ -170,7 +202,7 @@ def to_markdown(rep: Report) -> str:
     if len(rep.ledger):
         out += [_md_table(LEDGER_SHOW, [[cell(c, r[c]) for c in LEDGER_SHOW] for _, r in rep.ledger.iterrows()]), ""]
     else:
-        out += ["No applied changes.", ""]
+        out += [no_changes_text(rep), ""]
     if len(rep.evaluation):
         cols = list(rep.evaluation.columns)
         out += ["## Held-out evaluation", "", _md_table(["step"] + cols, [[str(s)] + [fmt(r[c]) for c in cols]
@@ -250,7 +282,7 @@ def to_html(rep: Report) -> str:
                                                              for _, r in rep.ledger.iterrows()],
                                      [str(i) for i in range(len(rep.ledger))]))
         else:
-            parts.append("<p>No applied changes.</p>")
+            parts.append(f"<p>{e(no_changes_text(rep))}</p>")
         parts += ["<h2>Reward</h2>", _fig_html(charts.reward_trend_chart(rep.steps, rep.trend, rep.ledger), "fig-reward", False)]
         if len(rep.evaluation):
             cols = list(rep.evaluation.columns)

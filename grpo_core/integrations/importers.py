@@ -47,7 +47,7 @@ def import_path(kind: str, path, run_id: str | None = None, root=None, groups_pe
 # ---- writing the store ---------------------------------------------------------------------------
 def default_run_id(kind: str, filename: str) -> str:
     stem = Path(filename).name
-    for suffix in (".wandb", ".json", ".csv"):
+    for suffix in (".wandb", ".json", ".csv", ".db", ".ipynb"):
         stem = stem.removesuffix(suffix)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "run"
     return f"{kind}-{stem}"[:56]
@@ -113,7 +113,7 @@ def write_run(run: SourceRun, kind: str, run_id: str | None, root) -> str:
 # ---- the CLI verb ----------------------------------------------------------------------------------
 def cli_options(args) -> dict:
     """The CLI's flags -> import options (reward weights as fn=w,fn=w)."""
-    out = {k: getattr(args, k, None) for k in ("logging_steps", "group_size")}
+    out = {k: getattr(args, k, None) for k in ("logging_steps", "group_size", "run")}
     if getattr(args, "reward_funcs", None):
         out["reward_funcs"] = [x.strip() for x in args.reward_funcs.split(",") if x.strip()]
     if getattr(args, "reward_weights", None):
