@@ -22,7 +22,7 @@ from typing import Any
 import tomli_w
 
 from grpo_core.errors import ConfigError, suggest
-from grpo_core.runs import live_settings
+from grpo_core.runs import live_settings, trl_names
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 ENGINES = ("auto", "native", "vllm")
@@ -62,7 +62,7 @@ class ModelConfig:
 class TaskConfig:
     name: str = knob("demo", "demo (built-in cite-your-source task) | jsonl")
     level: int = knob(1, "Demo difficulty level, 1 (easy) .. 4 (hard)")
-    dataset: str = knob("", "JSONL file of prompts (task.name = jsonl); one JSON object per line")
+    dataset: str = knob("", "Prompts for task.name = jsonl: a JSONL file (one JSON object per line), or a datasets folder (save_to_disk), parquet file or folder, or JSON array file (needs the datasets package)")
     seed: int = knob(0, "Seed for the task's prompt stream")
     chat_template: str = knob("auto", "auto (render each prompt with the tokenizer's chat template when it has one, as TRL does) | none (the prompt text as is)")
     system_prompt: str = knob("", "System prompt before every prompt (a system message through a chat template, else a first paragraph)")
@@ -75,7 +75,9 @@ class RewardConfig:
                                              "JSONL task without a weights table gets the metrics its rows can feed. "
                                              "--set reward.weights.NAME=W changes one, "
                                              "--set 'reward.weights={exact = 1.0}' replaces the table")
-    custom: dict = knob({}, "Extra metrics: name -> 'module:function' (function(completion, example) -> float); "
+    custom: dict = knob({}, "Extra metrics: name -> 'module:function': function(completion, example) -> float, or a "
+                            "TRL reward function(completions, **kwargs) -> list[float | None] (told apart by its "
+                            "`completions` parameter); "
                             "the module is imported from the config file's folder, the working dir or sys.path")
     custom_dirs: list = knob([], "Folders reward.custom modules import from (besides sys.path); loading a config "
                                  "adds its file's folder and the working dir, so a resumed run finds them again")
@@ -99,7 +101,7 @@ class GRPOConfig:
     beta: float = knob(0.0, "KL coefficient to the frozen reference model (0 = no reference kept)")
     epsilon_low: float = knob(0.2, "Lower clip range of the importance ratio")
     epsilon_high: float = knob(0.2, "Upper clip range of the importance ratio (DAPO clip-higher when > low)")
-    loss_type: str = knob("token", "token (sum over all completion tokens / their count: TRL's bnpo, and dapo on one process) | sequence (mean of per-sequence means: TRL's grpo)")
+    loss_type: str = knob("token", "token (sum over all completion tokens / their count: TRL's bnpo and dapo) | sequence (mean of per-sequence means: TRL's grpo) | dr_grpo (sum over the tokens / (completions x max_new_tokens): TRL's dr_grpo); TRL's names are accepted")
     scale: str = knob("group", "Advantage scaling: group (by group std) | batch (by batch std) | none")
     advantage_std: str = knob("unbiased", "Std the advantages divide by: unbiased (n-1, TRL's and verl's) | population (n)")
     min_group_std: float = knob(0.01, "A group is trainable when its total-reward std > this (0 = ART's 'not all equal')")
@@ -192,12 +194,15 @@ class AutopilotConfig:
 
 @dataclass
 class LogConfig:
-    runs_dir: str = knob("", "Runs directory ('' = $GRPO_RUNS_DIR or ./runs)")
+    runs_dir: str = knob("", "Runs directory ('' = $GRPO_HEALTH_RUNS_DIR or ./runs)")
     checkpoint_every: int = knob(50, "Save a checkpoint every N steps (0 = only on stop)")
     keep_text: str = knob("all", "Completion text to keep: all | sample (every rollout's scores are always kept)")
     text_sample_groups: int = knob(2, "keep_text = sample: groups per step whose texts are kept")
     wandb: str = knob("off", "W&B mirror: off | offline | online (online is the only mode that touches the network)")
-    wandb_project: str = knob("grpo-health", "W&B project name")
+    wandb_project: str = knob("", "W&B project ('' = $WANDB_PROJECT, else grpo-health; set here, it wins over "
+                                  "$WANDB_PROJECT, as a project passed to wandb.init does)")
+    trackio: str = knob("", "Trackio mirror: the trackio project to log each step to ('' = off; local unless "
+                            "TRACKIO_SPACE_ID / TRACKIO_SERVER_URL say otherwise)")
     progress: bool = knob(True, "tqdm progress bar on the terminal")
     commit_every_s: float = knob(1.0, "Commit the steps the loop writes together, at most this often (seconds): whole "
                                        "steps in one transaction, so a reader sees a step up to this much (plus one "
@@ -225,6 +230,10 @@ class RunConfig:
 
 def _section_classes() -> dict[str, type]:
     return {f.name: f.default_factory().__class__ for f in dataclasses.fields(RunConfig)}
+
+
+def _fields() -> dict[str, set[str]]:
+    return {sec: {f.name for f in dataclasses.fields(cls)} for sec, cls in _section_classes().items()}
 
 
 def describe() -> list[tuple[str, Any, str]]:
@@ -279,6 +288,7 @@ def from_dict(data: dict) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError("config must be a table of sections")
     classes = _section_classes()
+    data = trl_names.resolve(data, _fields())
     cfg = RunConfig()
     for sec, values in data.items():
         if sec not in classes:
@@ -296,18 +306,22 @@ def from_dict(data: dict) -> RunConfig:
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
-    """'grpo.group_size=4' -> ('grpo', 'group_size', 4). Values are TOML literals, else strings."""
+    """'grpo.group_size=4' -> ('grpo', 'group_size', 4). Values are TOML literals, else strings.
+    A TRL name ('num_generations=4') -> ('', 'num_generations', 4): apply_overrides translates it."""
     if "=" not in text:
         raise ConfigError(f"--set expects section.key=value, got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip()
     parts = key.split(".")
-    if len(parts) < 2:
-        raise ConfigError(f"--set expects section.key=value (e.g. grpo.group_size=8), got {text!r}")
+    if len(parts) < 2 and not trl_names.known_name(key):
+        raise ConfigError(f"--set expects section.key=value (e.g. grpo.group_size=8) or a TRL GRPOConfig name "
+                          f"mapped here (e.g. num_generations=8; `python -m grpo_core config` lists them), got {text!r}")
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw.strip()
+    if len(parts) == 1:
+        return "", key, value
     if len(parts) == 3:  # reward.weights.answer_f1=0.5
         return parts[0], parts[1], {parts[2]: value}
     if len(parts) != 2:
@@ -335,9 +349,14 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """`--set` overrides onto a config dict. `section.table.name=v` changes one entry of a table
     (reward.weights: of the file's table, else of the default one); `section.table={...}`
     replaces the whole table."""
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    fields = _fields()
+    data = trl_names.resolve(data, fields)  # a copy, the file's TRL names as our keys first: then --set wins
     for text in overrides or []:
         sec, key, value, whole = parse_table_override(text)
+        if not sec or (trl_names.known_name(key) and key not in fields.get(sec, {key})):  # a TRL name
+            for s, k, v in trl_names.translate(key, value):
+                data[s] = {**(data.get(s) if isinstance(data.get(s), dict) else {}), k: v}
+            continue
         section = data.setdefault(sec, {})
         if not isinstance(section, dict):
             raise ConfigError(f"[{sec}] must be a table")
@@ -369,7 +388,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(math.isfinite(g.lr) and g.lr > 0, f"grpo.lr must be > 0, got {g.lr}")
     need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")
     need(g.epsilon_low >= 0 and g.epsilon_high >= 0, "grpo.epsilon_low and grpo.epsilon_high must be >= 0")
-    need(g.loss_type in ("token", "sequence"), f"grpo.loss_type must be 'token' or 'sequence', got {g.loss_type!r}")
+    g.loss_type = trl_names.loss_type(g.loss_type)  # TRL's names (bnpo, dapo, grpo) -> ours
     need(g.scale in ("group", "batch", "none"), f"grpo.scale must be 'group', 'batch' or 'none', got {g.scale!r}")
     need(g.advantage_std in ("unbiased", "population"),
          f"grpo.advantage_std must be 'unbiased' or 'population', got {g.advantage_std!r}")
@@ -403,7 +422,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(t.name in ("demo", "jsonl"), f"task.name must be 'demo' or 'jsonl', got {t.name!r}")
     need(1 <= t.level <= 4, f"task.level must be between 1 and 4, got {t.level}")
     need(t.chat_template in ("auto", "none"), f"task.chat_template must be 'auto' or 'none', got {t.chat_template!r}")
-    need(t.name != "jsonl" or bool(t.dataset), "task.dataset must name a JSONL file when task.name = 'jsonl'")
+    need(t.name != "jsonl" or bool(t.dataset), "task.dataset must name a JSONL file (or datasets data) for task jsonl")
     need(c.mode in ("fixed", "auto"), f"curriculum.mode must be 'fixed' or 'auto', got {c.mode!r}")
     need(lg.keep_text in ("all", "sample"), f"log.keep_text must be 'all' or 'sample', got {lg.keep_text!r}")
     need(lg.wandb in ("off", "offline", "online"), f"log.wandb must be off, offline or online, got {lg.wandb!r}")

@@ -1,5 +1,7 @@
 """JSONL prompts: one JSON object per line with "prompt" plus the fields its metrics read.
 
+Or the rows of a `datasets` folder, parquet file or JSON array (datasets_source.py), checked alike.
+
 Every row is checked when the file is loaded, before any model is touched: a row that is
 not JSON, misses a field a metric needs or has the wrong type is an error naming the line,
 the field and the fix ("data.jsonl line 7: field 'answer' (needed by metric exact) is
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from grpo_core.errors import ConfigError
 from grpo_core.runs.config import DEMO_WEIGHTS
+from grpo_core.tasks import datasets_source
 from grpo_core.tasks.chat import check_messages
 from grpo_core.tasks.rewards import BUILTIN, as_number, final_answer, schema_validator
 from grpo_core.tasks.task import Task, prompt_id
@@ -55,11 +58,23 @@ def _type_ok(value, want: tuple) -> bool:
     return isinstance(value, want)
 
 
-def read_rows(path: str | Path) -> list[tuple[int, dict]]:
-    """(line number, row) for every non-blank line; a line that is not a JSON object is an error."""
+def read_rows(path: str | Path) -> list[tuple[str, dict]]:
+    """(where, row) for every non-blank line ('data.jsonl line 7'); a line that is not a JSON object
+    is an error. A datasets folder, parquet file or JSON array: its rows (datasets_source.py)."""
     p = Path(path).expanduser()
-    if not p.is_file():
+    if datasets_source.is_datasets_source(p):
+        out = datasets_source.read(p)
+    elif not p.is_file():
         raise ConfigError(f"task.dataset {str(path)!r}: no such file")
+    else:
+        out = _read_jsonl(p)
+    if not out:
+        raise ConfigError(f"task.dataset {str(path)!r} has no rows: one JSON object per line, e.g. "
+                          '{"prompt": "...", "answer": "..."}')
+    return out
+
+
+def _read_jsonl(p: Path) -> list[tuple[str, dict]]:
     out = []
     with p.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -71,10 +86,7 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
                 raise ConfigError(f"{p.name} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
             if not isinstance(row, dict):
                 raise ConfigError(f"{p.name} line {n}: expected a JSON object {{\"prompt\": ...}}, got {type(row).__name__}")
-            out.append((n, row))
-    if not out:
-        raise ConfigError(f"task.dataset {str(path)!r} has no rows: one JSON object per line, e.g. "
-                          '{"prompt": "...", "answer": "..."}')
+            out.append((f"{p.name} line {n}", row))
     return out
 
 
@@ -133,11 +145,10 @@ def _check_schema(where: str, schema: dict):
 
 
 def load_rows(path: str | Path, metric_names: list[str], custom: set[str] = frozenset()) -> list[dict]:
-    name = Path(path).expanduser().name
     needs = field_needs(metric_names, set(custom))
     rows = []
-    for n, row in read_rows(path):
-        check_row(f"{name} line {n}", row, needs)
+    for where, row in read_rows(path):
+        check_row(where, row, needs)
         row.setdefault("prompt_id", prompt_id(row["prompt"] if isinstance(row["prompt"], str)
                                               else json.dumps(row["prompt"], sort_keys=True)))
         row["prompt_id"] = str(row["prompt_id"])
@@ -183,7 +194,9 @@ class JsonlTask(Task):
         super().__init__(1, seed)
         self.path = str(path)
         self.rows = load_rows(path, metric_names, set(custom))
-        self.digest = hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()[:16]
+        p = Path(path).expanduser()
+        self.digest = (datasets_source.digest(self.rows) if datasets_source.is_datasets_source(p)
+                       else hashlib.sha256(p.read_bytes()).hexdigest()[:16])
         self.rng = random.Random(seed)
         self.warm_rng = random.Random(f"warm-{seed}")
         self.order: list[int] = []

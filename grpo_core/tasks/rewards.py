@@ -1,6 +1,8 @@
 """Reward metrics and the composite reward.
 
-A metric is `fn(completion: str, example: dict) -> float`. The built-in ones cover the
+A metric is `fn(completion: str, example: dict) -> float`, or a TRL reward function
+`fn(completions, **kwargs) -> list[float | None]` scored a batch at a time (trl_rewards.py; its
+None is NaN: not scored, left out of the metric's stats, 0 in the total as TRL's nansum). The built-in ones cover the
 kinds real GRPO runs combine: continuous credit (token F1), binary outcomes (exact
 match, citation, format, math answer, JSON validity) and graduated penalties (length in
 characters, length in tokens). Each has its kind in `KINDS` (binary | continuous | penalty,
@@ -29,6 +31,7 @@ import numpy as np
 
 from grpo_core.errors import ConfigError, suggest
 from grpo_core.runs.live_settings import check_weights
+from grpo_core.tasks.trl_rewards import TrlState, as_metric, completion_id_lists
 
 MetricFn = Callable[[str, dict], float]
 
@@ -280,13 +283,13 @@ def load_metric(target: str, name: str | None = None) -> MetricFn:
                           (f" (it has: {', '.join(found)})" if found else ""))
     if not callable(fn):
         raise ConfigError(f"{where}custom metric {target!r} is not callable")
-    return fn
+    return as_metric(fn, name or func, target)  # a TRL-signature function: scored a batch at a time
 
 
 # ---- composite -------------------------------------------------------------------------------
 @dataclass
 class Scored:
-    raw: np.ndarray  # [N, K] raw metric scores (0 where a metric failed)
+    raw: np.ndarray  # [N, K] raw metric scores (0 where a metric failed, NaN where a TRL function returned None)
     totals: np.ndarray  # [N] weighted totals
     errors: list[str | None]  # per rollout: "metric: what went wrong", or None
 
@@ -304,6 +307,14 @@ class CompositeReward:
         self.metrics = dict(metrics)
         self.names = list(self.metrics)
         self.set_weights(weights)
+        self.state = TrlState()  # the step TRL-style functions see as trainer_state (at_step)
+        self.rollouts = None  # the Rollouts scored next: TRL-style functions' completion_ids come from them
+
+    def at_step(self, step: int, max_steps: int, rollouts=None):
+        """The training step scored next (0 = the first) and its Rollouts, for TRL functions'
+        trainer_state and completion_ids."""
+        self.state.global_step, self.state.max_steps = int(step), int(max_steps)
+        self.rollouts = rollouts
 
     def set_weights(self, weights: dict[str, float]) -> dict[str, float]:
         """Validate and apply; metrics not named keep weight 0. Returns the new weights."""
@@ -314,14 +325,23 @@ class CompositeReward:
 
     def totals(self, raw: np.ndarray, weights: dict[str, float] | None = None) -> np.ndarray:
         w = self.w if weights is None else np.array([weights.get(n, 0.0) for n in self.names])
-        return raw @ w
+        return np.where(np.isnan(raw), 0.0, raw) @ w  # NaN (not scored) adds nothing: TRL's nansum
 
-    def score(self, completions: list[str], examples: list[dict]) -> Scored:
+    def score(self, completions: list[str], examples: list[dict], rollouts=None) -> Scored:
+        """`rollouts` (the sampler's Rollouts; default: those at_step gave, when these completions
+        are theirs) gives TRL-style functions their completion_ids."""
+        if rollouts is None and getattr(self.rollouts, "texts", None) is completions:
+            rollouts = self.rollouts
         n, k = len(completions), len(self.names)
         raw = np.zeros((n, k), dtype=np.float64)
         errors: list[str | None] = [None] * n
+        ids = None
         for j, name in enumerate(self.names):
             fn = self.metrics[name]
+            if getattr(fn, "batched", False):
+                ids = ids if ids is not None or rollouts is None else completion_id_lists(rollouts)
+                raw[:, j] = self._score_batch(name, fn, completions, examples, ids, errors)
+                continue
             for i in range(n):
                 try:
                     out = fn(completions[i], examples[i])
@@ -335,4 +355,15 @@ class CompositeReward:
                     errors[i] = msg if errors[i] is None else f"{errors[i]}; {msg}"  # keep every metric's
                     v = 0.0
                 raw[i, j] = v
-        return Scored(raw, raw @ self.w, errors)
+        return Scored(raw, self.totals(raw), errors)
+
+    def _score_batch(self, name: str, fn, completions, examples, ids, errors: list) -> np.ndarray:
+        """A TRL-style function over the batch; when it raises, every completion gets the error and 0."""
+        try:
+            return fn(completions, examples, ids, self.state)
+        except ConfigError:  # a wrong return: the same every step, one line
+            raise
+        except Exception as e:  # as a metric raising for one completion: recorded, 0, the step goes on
+            msg = f"{name}: {type(e).__name__}: {e}"[:300]
+            errors[:] = [msg if err is None else f"{err}; {msg}" for err in errors]
+            return np.zeros(len(completions))

@@ -41,6 +41,7 @@ class HeldOut:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.seed)
             roll = rollout(self.examples, self.samples, 0.0 if self.samples == 1 else temperature)
+        reward.rollouts = roll  # TRL-style reward functions' completion_ids
         scored = reward.score(roll.texts, roll.examples)
         return scalars(scored.raw, reward, self.pass_metric)
 

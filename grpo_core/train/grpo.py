@@ -64,16 +64,24 @@ def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", 
 
 def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str, denom: float | None = None) -> torch.Tensor:
     """token: sum over the masked tokens / denom (default: their count; long completions weigh
-    more, as in DAPO); sequence: sum of per-sequence means / denom (default: sequences with tokens)."""
+    more, as in DAPO); dr_grpo: the same sum / denom (default: rows x the mask's length; Dr.
+    GRPO's constant, so neither a completion's length nor the batch's token count scales its
+    tokens); sequence: sum of per-sequence means / denom (default: sequences with tokens)."""
     mask = mask.to(x.dtype)
     if loss_type == "token":
         return (x * mask).sum() / (denom if denom else mask.sum().clamp(min=1.0))
+    if loss_type == "dr_grpo":
+        return (x * mask).sum() / (denom if denom else _reduce_count(mask, loss_type))
     per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     has = (mask.sum(-1) > 0).to(x.dtype)
     return (per_seq * has).sum() / (denom if denom else has.sum().clamp(min=1.0))
 
 
-def _reduce_count(mask: torch.Tensor, loss_type: str) -> float:
+def _reduce_count(mask: torch.Tensor, loss_type: str, max_len: int | None = None) -> float:
+    """What a loss type divides by: tokens (token), rows x max_len (dr_grpo: TRL's
+    max_completion_length, default the mask's length) or rows with tokens (sequence)."""
+    if loss_type == "dr_grpo":
+        return float(mask.shape[0] * (max_len or mask.shape[1]))
     return float(mask.sum()) if loss_type == "token" else float((mask.sum(-1) > 0).sum())
 
 
@@ -93,7 +101,8 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mas
     a couple of prompts (a full step collapses the demo's policy after a level change:
     docs/benchmarks.md, "Behind the code"). The KL term averages over every row's tokens
     (train_on forwards every row when beta > 0), as TRL's; `kl_denom` gives that count for a
-    micro-batch of the step. token_weights [B, L] (detached) scale each token's policy term: the
+    micro-batch of the step (dr_grpo: both are rows x max_completion_length; by default the mask's
+    length). token_weights [B, L] (detached) scale each token's policy term: the
     sampler/trainer importance weights of an engine-sampled batch (sampler_mismatch.py). Returns
     (loss, stats) with stats as floats ("clipped" and "policy_tokens": the clip ratio's counts, to
     add up over micro-batches)."""
@@ -329,8 +338,8 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     # The step's counts, every rank's, in one all-reduce: trainable rows, the policy term's count
     # (every row, the dropped ones too), the KL term's (the rows forwarded), the rows forwarded.
     trainable_rows, policy_count, kl_count, rows = world.sum([
-        float(row_trainable.sum()), _reduce_count(roll.completion_mask, gcfg.loss_type),
-        _reduce_count(roll.completion_mask[idx], gcfg.loss_type), len(idx)])
+        float(row_trainable.sum()), _reduce_count(roll.completion_mask, gcfg.loss_type, gcfg.max_new_tokens),
+        _reduce_count(roll.completion_mask[idx], gcfg.loss_type, gcfg.max_new_tokens), len(idx)])
     if not with_kl and not trainable_rows:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0, "mismatch": {}}
