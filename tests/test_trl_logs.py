@@ -64,7 +64,7 @@ def trl_out(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path / "runs"))
     return tmp_path / "runs"
 
 

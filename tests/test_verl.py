@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from grpo_core.errors import ConfigError
-from grpo_core.integrations import follow, verl
+from grpo_core.integrations import follow, source_tail, verl
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
@@ -60,29 +60,68 @@ def scores_of(step: int) -> list[list[float]]:
     return [[1.0] * N] + [[float((i + step + p) % 2) for i in range(N)] for p in range(1, PROMPTS)]
 
 
-def make_outputs(root: Path, steps=range(1, STEPS + 1)) -> tuple[Path, str]:
-    """A verl job's outputs for `steps`: file log, console transcript, rollout dumps."""
-    root.mkdir(parents=True, exist_ok=True)
-    tracking = load("utils/tracking.py", "verl_tracking")
-    console = load("utils/logger/aggregate_logger.py", "verl_aggregate_logger").LocalLogger(print_to_console=True)
-    os.environ["VERL_FILE_LOGGER_PATH"] = str(root / "exp.jsonl")
-    try:
-        tracker = tracking.Tracking("proj", "exp", default_backend="file")
-    finally:
-        del os.environ["VERL_FILE_LOGGER_PATH"]
-    dump, out = write_generations(), io.StringIO()
-    for step in steps:
-        with contextlib.redirect_stdout(out):
-            tracker.log(step_metrics(step), step)
-            console.log(step_metrics(step), step)
+class Job:
+    """A verl job writing its outputs step by step, through verl's own writers: the file logger
+    (Tracking, default_backend="file"), the console logger, and the rollout dump writer."""
+
+    def __init__(self, root: Path, metrics=None):
+        root.mkdir(parents=True, exist_ok=True)
+        self.root, self.metrics, self.out = root, metrics or step_metrics, io.StringIO()
+        tracking = load("utils/tracking.py", "verl_tracking")
+        self.console = load("utils/logger/aggregate_logger.py", "verl_aggregate_logger").LocalLogger(True)
+        os.environ["VERL_FILE_LOGGER_PATH"] = str(root / "exp.jsonl")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.tracker = tracking.Tracking("proj", "exp", default_backend="file")
+        finally:
+            del os.environ["VERL_FILE_LOGGER_PATH"]
+        self.dump = write_generations()
+
+    def log(self, step: int):
+        with contextlib.redirect_stdout(self.out):
+            self.tracker.log(self.metrics(step), step)
+            self.console.log(self.metrics(step), step)
+
+    def write_dump(self, step: int):
         scores = scores_of(step)
         inputs = [f"Q{p}: what is {p}+{step}?" for p in range(PROMPTS) for _ in range(N)]
         flat = [s for row in scores for s in row]
         with contextlib.redirect_stdout(io.StringIO()):
-            dump(inputs, [f"answer {i}" for i in range(len(inputs))], [None] * len(inputs), flat,
-                 {"acc": flat, "pred": [str(s) for s in flat]}, str(root / "rollouts"), step)
-    tracker.finish()
-    return root, out.getvalue()
+            self.dump(inputs, [f"answer {i}" for i in range(len(inputs))], [None] * len(inputs), flat,
+                      {"acc": flat, "pred": [str(s) for s in flat]}, str(self.root / "rollouts"), step)
+
+    def step(self, step: int):
+        self.log(step)
+        self.write_dump(step)
+
+
+def make_outputs(root: Path, steps=range(1, STEPS + 1)) -> tuple[Path, str]:
+    """A verl job's outputs for `steps`: file log, console transcript, rollout dumps."""
+    job = Job(root)
+    for step in steps:
+        job.step(step)
+    job.tracker.finish()
+    return root, job.out.getvalue()
+
+
+def ray_console(lines: str, total: int | None = None, final: bool = False) -> str:
+    """The job's stdout as Ray's driver prints it: the trainer runs in the TaskRunner actor, so
+    each line comes behind ray._private.worker.print_worker_logs' prefix (colorama: DIM, CYAN,
+    `(TaskRunner pid=N)`, RESET_ALL), and the log deduplicator appends a coloured `[repeated Nx
+    across cluster]`. `total`: RayPPOTrainer's `print(f"Total training steps: ...")`; `final`:
+    fit()'s `pprint(f"Final validation metrics: ...")` after the last step."""
+    from pprint import pprint
+    before = f"Total training steps: {total}\n" if total else ""
+    after = io.StringIO()
+    if final:
+        with contextlib.redirect_stdout(after):
+            pprint(f"Final validation metrics: {None}")
+    prefix = "\x1b[2m\x1b[36m(TaskRunner pid=12345)\x1b[0m "
+    out = []
+    for i, line in enumerate((before + lines + after.getvalue()).splitlines()):
+        repeated = " \x1b[32m[repeated 2x across cluster]\x1b[0m" if i % 3 == 1 else ""
+        out.append(prefix + line + repeated)
+    return "(raylet) some startup noise\n" + "\n".join(out) + "\n"
 
 
 def test_verls_file_log_console_log_and_dumps_read_as_one_run(tmp_path):
@@ -119,12 +158,92 @@ def test_a_verl_import_works_on_the_live_page_with_what_if(tmp_path):
     assert advice.what_if(state, {"score": 0.0, "acc": 1.0}, 0.0)["predicted"] == pytest.approx(recorded)  # acc = score
 
 
-def test_python_m_grpo_core_import_verl_writes_a_finished_run(tmp_path):
+def test_import_verl_is_finished_only_on_verls_end_record(tmp_path):
+    """verl's file logger writes no end record (finish() closes the file): a job's file log alone
+    is incomplete at its last step; its console says the total (incomplete: step N of M) and,
+    after the last step, `Final validation metrics` (finished)."""
     from grpo_core.__main__ import main
-    root, _ = make_outputs(tmp_path / "job")
-    assert main(["import", "verl", str(root), "--run-id", "iv", "--runs-dir", str(tmp_path / "runs")]) == 0
-    with RunStore.open(tmp_path / "runs" / "iv", readonly=True) as s:
-        assert s.get_meta()["status"] == "finished" and s.last_step() == STEPS and len(s.groups()) == STEPS * PROMPTS
+    root, console = make_outputs(tmp_path / "job")
+    runs = tmp_path / "runs"
+
+    def status(rid):
+        assert main(["import", "verl", str(root), "--run-id", rid, "--runs-dir", str(runs)]) == 0
+        with RunStore.open(runs / rid, readonly=True) as s:
+            meta = s.get_meta()
+            assert s.last_step() == STEPS and len(s.groups()) == STEPS * PROMPTS
+            return meta["status"], meta.get("status_detail")
+
+    assert status("alone") == ("incomplete", f"incomplete: last step {STEPS} (the source has no end record)")
+    (root / "train.log").write_text(ray_console(console, total=STEPS + 2))
+    assert status("short") == ("incomplete", f"incomplete: step {STEPS} of {STEPS + 2}")
+    (root / "train.log").write_text(ray_console(console, total=STEPS, final=True))
+    assert status("done") == ("finished", None)
+
+
+def test_a_console_log_printed_under_ray_imports_every_step(tmp_path):
+    """Ray's colour codes, `(TaskRunner pid=N)` prefix and dedup note around each line are not
+    verl's: the steps and values are the file log's."""
+    root, console = make_outputs(tmp_path / "job")
+    log = tmp_path / "ray.log"
+    log.write_text(ray_console(console, total=STEPS, final=True))
+    run, file_log = verl.read_source(log), verl.read_source(root / "exp.jsonl")
+    assert sorted(run.scalars) == list(range(1, STEPS + 1)) and run.scalars == file_log.scalars
+    assert run.finished and run.planned == STEPS and run.ended
+    assert file_log.finished is False and not file_log.ended
+
+
+def test_verls_filter_groups_counts_map_to_our_names(tmp_path):
+    """Dynamic sampling (algorithm.filter_groups): verl's replay buffer logs the groups it
+    evicted for equal scores and the surplus it discarded, summed per step (v1/utils.py)."""
+    def with_filtering(step):
+        return step_metrics(step) | {"training/filter_groups/evicted_samples": float(step),
+                                     "training/filter_groups/discarded_surplus_samples": 1.0}
+    job = Job(tmp_path / "job", metrics=with_filtering)
+    for step in (1, 2):
+        job.step(step)
+    run = verl.read_source(tmp_path / "job")
+    assert run.scalars[2][names.GROUPS_FILTERED] == 2.0 and run.scalars[2][names.GROUPS_SURPLUS] == 1.0
+    assert run.report.mapped["training/filter_groups/evicted_samples"] == names.GROUPS_FILTERED
+    assert any("filter_groups" in n for n in run.report.notes)
+
+
+def test_a_watched_job_is_read_once_and_has_every_step_once(tmp_path):
+    """`watch`'s loop (follow.write_new after each poll) while verl writes: each step's log line
+    in one poll, its dump (verl writes it from a background thread) in the next. The run has
+    every step once, with its groups once; a poll with nothing new reads no byte, and a new
+    step costs its new line and its dump file, not the old ones."""
+    job, runs = Job(tmp_path / "job"), tmp_path / "runs"
+    tail, grouped = verl.VerlReader(tmp_path / "job"), set()
+    store = RunStore.create("w", {}, root=runs, kind="watch")
+
+    def poll():
+        tail.poll()
+        follow.write_new(store, tail, tail.run(), grouped)
+
+    log, dumps = tmp_path / "job" / "exp.jsonl", tmp_path / "job" / "rollouts"
+    for step in range(1, 7):
+        size, before = log.stat().st_size, tail.reads.bytes
+        job.log(step)
+        poll()
+        if step > 1:  # (the first poll also reads the first line once, to tell a file log from other JSONL)
+            probe = source_tail.PROBE  # the bytes before the offset, checked: a rewritten file shows there
+            assert tail.reads.bytes - before == log.stat().st_size - size + probe  # the new line only
+        before = tail.reads.bytes
+        job.write_dump(step)
+        poll()
+        dump_bytes = (dumps / f"{step}.jsonl").stat().st_size
+        assert tail.reads.bytes - before == dump_bytes  # the new dump file only
+        before = tail.reads.bytes
+        assert not tail.poll() and tail.reads.bytes == before  # nothing new: no byte read
+        wide = store.scalars_wide()
+        assert wide.index.tolist() == list(range(1, step + 1))
+        assert len(store.groups()) == step * PROMPTS and len(store.rollouts()) == step * PROMPTS * N
+        assert wide.loc[step, names.LOSS_POLICY] == pytest.approx(-0.01 * step)  # from the log line
+        assert wide.loc[step, names.REWARD] == pytest.approx(np.mean(scores_of(step)))  # the dump's wins
+        assert wide.loc[step, names.CUM_GROUPS_SUBMITTED] == step * PROMPTS
+    store.close()
+    whole = verl.read_source(tmp_path / "job")  # `import`: the same reader, once
+    assert whole.scalars == tail.run().scalars
 
 
 def test_bad_verl_input_is_one_line(tmp_path):

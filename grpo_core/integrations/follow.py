@@ -2,16 +2,20 @@
 
 `python -m grpo_core watch KIND PATH`.
 
-The kind's reader (its read_path: kinds.py) turns the source (a file or an output folder) into
-a SourceRun: per-step scalars under names.py's names and, where the source has them, each
-step's groups and rollouts (what-if and the group inspector then work). Following re-reads
-the source every `every_s` seconds and appends the steps it has not written yet; while the
-source grows the store's heartbeat is kept fresh, so the live page shows the run running,
-and once it stops growing the heartbeat ages and the page shows it stale. A source that says
-it has ended (a W&B run file with its exit record) finishes the run. Nothing here imports
-torch."""
+The kind's tail (source_tail.open_tail: verl, TensorBoard, W&B and TRL read incrementally;
+another kind is re-read whole when its files change) turns the source (a file or an output
+folder) into steps: per-step scalars under names.py's names and, where the source has them,
+each step's groups and rollouts (what-if and the group inspector then work). Every `every_s`
+seconds a poll reads only what is new (bytes after the last offset, new files) and writes the
+steps it changed: a step is written when it first appears and again (its scalars upserted)
+when a later part of the source adds to it (a rollout dump after the log line), its groups
+once. While the source grows the store's heartbeat is kept fresh, so the live page shows the
+run running; once it stops growing the heartbeat ages and the page shows it stale. A source
+that says it has ended (a W&B run file's exit record, verl's final line) finishes the run.
+Nothing here imports torch."""
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -19,16 +23,13 @@ from pathlib import Path
 
 from grpo_core.errors import ConfigError
 from grpo_core.integrations import kinds
-from grpo_core.integrations.base import SourceRun, write_steps
+from grpo_core.integrations.base import SourceRun
+from grpo_core.integrations.source_tail import SourceTail, open_tail
 from grpo_core.runs.locations import check_run_id, runs_dir
 from grpo_core.runs.run_meta import FINISHED, RUNNING, STOPPED
 from grpo_core.runs.store import RunStore
 
-
-def source_signature(path: Path) -> tuple:
-    """Changes whenever the source grows: size and mtime of every file under it."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+logger = logging.getLogger(__name__)
 
 
 def open_store(kind: str, source: Path, run: SourceRun, run_id: str | None, root) -> RunStore:
@@ -40,41 +41,62 @@ def open_store(kind: str, source: Path, run: SourceRun, run_id: str | None, root
     return store
 
 
+def write_new(store: RunStore, tail: SourceTail, run: SourceRun, grouped: set) -> int:
+    """Write the steps the last polls changed, in one transaction: each step's scalars (an
+    upsert: a step written before gets the names added since) and its groups once. Returns
+    how many steps were written."""
+    batch = []
+    for step in tail.take():
+        groups, rollouts = run.groups.get(step, (None, None)) if step not in grouped else (None, None)
+        if groups is not None:
+            grouped.add(step)
+        batch.append((step, dict(run.scalars.get(step, {})), groups, rollouts, ()))
+    if batch:
+        store.log_steps(batch)
+    return len(batch)
+
+
 def follow(kind: str, path, *, run_id: str | None = None, root=None, every_s: float = 2.0,
-           max_polls: int | None = None, log=print) -> str:
-    """Follow `path` (read with the kind's reader) into a new run; returns the run id. Ends
+           max_polls: int | None = None, log=None, **options) -> str:
+    """Follow `path` (read with the kind's tail) into a new run; returns the run id. Ends
     when the source says so, after max_polls polls, or on Ctrl-C (status stopped)."""
     read = kinds.watch_reader(kind)
-    source = Path(path).expanduser()
+    locate = kinds.source_kind(kind).locate
+    source = locate(path) if locate else Path(path).expanduser()
     if not source.exists():
         raise ConfigError(f"{source}: no such file or folder to watch")
-    run = read(source)
+    tail = open_tail(kind, source, read, **kinds.source_kind(kind).check_options(options))
+    tail.poll()
+    run = tail.run()
     store = open_store(kind, source, run, run_id, root)
-    last, seen, polls = 0, None, 0
+    grouped: set = set()
+    polls, grew = 0, True
     try:
         while True:
-            sig = source_signature(source)
-            if sig != seen:  # grew (or first look): read it again, append, and say we are alive
-                run = read(source) if seen is not None else run
-                last, seen = write_steps(store, run, last), sig
+            if grew:  # something new (or the first look): append it and say we are alive
+                run = tail.run()
+                write_new(store, tail, run, grouped)
                 store.heartbeat()
-                store.set_meta(import_report=asdict(run.report))
+                store.set_meta(import_report=asdict(run.report), lacks=run.lacks)
             polls += 1
             if run.ended or (max_polls is not None and polls >= max_polls):
+                tail.flush()  # what waited for a next poll (a history's newest step) is written now
+                write_new(store, tail, tail.run(), grouped)
                 break
             time.sleep(every_s)
+            grew = tail.poll()
     except KeyboardInterrupt:
         store.set_status(STOPPED, stop_reason="watch ended (Ctrl-C)")
         store.close()
         return store.run_id
     store.set_status(FINISHED if run.ended else RUNNING)
-    log(f"watched {source} into run {store.run_id}: {last} steps")
+    (log or logger.info)(f"watched {source} into run {store.run_id}: {len(run.scalars)} steps")
     store.close()
     return store.run_id
 
 
 def cli_watch(args) -> int:
     rid = follow(args.kind, args.source, run_id=args.run_id, root=args.runs_dir, every_s=args.every,
-                 max_polls=args.polls)
+                 max_polls=args.polls, run=getattr(args, "run", None))
     print(f"run {rid}: {runs_dir(args.runs_dir) / rid}")
     return 0

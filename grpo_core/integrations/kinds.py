@@ -25,6 +25,7 @@ from grpo_core.integrations import (
     art_files,
     notebook,
     tensorboard_logs,
+    trackio_source,
     trl_completions,
     trl_state,
     verl,
@@ -45,6 +46,7 @@ class SourceKind:
     label: str | None = None  # one uploaded file of it (the Runs page's form); None: not offered there
     options: tuple[str, ...] = ()  # the keyword options it takes (import_run/import_path, the CLI's flags)
     watch: bool = False  # `watch` can follow it: read_path re-read while the source grows
+    locate: Callable[[str], Path] | None = None  # SOURCE as given -> the path to read (a name looked up); None: the path itself
 
     def check_options(self, options: dict) -> dict:
         """The options given (None: not given) that this kind takes; one it does not take, or a
@@ -80,6 +82,10 @@ KINDS = {kind.name: kind for kind in (
                watch=True),
     SourceKind("verl", "its file logger JSONL, console log or rollout dumps, or a folder with them",
                read_path=verl.read_source, watch=True),
+    SourceKind("trackio", "a Trackio project: its .db file (under $TRACKIO_DIR, default ~/.cache/huggingface/trackio) "
+               "or its name; --run NAME where it has several runs", read_path=trackio_source.read_trackio_path,
+               locate=trackio_source.resolve_db,
+               options=("run",), watch=True),
 )}
 
 

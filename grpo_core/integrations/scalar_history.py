@@ -8,6 +8,8 @@ wandb/<name>). Every name that is not imported is counted in the ImportReport wi
 """
 from __future__ import annotations
 
+import re
+
 from grpo_core.integrations.base import ImportReport, derive_counts, put_value
 from grpo_core.integrations.trl_state import (
     TRL_SUMMARY_KEYS,
@@ -32,7 +34,7 @@ def is_ours(key: str) -> bool:
 
 def detect_style(keys: set[str], config: dict | None = None) -> str:
     """Who logged these names: grpo_core (our mirror), trl (transformers' W&B callback
-    prefixes train/ and eval/), art, or generic."""
+    prefixes train/ and eval/), art, skyrl, prime-rl, or generic."""
     if (config or {}).get("grpo_health") or names.TRAINABLE_RATIO in keys or names.CUM_TRAINABLE_RATIO in keys:
         return "grpo_core"
     if "train/frac_reward_zero_std" in keys or "train/global_step" in keys or any(
@@ -41,13 +43,17 @@ def detect_style(keys: set[str], config: dict | None = None) -> str:
     if any(k.startswith("data/step_num_groups") or k.startswith("data/cum/") for k in keys) or any(
             k in names.ART_NAMES for k in keys if k != "train/reward"):
         return "art"
+    for source in ("skyrl", "prime-rl"):  # names only these trainers log (names.FOREIGN_NAMES)
+        if any(names.foreign_name(source, k) for k in keys):
+            return source
     return "generic"
 
 
-def map_wandb_key(key: str, style: str, report: ImportReport) -> str | None:
-    """A W&B key -> stored name, or None (reported) when it is not imported."""
+def map_wandb_key(key: str, style: str, report: ImportReport, source: str = "wandb") -> str | None:
+    """A W&B key (or trackio's: `source`, the namespace of names kept as logged) -> stored
+    name, or None (reported) when it is not imported."""
     if key.startswith("_") or key in STEP_KEYS:
-        report.skip(key, "W&B bookkeeping / step axis")
+        report.skip(key, f"{'W&B' if source == 'wandb' else source} bookkeeping / step axis")
         return None
     if style == "grpo_core" and key in MIRROR_ALIASES:
         report.skip(key, f"alias the mirror logs for TRL-named charts (same values as {MIRROR_ALIASES[key]})")
@@ -58,21 +64,22 @@ def map_wandb_key(key: str, style: str, report: ImportReport) -> str | None:
         elif key.startswith("eval/"):
             name = names.foreign("trl", key)
         else:
-            name = key if is_ours(key) else names.foreign("wandb", key)
-    elif style == "art" and key in names.ART_NAMES:
-        name = names.ART_NAMES[key]
+            name = key if is_ours(key) else names.foreign(source, key)
+    elif style in ("art", "skyrl", "prime-rl") and names.foreign_name(style, key):
+        name = names.foreign_name(style, key)
     else:
-        name = key if is_ours(key) else names.foreign("wandb", key)
+        name = key if is_ours(key) else names.foreign(source, key)
     if name != key:
         report.mapped[key] = name
     return name
 
 
 def finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None,
-                summary: dict | None = None) -> dict:
+                summary: dict | None = None, source: str = "wandb", carry: list | None = None) -> dict:
     """raw step -> {source key: number} -> mapped and derived rows. TRL's run totals
     (train/train_runtime, ...: logged once, at the last step) go to `summary`, and a row
-    left with no values (a W&B row carrying only its step and epoch) is no step."""
+    left with no values (a W&B row carrying only its step and epoch) is no step. `carry`:
+    the cumulative sums from the rows before these (HistoryRows: a history in pieces)."""
     rows: dict = {}
     for step, items in raw.items():
         for key, v in items.items():
@@ -81,7 +88,7 @@ def finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None
                     summary[key[6:]] = v
                 report.skip(key, "run total: kept in meta.summary, not a training step value")
                 continue
-            name = map_wandb_key(key, style, report)
+            name = map_wandb_key(key, style, report, source)
             if name is not None:
                 put_value(rows, step, name, v, report)
     drop_empty_rows(raw, rows, report)
@@ -90,14 +97,14 @@ def finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None
         trl_notes(report, fns)
         args = trl_args(config or {}, report)
         if args.get("group_level", True):
-            derive_trl(rows, report, args.get("groups_per_step"), args.get("logging_steps"))
+            derive_trl(rows, report, args.get("groups_per_step"), args.get("logging_steps"), carry)
         else:
             report.note("no trainable ratio: with this run's settings TRL's frac_reward_zero_std is not a "
                         "per-group measure (kept as frac_reward_zero_std)")
     else:
         derive_counts(rows, style, report)
     report.note(f"names recognised as {style}'s" if style != "generic" else
-                "no known trainer's names recognised: metrics kept under wandb/<name>")
+                f"no known trainer's names recognised: metrics kept under {source}/<name>")
     return rows
 
 
@@ -109,3 +116,61 @@ def drop_empty_rows(raw: dict, rows: dict, report: ImportReport):
         rows.pop(s, None)
     if empty:
         report.skip("row", "carries only a step key (or the epoch), no values: not a step", len(empty))
+
+
+class HistoryRows:
+    """A scalar history that arrives in pieces (W&B records, TensorBoard events: `watch` reads
+    only what is new), finished piece by piece with finish_rows: each raw value is mapped
+    once and TRL's cumulative ratio carries over. The newest step waits (its other values may
+    be in the next piece) unless `flush`; a change in who logged the names (the style) or
+    in the run's config finishes everything again."""
+
+    def __init__(self, source: str = "wandb"):
+        self.source, self.raw, self.keys = source, {}, set()
+        self.pending: set[int] = set()
+        self.newest: int | None = None
+        self.rows: dict[int, dict] = {}
+        self.summary: dict = {}
+        self._restart(None, None)
+
+    def _restart(self, style, config):
+        self.style, self.config, self.carry = style, config, []
+        self.report = ImportReport(self.source, "")  # what finishing mapped and skipped
+        self.notes: dict[str, str] = {}
+        self.pending |= set(self.raw)
+
+    def add(self, raw: dict):
+        for step, values in raw.items():
+            self.raw.setdefault(step, {}).update(values)
+            self.keys |= values.keys()
+            self.pending.add(step)
+            self.newest = step if self.newest is None else max(self.newest, step)
+
+    def finish(self, config: dict | None, flush: bool = False) -> dict[int, dict]:
+        """Finish the steps ready now -> {step: row} (rows with no values left out)."""
+        style = detect_style(self.keys, config)
+        if (style, config) != (self.style, self.config):
+            self._restart(style, dict(config or {}))
+        ready = sorted(s for s in self.pending if flush or s != self.newest)
+        if not ready:
+            return {}
+        self.pending -= set(ready)
+        piece = ImportReport(self.source, "")
+        rows = finish_rows({s: self.raw[s] for s in ready}, style, piece, config, self.summary, self.source,
+                           self.carry)
+        merge_report(self.report, piece, notes=False)
+        for note in piece.notes:  # a note with a count is replaced by its newer count
+            self.notes[re.sub(r"\d+", "#", note)] = note
+        self.report.notes = list(self.notes.values())
+        self.rows.update(rows)
+        return rows
+
+
+def merge_report(into: ImportReport, other: ImportReport, notes: bool = True):
+    """Add what `other` read, mapped and skipped to `into`."""
+    into.entries += other.entries
+    into.mapped.update(other.mapped)
+    for what, n in other.skipped.items():
+        into.skipped[what] = into.skipped.get(what, 0) + n
+    for note in other.notes if notes else ():
+        into.note(note)

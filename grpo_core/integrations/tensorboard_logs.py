@@ -1,4 +1,4 @@
-"""Import TensorBoard event files (events.out.tfevents.*) with tensorboard's own reader.
+"""Import TensorBoard event files (events.out.tfevents.*), and follow them as they grow.
 
 transformers' TensorBoardCallback (TRL's `report_to="tensorboard"`) writes every logged
 number as a scalar `train/<key>` at the global step, the run totals (train_runtime, ...)
@@ -8,115 +8,183 @@ the W&B path's TRL mapping (`train/` prefix), and the arguments give the groups 
 and max_steps. Scalars are float32 in the file (TensorBoard's simple_value), so the ratio
 is 1 - the float32 frac_reward_zero_std.
 
+An event file is a TFRecord file: records of (length, its masked CRC32C, an Event proto, its
+CRC). `EventsReader` reads the records after the last whole one (source_tail.FileTail), so
+`watch` reads only new events and `import` reads the same way once; the length's CRC is
+checked (a damaged file is refused), the payload's is not (tensorboard's pure-Python CRC32C
+would cost more than the rest of the import), a payload that does not parse is reported.
+
 Needs the `tensorboard` package (pip install tensorboard, or the tensorboard extra), not
-TensorFlow; it is imported only here, when a TensorBoard file is imported.
+TensorFlow, for the Event protobuf; it is imported only here, when a TensorBoard file is read.
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import struct
 from pathlib import Path
 
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.base import ImportReport, SourceRun
-from grpo_core.integrations.scalar_history import detect_style, finish_rows
+from grpo_core.integrations.scalar_history import HistoryRows, merge_report
+from grpo_core.integrations.source_tail import FileTail, LayeredRows, NewFiles, Reads, SourceTail
+from grpo_core.integrations.wandb_file import copy_report
+
+SKIPPED_KINDS = {"image": "image", "audio": "audio", "histo": "histogram"}
+TEXT_TAGS = ("args/text_summary", "model_config/text_summary")
 
 
-def _accumulator(path: str, filename: str):
+def _protos(filename: str):
     try:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
     except ImportError:
         raise ConfigError(f"{filename}: reading TensorBoard files needs the tensorboard package "
                           "(pip install tensorboard; TensorFlow is not needed)") from None
-    ea = EventAccumulator(path, size_guidance={"scalars": 0, "tensors": 0})  # 0: keep every event
-    try:
-        ea.Reload()
-    except Exception as e:  # noqa: BLE001 - tensorboard raises several kinds for a damaged file
-        raise ConfigError(f"{filename}: not a readable TensorBoard event file ({type(e).__name__}: {e})") from None
-    return ea
+    return event_pb2, masked_crc32c
 
 
-def _args_text(ea) -> dict:
-    """transformers' `args/text_summary`: the training arguments as JSON ({} when absent)."""
-    if "args/text_summary" not in ea.Tags().get("tensors", []):
-        return {}
-    try:
-        raw = ea.Tensors("args/text_summary")[-1].tensor_proto.string_val[0].decode("utf-8")
-        out = json.loads(raw)
-    except (IndexError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return out if isinstance(out, dict) else {}
-
-
-def read_scalars(ea, report: ImportReport) -> dict[int, dict]:
-    """step -> {tag: value}; non-finite values are kept (NaN), other summaries reported."""
-    raw: dict[int, dict] = {}
-    tags = ea.Tags()
-    for tag in tags.get("scalars", []):
-        for ev in ea.Scalars(tag):
-            report.entries += 1
-            raw.setdefault(int(ev.step), {})[tag] = float(ev.value)
-    for kind in ("images", "audio", "histograms", "distributions"):
-        for tag in tags.get(kind, []):
-            report.skip(f"{kind[:-1] if kind.endswith('s') else kind} {tag}", "not a scalar: only scalars are imported")
-    for tag in tags.get("tensors", []):
-        if tag not in ("args/text_summary", "model_config/text_summary"):
-            report.skip(f"tensor {tag}", "not a scalar: only scalars are imported")
-    return raw
-
-
-def parse_accumulators(accs: list, label: str) -> SourceRun:
-    """Event accumulators of one run -> SourceRun (TRL's names when the tags are TRL's)."""
-    report = ImportReport("tensorboard", label)
-    raw: dict[int, dict] = {}
-    args: dict = {}
-    for ea in accs:
-        for step, vals in read_scalars(ea, report).items():
-            raw.setdefault(step, {}).update(vals)
-        args = args or _args_text(ea)
-    if not raw:
-        raise ConfigError(f"{label}: a TensorBoard file with no scalars; nothing to import")
-    style = detect_style({k for r in raw.values() for k in r})
-    summary: dict = {}
-    rows = finish_rows(raw, style, report, args, summary)
-    if args:
-        report.note("training arguments read from the file's args/text_summary (transformers writes them)")
-    planned = args.get("max_steps") if isinstance(args.get("max_steps"), int) and args.get("max_steps") > 0 else None
-    fns = sorted({k.split("/")[1] for r in rows.values() for k in r if k.startswith("reward/") and k.endswith("/mean")})
-    config = {"source": "tensorboard", "grpo": {"steps": planned or (max(rows) if rows else None),
-                                                "group_size": args.get("num_generations")},
-              "reward": {"metrics": fns}, "tensorboard": {"style": style, "args": args}}
-    return SourceRun(rows, config, report, summary, finished=True if summary else None,
-                     last_step=max(raw), planned=planned)
+def split_records(data: bytes, filename: str) -> tuple[list[bytes], int]:
+    """TFRecords in `data` -> (the whole ones, bytes they take); a record cut short is left."""
+    _, masked_crc32c = _protos(filename)
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        (length,), (crc,) = struct.unpack_from("<Q", data, pos), struct.unpack_from("<I", data, pos + 8)
+        if masked_crc32c(data[pos:pos + 8]) != crc:
+            raise ConfigError(f"{filename}: not a readable TensorBoard event file (a record's length fails its "
+                              "checksum)")
+        end = pos + 12 + length + 4
+        if end > len(data):
+            break
+        out.append(data[pos + 12:pos + 12 + length])
+        pos = end
+    return out, pos
 
 
 def event_files(path: Path) -> list[Path]:
     return sorted(p for p in Path(path).rglob("*tfevents*") if p.is_file())
 
 
-def parse_logdir(path) -> SourceRun:
+class EventsReader(SourceTail):
     """A logdir (TRL's <output_dir>/runs/<date_host>/, or its parent holding one run) or an
-    event file. Several event files of one run directory (a resumed run) are merged; a
-    logdir with several runs is refused: import one run at a time."""
+    event file, read as it grows. Several event files of one run directory (a resumed run) are
+    merged; a logdir with several runs is refused: import one run at a time."""
+
+    def __init__(self, path: Path):
+        self.path, self.reads = Path(path), Reads()
+        self.found = NewFiles(self.path, self.reads, lambda p: "tfevents" in p.name) if self.path.is_dir() else None
+        self.tails: dict[Path, FileTail] = {} if self.found else {self.path: FileTail(self.path, self.reads)}
+        self.report = ImportReport("tensorboard", str(self.path))
+        self.history, self.rows, self.names = HistoryRows("wandb"), LayeredRows(("all",)), set()
+        self.args: dict = {}
+        self.skipped_tags: set[str] = set()
+
+    def poll(self, final: bool = False) -> bool:
+        for p in self.found.poll() if self.found else []:
+            self.tails[p] = FileTail(p, self.reads)
+            dirs = sorted({f.parent for f in self.tails})
+            if len(dirs) > 1:
+                raise ConfigError(f"{self.path}: holds {len(dirs)} TensorBoard runs "
+                                  f"({', '.join(d.name for d in dirs[:4])}); import one run's folder")
+        new = False
+        for p, tail in self.tails.items():
+            data, _ = tail.read()
+            new |= self.feed(data, str(p), tail)
+        return self.finish(flush=final or not new) or new
+
+    def flush(self):
+        self.finish(flush=True)
+
+    def finish(self, flush: bool) -> bool:
+        """Finish the history rows ready now (all where `flush`); True when there were any."""
+        rows = self.history.finish(self.args, flush=flush)
+        for step, row in rows.items():
+            self.rows.put("all", step, row)
+            self.names |= row.keys()
+        return bool(rows)
+
+    def feed(self, data: bytes, filename: str, tail: FileTail | None = None) -> bool:
+        """Parse an event file's new bytes; True when it held whole records."""
+        if not data:
+            return False
+        records, used = split_records(data, filename)
+        if tail is not None:
+            tail.consumed(data, used)
+        event_pb2, _ = _protos(filename)
+        raw: dict[int, dict] = {}
+        for rec in records:
+            try:
+                event = event_pb2.Event.FromString(rec)
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError: a damaged record, reported
+                self.report.skip("event", "not a readable Event record (damaged file)")
+                continue
+            if event.HasField("summary"):
+                self._summary(event, raw)
+        self.history.add(raw)
+        return bool(records)
+
+    def _summary(self, event, raw: dict):
+        for value in event.summary.value:
+            which = value.WhichOneof("value")
+            if which == "simple_value":
+                self.report.entries += 1
+                raw.setdefault(int(event.step), {})[value.tag] = float(value.simple_value)
+            elif which == "tensor" and value.tag in TEXT_TAGS:
+                if value.tag == "args/text_summary":
+                    self.args = _args_text(value.tensor) or self.args
+            elif f"{which} {value.tag}" not in self.skipped_tags:
+                self.skipped_tags.add(f"{which} {value.tag}")
+                what = SKIPPED_KINDS.get(which, which)
+                self.report.skip(f"{what} {value.tag}", "not a scalar: only scalars are imported")
+
+    def take(self) -> list[int]:
+        return self.rows.take()
+
+    def run(self) -> SourceRun:
+        label = str(self.path)
+        if not self.tails:
+            raise ConfigError(f"{label}: no TensorBoard event files (events.out.tfevents.*) under the folder")
+        if not self.history.raw:
+            raise ConfigError(f"{label}: a TensorBoard file with no scalars; nothing to import")
+        report = copy_report(self.report)
+        merge_report(report, self.history.report)
+        args, summary, style = self.args, self.history.summary, self.history.style
+        if args:
+            report.note("training arguments read from the file's args/text_summary (transformers writes them)")
+        max_steps = args.get("max_steps")
+        planned = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+        fns = sorted({k.split("/")[1] for k in self.names if k.startswith("reward/") and k.endswith("/mean")})
+        config = {"source": "tensorboard", "grpo": {"steps": planned or self.rows.last,
+                                                    "group_size": args.get("num_generations")},
+                  "reward": {"metrics": fns}, "tensorboard": {"style": style, "args": args}}
+        return SourceRun(self.rows.merged, config, report, summary, finished=True if summary else None,
+                         last_step=max(self.history.raw), planned=planned)
+
+
+def _args_text(tensor) -> dict:
+    """transformers' `args/text_summary`: the training arguments as JSON ({} when unreadable)."""
+    try:
+        out = json.loads(tensor.string_val[0].decode("utf-8"))
+    except (IndexError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def parse_logdir(path) -> SourceRun:
+    """A logdir or an event file -> SourceRun: the reader `watch` polls, read once."""
     p = Path(path)
-    files = event_files(p) if p.is_dir() else [p]
-    if not files:
+    if p.is_dir() and not event_files(p):
         raise ConfigError(f"{p}: no TensorBoard event files (events.out.tfevents.*) under the folder")
-    dirs = sorted({f.parent for f in files})
-    if len(dirs) > 1:
-        raise ConfigError(f"{p}: holds {len(dirs)} TensorBoard runs ({', '.join(d.name for d in dirs[:4])}); "
-                          "import one run's folder")
-    return parse_accumulators([_accumulator(str(f), str(f)) for f in files], str(p))
+    reader = EventsReader(p)
+    reader.poll(final=True)
+    return reader.run()
 
 
 def parse_event_bytes(data: bytes, filename: str) -> SourceRun:
-    """One event file's bytes (the upload form): written to a temporary file for the reader."""
+    """One event file's bytes (the upload form)."""
     if len(data) < 12:
         raise ConfigError(f"{filename}: expected a TensorBoard event file (events.out.tfevents.*); too short")
-    with tempfile.TemporaryDirectory() as d:
-        f = os.path.join(d, "events.out.tfevents.upload")
-        with open(f, "wb") as out:
-            out.write(data)
-        parsed = parse_accumulators([_accumulator(f, filename)], filename)
-    return parsed
+    reader = EventsReader(Path(filename))
+    reader.report.file = filename
+    reader.feed(data, filename)
+    reader.finish(flush=True)
+    return reader.run()

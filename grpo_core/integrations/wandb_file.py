@@ -16,7 +16,8 @@ from pathlib import Path
 
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.base import ImportReport, SourceRun, number
-from grpo_core.integrations.scalar_history import STEP_KEYS, detect_style, finish_rows
+from grpo_core.integrations.scalar_history import STEP_KEYS, HistoryRows, merge_report
+from grpo_core.integrations.source_tail import FileTail, LayeredRows, Reads, SourceTail
 from grpo_core.integrations.trl_state import trl_args
 
 WANDB_IDENT, WANDB_MAGIC = b":W&B", 0xBEE1
@@ -26,35 +27,51 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4  # chunk types: a whole record, or its fi
 
 # ---- the transaction log ------------------------------------------------------------------------
 def wandb_records(data: bytes, filename: str, report: ImportReport) -> list[bytes]:
-    """The records of a .wandb transaction log. A torn tail (a run killed mid-write) or a
-    damaged chunk is reported, not fatal."""
-    if len(data) < HEADER or data[:4] != WANDB_IDENT:
-        raise ConfigError(f"{filename}: expected a W&B run file (run-*.wandb, which starts with ':W&B'); "
-                          "for a CSV exported from the W&B UI use kind csv")
-    _, magic, version = struct.unpack("<4sHB", data[:HEADER])
-    if magic != WANDB_MAGIC or version > 1:
-        raise ConfigError(f"{filename}: W&B run file of an unknown format (magic {magic:#x}, version {version})")
-    out, parts, pos = [], None, HEADER
-    while pos < len(data):
+    """The records of a whole .wandb transaction log. A torn tail (a run killed mid-write) or
+    a damaged chunk is reported, not fatal."""
+    return read_chunks(data, 0, filename, report, final=True)[0]
+
+
+def read_chunks(data: bytes, base: int, filename: str, report: ImportReport, final: bool) -> tuple[list[bytes], int]:
+    """The whole records in `data`, the file's bytes from offset `base` (0, or where the last
+    whole record ended) -> (records, the offset after the last whole record). A record begun
+    but not finished is read again next time; `final` (import): it is reported instead."""
+    if base == 0:
+        if len(data) < HEADER or data[:4] != WANDB_IDENT:
+            if not final and WANDB_IDENT.startswith(data[:4]) and len(data) < HEADER:
+                return [], 0  # the header is being written
+            raise ConfigError(f"{filename}: expected a W&B run file (run-*.wandb, which starts with ':W&B'); "
+                              "for a CSV exported from the W&B UI use kind csv")
+        _, magic, version = struct.unpack("<4sHB", data[:HEADER])
+        if magic != WANDB_MAGIC or version > 1:
+            raise ConfigError(f"{filename}: W&B run file of an unknown format (magic {magic:#x}, version {version})")
+    out, parts = [], None
+    pos = end = max(base, HEADER)
+    stop = base + len(data)
+    while pos < stop:
         room = BLOCK - pos % BLOCK
         if room < HEADER:
             pos += room  # block trailer: zero padding
+            end = min(pos, stop) if parts is None else end
             continue
-        if pos + HEADER > len(data):
-            report.skip("W&B file tail", f"torn chunk header ({len(data) - pos} bytes)")
+        if pos + HEADER > stop:
+            if final:
+                report.skip("W&B file tail", f"torn chunk header ({stop - pos} bytes)")
             break
-        crc, length, kind = struct.unpack_from("<IHB", data, pos)
+        crc, length, kind = struct.unpack_from("<IHB", data, pos - base)
         if kind == 0:
             pos += room  # zero-filled rest of a block
+            end = min(pos, stop) if parts is None else end
             continue
-        chunk = data[pos + HEADER:pos + HEADER + length]
-        pos += HEADER + length
+        chunk = data[pos - base + HEADER:pos - base + HEADER + length]
         if len(chunk) < length:
-            report.skip("W&B file tail", "torn record (the run was stopped mid-write)")
+            if final:
+                report.skip("W&B file tail", "torn record (the run was stopped mid-write)")
             break
+        pos += HEADER + length
         if zlib.crc32(bytes([kind]) + chunk) != crc:
             report.skip("W&B record", "checksum mismatch (damaged file)")
-            parts = None
+            parts, end = None, pos
             continue
         if kind == FULL:
             out.append(chunk)
@@ -67,9 +84,10 @@ def wandb_records(data: bytes, filename: str, report: ImportReport) -> list[byte
                 parts = None
         else:
             report.skip("W&B record", f"chunk of unknown type {kind} or out of order")
-    if parts:
+        end = pos if parts is None else end
+    if parts and final:
         report.skip("W&B file tail", "record begun but never finished (the run was stopped mid-write)")
-    return out
+    return out, end
 
 
 def wandb_file_finished(path) -> bool:
@@ -188,36 +206,114 @@ def read_records(records: list[bytes], report: ImportReport) -> tuple[dict, dict
 
 
 # ---- the run ---------------------------------------------------------------------------------------
-def parse_wandb_run(data: bytes, filename: str) -> SourceRun:
-    report = ImportReport("wandb", filename)
-    records = wandb_records(data, filename, report)
+class WandbReader(SourceTail):
+    """A W&B run file (or the run folder holding one) read as it grows: each poll parses the
+    records after the last whole one, and finishes their history rows (HistoryRows)."""
+
+    def __init__(self, path: Path | None = None):
+        self.path, self.reads = path, Reads()
+        self.file: Path | None = path if path is not None and path.is_file() else None
+        self.tail = FileTail(self.file, self.reads) if self.file else None
+        self._reset()
+
+    def _reset(self):
+        self.report = ImportReport("wandb", str(self.file or self.path))
+        self.history, self.rows, self.names = HistoryRows("wandb"), LayeredRows(("all",)), set()
+        self.config, self.run_info, self.exit_code, self.records, self.mirrored = {}, {}, None, 0, None
+
+    def poll(self, final: bool = False) -> bool:
+        if self.tail is None:
+            found = sorted(self.path.rglob("*.wandb"))
+            if len(found) > 1:
+                raise ConfigError(f"{self.path}: expected one run-*.wandb file under the folder, found {len(found)}")
+            if not found:
+                return False
+            self.file, self.tail = found[0], FileTail(found[0], self.reads)
+            self.report.file = str(self.file)
+        data, restarted = self.tail.read()
+        if restarted:
+            self._reset()
+        return self.feed(data, self.tail.offset, final, self.tail)
+
+    def feed(self, data: bytes, base: int, final: bool, tail: FileTail | None = None) -> bool:
+        """Parse the file's bytes from offset `base`; True when steps were finished."""
+        filename = str(self.file or self.path)
+        records, end = read_chunks(data, base, filename, self.report, final)
+        if tail is not None:
+            tail.consumed(data, end - base)
+        if records:
+            _need_wandb(filename)
+            raw, config, run_info, exit_code = read_records(records, self.report)
+            self.records += len(records)
+            self.mirrored = config.pop("grpo_health", self.mirrored)
+            config.pop("_wandb", None)
+            self.config.update(config)
+            self.run_info = run_info or self.run_info
+            self.exit_code = exit_code if exit_code is not None else self.exit_code
+            self.history.add(raw)
+        return self._finish(flush=final or not records or self.exit_code is not None) or bool(records)
+
+    def _finish(self, flush: bool) -> bool:
+        """Finish the history rows ready now (all where `flush`); True when there were any."""
+        config = {**self.config, "grpo_health": self.mirrored} if self.mirrored else self.config
+        rows = self.history.finish(config, flush=flush)
+        for step, row in rows.items():
+            self.rows.put("all", step, row)
+            self.names |= row.keys()
+        return bool(rows)
+
+    def take(self) -> list[int]:
+        return self.rows.take()
+
+    def flush(self):
+        self._finish(flush=True)
+
+    def run(self) -> SourceRun:
+        filename = str(self.file or self.path)
+        if self.file is None:
+            raise ConfigError(f"{self.path}: expected one run-*.wandb file under the folder, found 0")
+        if not self.records:
+            raise ConfigError(f"{filename}: a W&B run file with no readable records")
+        report, exit_code, style = copy_report(self.report), self.exit_code, self.history.style
+        merge_report(report, self.history.report)
+        if exit_code is None:
+            report.note("the W&B run has no exit record: it was still running or was killed")
+        elif exit_code != 0:
+            report.note(f"the W&B run exited with code {exit_code}")
+        out_config = {**run_config(style, self.config, self.names, report, filename), "source": "wandb",
+                      "wandb": {**self.run_info, "style": style, "config": self.config}}
+        planned = out_config.setdefault("grpo", {}).get("steps")
+        out_config["grpo"]["steps"] = planned or self.rows.last
+        error = f"the W&B run exited with code {exit_code} (crashed)" if exit_code not in (None, 0) else None
+        raw_last = max(self.history.raw) if self.history.raw else None
+        return SourceRun(self.rows.merged, out_config, report, self.history.summary, error=error,
+                         finished=exit_code is not None, last_step=raw_last, planned=planned,
+                         ended=exit_code is not None)
+
+
+def _need_wandb(filename: str):
     try:
         import wandb.proto  # noqa: F401 - the protobuf classes read_records needs
     except ImportError:
         raise ConfigError(f"{filename}: reading a W&B run file needs the wandb package "
                           "(pip install wandb), or export a CSV from the W&B UI and use kind csv") from None
-    raw, config, run_info, exit_code = read_records(records, report)
-    if not records:
-        raise ConfigError(f"{filename}: a W&B run file with no readable records")
-    config.pop("_wandb", None)
-    mirrored = config.pop("grpo_health", None)
-    style = detect_style({k for r in raw.values() for k in r}, {"grpo_health": mirrored})
-    summary: dict = {}
-    rows = finish_rows(raw, style, report, config, summary)
-    if exit_code is None:
-        report.note("the W&B run has no exit record: it was still running or was killed")
-    elif exit_code != 0:
-        report.note(f"the W&B run exited with code {exit_code}")
-    out_config = {**run_config(style, config, rows, report, filename), "source": "wandb",
-                  "wandb": {**run_info, "style": style, "config": config}}
-    planned = out_config.setdefault("grpo", {}).get("steps")
-    out_config["grpo"]["steps"] = planned or (max(rows) if rows else None)
-    error = f"the W&B run exited with code {exit_code} (crashed)" if exit_code not in (None, 0) else None
-    return SourceRun(rows, out_config, report, summary, error=error, finished=exit_code is not None,
-                     last_step=max(raw) if raw else None, planned=planned, ended=exit_code is not None)
 
 
-def run_config(style: str, config: dict, rows: dict, report: ImportReport, filename: str) -> dict:
+def copy_report(report: ImportReport) -> ImportReport:
+    return ImportReport(report.source, report.file, report.entries, report.steps, report.values,
+                        dict(report.mapped), dict(report.skipped), list(report.notes))
+
+
+def parse_wandb_run(data: bytes, filename: str) -> SourceRun:
+    """A whole .wandb file's bytes -> SourceRun: the reader `watch` polls, fed once."""
+    reader = WandbReader(Path(filename))
+    reader.file = Path(filename)
+    reader.report.file = filename
+    reader.feed(data, 0, final=True)
+    return reader.run()
+
+
+def run_config(style: str, config: dict, names_seen: set, report: ImportReport, filename: str) -> dict:
     """The stored config's grpo and reward sections, from what the W&B run's config says."""
     if style == "grpo_core":
         report.note("per-group and rollout tables in the file are samples (every N steps), not every "
@@ -225,8 +321,7 @@ def run_config(style: str, config: dict, rows: dict, report: ImportReport, filen
         return config if "grpo" in config else {}
     if style != "trl":
         return {}
-    fns = sorted({k.split("/")[1] for r in rows.values() for k in r
-                  if k.startswith("reward/") and k.endswith("/mean")})
+    fns = sorted({k.split("/")[1] for k in names_seen if k.startswith("reward/") and k.endswith("/mean")})
     cfg = {"grpo": {"steps": config.get("max_steps"), "group_size": config.get("num_generations"),
                     "prompts_per_step": trl_args(config, ImportReport("wandb", filename)).get("groups_per_step"),
                     "beta": config.get("beta"), "lr": config.get("learning_rate")},
