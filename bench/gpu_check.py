@@ -38,8 +38,10 @@ Per variant, one JSON object (printed, and written to --out, default $OUT/gpu_ch
 - generation tokens/s (completion tokens sampled / time/generate_s) and training tokens/s
   (prompt + completion tokens through forward/backward / time/train_s), medians over the
   timed steps, and seconds per step;
-- torch.cuda.max_memory_allocated over the variant's steps, next to grpo_core.train.memory_model's
-  estimate of the same step (its parts too), so a GPU run checks the memory model;
+- torch.cuda.max_memory_allocated over the variant's steps (the largest of the trainer's
+  gpu/max_memory_allocated_gb, its per-step peak) and what the last step left allocated, next to
+  grpo_core.train.memory_model's estimate of the same step (its parts too), so a GPU run checks
+  the memory model;
 - the share of trained parameter elements that moved over the run (fp32 master weights at
   lr 1e-6: with bf16 weights most small updates would be lost), and parameters trained.
 
@@ -193,7 +195,8 @@ def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> d
         run_s = time.perf_counter() - t0
     finally:
         native_sampling.rollout, grpo.train_on = saved
-    w = store.scalars_wide(names=[names.TIME_STEP, names.TIME_GENERATE, names.TIME_TRAIN, names.TRAINABLE_RATIO])
+    w = store.scalars_wide(names=[names.TIME_STEP, names.TIME_GENERATE, names.TIME_TRAIN, names.TRAINABLE_RATIO,
+                                  names.GPU_MEMORY_ALLOCATED, names.GPU_MAX_MEMORY_ALLOCATED])
     res = summarize(w.iloc[warm:], counts[warm:], names)
     res.update({"variant": "lora" if lora else "full", "status": status, "load_s": round(load_s, 2),
                 "run_s": round(run_s, 2), "lora_rank": cfg.model.lora_rank,
@@ -202,7 +205,9 @@ def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> d
                 "params": sum(p.numel() for p in tr.model.parameters()),
                 "params_trained": sum(p.numel() for p in tr.model.parameters() if p.requires_grad),
                 "weight_dtype": str(next(tr.model.parameters()).dtype), "compute_dtype": str(tr.compute_dtype),
-                "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+                # The trainer logs each step's peak (and resets it): the run's peak is the largest.
+                "max_memory_allocated_gib": float(w[names.GPU_MAX_MEMORY_ALLOCATED].max()) if cuda else None,
+                "memory_allocated_gib": float(w[names.GPU_MEMORY_ALLOCATED].iloc[-1]) if cuda else None,
                 "memory_model_gib": memory_estimate(tr, cfg, max(c["prompt_len"] for c in counts)),
                 **moved(tr.model, before)})
     store.close()

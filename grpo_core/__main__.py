@@ -2,11 +2,14 @@
 
 Each subcommand is one function in its own module, imported only when called, so
 `status`/`control` never pay for importing torch. Bad input exits 2 with one line.
+Library code logs (logging.getLogger(__name__)) and never prints; the CLI shows grpo_core's
+log on stderr (StderrLines), so `train` says what the trainer logs as it goes.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from grpo_core.errors import ConfigError, StoreError
@@ -17,7 +20,7 @@ def _add_run_options(p: argparse.ArgumentParser):
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one knob, e.g. --set grpo.group_size=8 (repeatable)")
     p.add_argument("--run-id", help="run id (default: generated)")
-    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_HEALTH_RUNS_DIR or ./runs)")
 
 
 def cmd_train(args):
@@ -121,8 +124,10 @@ def cmd_runs(args):
 
 def cmd_config(args):
     from grpo_core.runs.config import describe
+    from grpo_core.runs.trl_names import names_for
     for key, default, help in describe():
-        print(f"{key:34} = {default!r:24} {help}")
+        trl = ", ".join(names_for(key))
+        print(f"{key:34} = {default!r:24} " + (f"[TRL: {trl}] " if trl else "") + help)
     return 0
 
 
@@ -132,15 +137,17 @@ def _import_args(p: argparse.ArgumentParser):
     p.add_argument("kind", choices=list(KINDS), help=f"what FILE is ({kinds_help()})")
     p.add_argument("file", help="the file or folder (see docs/integrations.md, 'Import a run')")
     p.add_argument("--run-id", help="run id (default: from the file name)")
-    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_HEALTH_RUNS_DIR or ./runs)")
     p.add_argument("--groups-per-step", type=int, help="trl: groups per step (generation_batch_size / "
                    "num_generations), which trainer_state.json does not record; gives group counts")
     p.add_argument("--logging-steps", type=int, help="trl-log: the run's logging_steps (the printed dicts carry no "
                    "step; default: from the progress bar, else 1)")
-    p.add_argument("--group-size", type=int, help="trl-completions: num_generations (default: from the prompts)")
+    p.add_argument("--group-size", type=int, help="trl-completions: num_generations (default: from the prompts); "
+                   "trl, trl-log: num_generations, to rescale old TRL's reward_std")
     p.add_argument("--reward-funcs", help="trl-completions: the reward columns, comma-separated (default: the "
                    "numeric columns between completion and advantage)")
     p.add_argument("--reward-weights", help="trl-completions: fn=w,fn=w (default: 1 each, TRL's default)")
+    p.add_argument("--run", help="trackio: the run's name or id (default: the project's only run)")
 
 
 def _watch_args(p: argparse.ArgumentParser):
@@ -149,19 +156,20 @@ def _watch_args(p: argparse.ArgumentParser):
     p.add_argument("kind", help=f"what SOURCE is ({kinds_help(watch=True)})")
     p.add_argument("source", help="the file or folder to follow")
     p.add_argument("--run-id", help="run id (default: KIND-<source name>)")
-    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_HEALTH_RUNS_DIR or ./runs)")
     p.add_argument("--every", type=float, default=2.0, help="seconds between looks at the source")
     p.add_argument("--polls", type=int, help="stop after this many looks (default: until the source ends or Ctrl-C)")
+    p.add_argument("--run", help="trackio: the run's name or id (default: the project's only run)")
 
 
 def _serve_args(p: argparse.ArgumentParser):
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=int, help="port to listen on (default: $GRPO_HEALTH_PORT or 8501)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine "
                    "only); 0.0.0.0 listens on every interface: prints a warning, use with --token")
     p.add_argument("--token", help="ask every browser for this token before showing anything (better: set "
                    "$GRPO_HEALTH_TOKEN, which `ps` does not show)")
     p.add_argument("--no-demo", action="store_true", help="do not start the demo run")
-    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_RUNS_DIR or ./runs)")
+    p.add_argument("--runs-dir", help="runs directory (default: $GRPO_HEALTH_RUNS_DIR or ./runs)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a knob of the demo run, e.g. --set grpo.steps=500")
 
@@ -198,9 +206,9 @@ def add_verbs(verbs) -> None:
     p.add_argument("--out", help="report.html or report.md (default: print Markdown)")
 
     _import_args(_verb(verbs, "import", "import a run another trainer logged (TRL, ART, verl, W&B, TensorBoard, "
-                             "CSV)", cmd_import))
+                             "CSV, Trackio)", cmd_import))
     _watch_args(_verb(verbs, "watch", "follow another trainer's outputs into a run as they grow "
-                                      "(TRL, W&B, TensorBoard, verl)", cmd_watch))
+                                      "(TRL, W&B, TensorBoard, verl, Trackio)", cmd_watch))
 
     p = _verb(verbs, "prompts", "per-prompt trainability as JSON lines (the least trainable first)", cmd_prompts)
     p.add_argument("run", help="run dir, run.db or run id")
@@ -227,8 +235,32 @@ def _add_existing_run_verbs(verbs) -> None:
     _verb(verbs, "config", "every config knob with its default and help", cmd_config)
 
 
+class StderrLines(logging.Handler):
+    """A log record as one line on sys.stderr as it is when the record comes (so a test's
+    captured stderr gets it too): the message alone, `warning: ` / `error: ` before worse news."""
+
+    def emit(self, record: logging.LogRecord):
+        try:
+            text = self.format(record)
+            if record.levelno >= logging.WARNING:
+                text = f"{record.levelname.lower()}: {text}"
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging's own rule: a failing handler reports, never raises
+            self.handleError(record)
+
+
+def log_to_stderr():
+    """grpo_core's INFO and worse on stderr, once per process (main may run many times in one)."""
+    package = logging.getLogger("grpo_core")
+    package.setLevel(logging.INFO)
+    if not any(isinstance(h, StderrLines) for h in package.handlers):
+        package.addHandler(StderrLines())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    log_to_stderr()
     try:
         return args.func(args) or 0
     except (ConfigError, StoreError, FileNotFoundError) as e:

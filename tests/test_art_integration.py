@@ -284,7 +284,7 @@ def test_docs_art_example_runs_as_written(tmp_path):
     text = (repo / "docs" / "integrations.md").read_text(encoding="utf-8")
     (code,) = re.findall(r"```py\n(.*?)```", text, re.S)
     (tmp_path / "example.py").write_text(code)
-    env = {**os.environ, "PYTHONPATH": str(repo), "GRPO_RUNS_DIR": str(tmp_path / "runs")}
+    env = {**os.environ, "PYTHONPATH": str(repo), "GRPO_HEALTH_RUNS_DIR": str(tmp_path / "runs")}
     proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

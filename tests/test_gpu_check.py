@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_gpu_check_smoke_run_writes_sane_figures_for_both_variants(tmp_path):
     out = tmp_path / "gpu_check.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRPO_TORCH_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRPO_HEALTH_TORCH_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--smoke", "--out", str(out)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

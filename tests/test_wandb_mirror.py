@@ -3,7 +3,7 @@ from its run-*.wandb file, gives the same scalars; tables, changes and failures 
 from __future__ import annotations
 
 import json
-import warnings
+import logging
 
 import numpy as np
 import pandas as pd
@@ -104,26 +104,50 @@ def test_bad_mode_is_refused(tmp_path):
         WandbMirror("off", "p", "r", tmp_path, {})
 
 
-def test_a_wandb_failure_disables_the_mirror_not_the_run(tmp_path):
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "grpo_core.integrations.wandb"
+            and r.levelno == logging.WARNING]
+
+
+def test_a_wandb_failure_disables_the_mirror_not_the_run(tmp_path, caplog):
     mirror = WandbMirror("offline", "p", "failing-run", tmp_path, {})
 
     def boom(*a, **k):
         raise OSError("disk full")
 
     mirror.run.log = boom
-    with pytest.warns(RuntimeWarning, match="disabled after an error: OSError: disk full"):
-        mirror.log_step(1, {names.REWARD: 1.0})
+    mirror.log_step(1, {names.REWARD: 1.0})
+    assert _warnings(caplog) == ["W&B mirror disabled after an error: OSError: disk full"]
     assert mirror.error == "OSError: disk full" and mirror.run is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        mirror.log_step(2, {names.REWARD: 1.0})  # a no-op now, no second warning
-        mirror.event("change", {"kind": "set_weights"}, 2)
-        mirror.finish()
+    mirror.log_step(2, {names.REWARD: 1.0})  # a no-op now, no second warning
+    mirror.event("change", {"kind": "set_weights"}, 2)
+    mirror.finish()
+    assert len(_warnings(caplog)) == 1
 
 
-def test_a_step_going_backwards_is_said_not_lost_quietly(tmp_path):
+def test_a_step_going_backwards_is_said_not_lost_quietly(tmp_path, caplog):
     mirror = WandbMirror("offline", "p", "back-run", tmp_path, {})
     mirror.log_step(3, {names.REWARD: 1.0})
-    with pytest.warns(RuntimeWarning, match="step 2 after step 3 is not logged"):
-        mirror.log_step(2, {names.REWARD: 1.0})
+    mirror.log_step(2, {names.REWARD: 1.0})
+    assert _warnings(caplog) == ["W&B mirror: step 2 after step 3 is not logged (W&B steps must increase)"]
     mirror.finish()
+
+
+# ---- project and entity: as wandb.init resolves them ---------------------------------------------
+@pytest.mark.parametrize("configured, env, expected", [
+    ("", None, "grpo-health"),  # nothing set: our default
+    ("", "team-proj", "team-proj"),  # $WANDB_PROJECT beats our default
+    ("mine", "team-proj", "mine"),  # a project in the config beats the env, as wandb.init(project=...) does
+])
+def test_the_project_is_the_configs_else_wandb_project_else_ours(tmp_path, monkeypatch, configured, env, expected):
+    if env is None:
+        monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_PROJECT", env)
+    monkeypatch.setenv("WANDB_ENTITY", "my-team")
+    mirror = WandbMirror("offline", configured, "proj-run", tmp_path, {})
+    try:
+        assert mirror.run.project == expected
+        assert mirror.run.entity == "my-team"  # $WANDB_ENTITY, read when this mirror starts
+    finally:
+        mirror.finish()

@@ -130,7 +130,7 @@ class _Staged:
 class ArtMonitor:
     """Records an ART run's steps into a run store and answers the dashboard's requests.
 
-    run_id / runs_dir: where the store goes (default a new id under $GRPO_RUNS_DIR or ./runs).
+    run_id / runs_dir: where the store goes (default a new id under $GRPO_HEALTH_RUNS_DIR or ./runs).
     metrics: the trajectory.metrics keys to record as scores (default: every numeric one).
     apply_weights: accept set_weights, recomputing trajectory.reward (see the module doc);
         weights: the weights to start with (needs apply_weights).

@@ -232,7 +232,9 @@ def _merge_history(rows: dict, history: SourceRun, report: ImportReport):
     for step, hrow in history.scalars.items():
         row = rows.setdefault(step, {})
         for name in (names.GROUPS_SUBMITTED, names.GROUPS_TRAINABLE):
-            if name in row and name in hrow and row[name] != hrow[name]:
-                report.note(f"step {step}: history.jsonl says {name} {hrow[name]:g}, the trajectory file has "
+            # The trajectory files hold the batch trained on: not the groups a PipelineTrainer dropped.
+            said = hrow.get(name, 0) - (hrow.get(names.GROUPS_FILTERED, 0) if name == names.GROUPS_SUBMITTED else 0)
+            if name in row and name in hrow and row[name] != said:
+                report.note(f"step {step}: history.jsonl says {name} {said:g}, the trajectory file has "
                             f"{row[name]:g} groups with trajectories; history's counts kept")
         row.update(hrow)

@@ -85,6 +85,12 @@ def derive_counts(rows: dict, style: str, report: ImportReport):
     equal' rule gives frac_reward_zero_std = 1 - ratio."""
     for step in sorted(rows):
         r = rows[step]
+        if style == "art":  # ART's PipelineTrainer counts only the batch it trained (names.ART_NAMES)
+            for count, dropped, ratio in ((names.GROUPS_SUBMITTED, names.GROUPS_FILTERED, names.TRAINABLE_RATIO),
+                                          (names.CUM_GROUPS_SUBMITTED, names.CUM_GROUPS_FILTERED,
+                                           names.CUM_TRAINABLE_RATIO)):
+                if count in r and dropped in r and ratio not in r:  # once: the ratio below marks it done
+                    r[count] += r[dropped]
         s, t = r.get(names.GROUPS_SUBMITTED), r.get(names.GROUPS_TRAINABLE)
         if names.TRAINABLE_RATIO not in r and s and t is not None:
             r[names.TRAINABLE_RATIO] = t / s
@@ -96,6 +102,9 @@ def derive_counts(rows: dict, style: str, report: ImportReport):
     if style == "art":
         report.note("ART counts a group trainable when its rewards are not all equal: "
                     "frac_reward_zero_std = 1 - trainable ratio")
+        if any(names.GROUPS_FILTERED in r for r in rows.values()):
+            report.note("ART's PipelineTrainer dropped zero-variance groups before training: they are added to "
+                        "the groups submitted (ART's own count is the batch trained on)")
 
 
 def steps_after(run: SourceRun, last: int | None) -> list[int]:

@@ -17,13 +17,18 @@ once) instead of raising into the trainer.
 Offline is the default and touches no network: WANDB_MODE=offline, files under
 `<run_dir>/wandb/`, to be uploaded later with `wandb sync` if wanted. wandb is imported
 only when a mirror is created.
+
+Project and entity as wandb.init itself resolves them: a project set in the config
+(log.wandb_project) wins, else $WANDB_PROJECT, else "grpo-health"; the entity is
+$WANDB_ENTITY, else the account's default (read at each mirror's start: wandb itself reads its
+environment once per process).
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-import warnings
 
 import pandas as pd
 
@@ -33,12 +38,22 @@ from grpo_core.runs import names
 from grpo_core.runs.store import EV_ALERT, EV_CHANGE, EV_CHECKPOINT, EV_REJECTED
 
 MODES = ("offline", "online")
+DEFAULT_PROJECT = "grpo-health"  # when neither the config nor $WANDB_PROJECT names one
 TRL_ALIASES = {names.REWARD: "reward", names.REWARD_STD: "reward_std"}  # frac_reward_zero_std is already TRL's name
 ROLLOUT_TEXT_CHARS = 500  # enough to read a completion in a W&B table, not a megabyte per step
 
 
+logger = logging.getLogger(__name__)
+
+
+def project_name(configured: str | None) -> str:
+    """The W&B project: the config's, else $WANDB_PROJECT, else DEFAULT_PROJECT. An explicit
+    project beats the environment, as in wandb.init(project=...)."""
+    return configured or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
+
+
 class WandbMirror:
-    def __init__(self, mode: str = "offline", project: str = "grpo-health", run_id: str | None = None,
+    def __init__(self, mode: str = "offline", project: str | None = None, run_id: str | None = None,
                  run_dir: str | os.PathLike = ".", config: dict | None = None, table_every: int = 10,
                  max_table_rollouts: int = 64):
         if mode not in MODES:
@@ -57,7 +72,8 @@ class WandbMirror:
 
         self._wandb = wandb
         self.run = wandb.init(
-            project=project, id=run_id, name=run_id, dir=str(run_dir), mode=mode,
+            project=project_name(project), entity=os.environ.get("WANDB_ENTITY") or None,
+            id=run_id, name=run_id, dir=str(run_dir), mode=mode,
             config={**(config or {}), "grpo_health": {"run_id": run_id, "mirror": 1}},
             reinit="create_new",  # never finish a run the user (or TRL's callback) already has open
             settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, save_code=False,
@@ -172,5 +188,5 @@ class WandbMirror:
 
     @staticmethod
     def _warn(msg: str):
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        logger.warning(msg)
 

@@ -14,6 +14,14 @@ SCORING_ERRORS = "data/scoring_errors"  # rollouts whose metric raised or gave N
 SAMPLING_BATCHES = "data/sampling_batches"  # prompt batches drawn (dynamic sampling)
 SKIPPED_PROMPTS = "data/skipped_prompts"  # drawn, skipped before sampling (grpo.skip_zero_variance)
 CUM_SKIPPED_PROMPTS = "data/cum/skipped_prompts"
+# Dynamic sampling in another trainer (verl's algorithm.filter_groups, DAPO): groups sampled, then dropped.
+GROUPS_FILTERED = "data/step_num_groups_filtered"  # scores all equal (no signal): dropped, more sampled
+GROUPS_SURPLUS = "data/step_num_groups_surplus"  # groups with signal beyond the batch: sampled, unused
+# Async pipelines (ART's PipelineTrainer, SkyRL's fully async trainer) drop groups between sampling
+# and the update too: GROUPS_FILTERED for those with no signal, and these for those too old to train on.
+CUM_GROUPS_FILTERED = "data/cum/num_groups_filtered"  # GROUPS_FILTERED summed over the run so far
+GROUPS_STALE = "data/step_num_groups_stale"  # sampled by a policy too many updates old: dropped, signal unjudged
+CUM_GROUPS_STALE = "data/cum/num_groups_stale"  # GROUPS_STALE summed over the run so far
 
 # --- health -------------------------------------------------------------------
 # Non-trainable groups split by why (step_stats.group_outcomes): every completion right / every one wrong.
@@ -25,6 +33,11 @@ PHANTOM_GROUPS = "health/phantom_groups"
 # Groups counted trainable whose reward spread is float rounding (step_stats.float_noise): TRL
 # trains them, on advantages made of rounding error. The stricter view beside TRL's count.
 NOISE_GROUPS = "health/float_noise_groups"
+# prime-rl's solve rates: the share of the step's groups whose every reward is 0 / is 1. Both are
+# uniform groups; with rewards other than 0 and 1 there are uniform groups neither counts, so the
+# two give 1 - trainable ratio only for 0/1 rewards, which a log does not say: no ratio is derived.
+SHARE_NONE_SOLVED = "health/share_none_solved"  # share of the step's groups: every reward 0 (prime-rl)
+SHARE_ALL_SOLVED = "health/share_all_solved"  # share of the step's groups: every reward 1 (prime-rl)
 MIN_GROUP_STD = "health/min_group_std"  # the threshold in force at this step
 DIFFICULTY = "health/difficulty"  # the task level in force at this step
 
@@ -107,6 +120,10 @@ TIME_LOG = "time/log_s"  # store + mirror writes of the previous step
 THROUGHPUT_TOKENS = "throughput/tokens_per_s"
 TIME_WEIGHT_SYNC = "time/weight_sync_s"  # grpo.engine=vllm: pushing the updated weights into the engine
 
+# --- GPU memory (CUDA only: absent on CPU), in GiB (2^30 bytes, as memory_model and bench/gpu_check) ---
+GPU_MEMORY_ALLOCATED = "gpu/memory_allocated_gb"  # torch.cuda.memory_allocated at the step's end (rank 0's GPU)
+GPU_MAX_MEMORY_ALLOCATED = "gpu/max_memory_allocated_gb"  # the peak since the previous step's end
+
 # --- sampler vs trainer (grpo.engine=vllm): TRL's names for the same quantities -------
 # |trainer - sampler| log-prob of each sampled completion token: ~0 when the engine holds the
 # trainer's weights; it grows when a weight sync fails or goes stale.
@@ -160,6 +177,36 @@ ART_NAMES = {
     "val/reward": EVAL_REWARD,  # model.log(split="val"): mean reward over the held-out trajectories
     "train/num_groups_submitted": GROUPS_SUBMITTED,  # older ART
     "train/num_groups_trainable": GROUPS_TRAINABLE,
+    # PipelineTrainer (art.pipeline_trainer): it drops groups before the backend trains, so its
+    # data/step_num_groups_* count only the batch trained on; integrations.base.derive_counts adds
+    # the zero-variance ones back into submitted (they were sampled for the step, and taught nothing).
+    "discarded/step/zero_variance_groups": GROUPS_FILTERED,  # rewards within 1e-12 of each other
+    "discarded/cum/zero_variance_groups": CUM_GROUPS_FILTERED,
+    "discarded/step/stale_groups": GROUPS_STALE,  # older than max_steps_off_policy when dequeued
+    "discarded/cum/stale_groups": CUM_GROUPS_STALE,
+    # Kept as art/<name>: discarded/rate/* (cumulative share of all groups generated),
+    # discarded/reward (the dropped groups' mean reward: split "discarded"), and queue/* (the
+    # pipeline's plumbing: queue depth and occupancy, put/get waits, queue/actual_stale_fraction =
+    # the step's stale groups / groups dequeued), which say how the pipeline flows, not what a group taught.
+}
+# SkyRL (skyrl.train.fully_async_trainer): with sample_full_batch it drops zero-variance groups
+# (rewards within zero_variance_filter_tol) until a mini-batch of groups with signal is full.
+SKYRL_NAMES = {
+    "async/num_groups_dropped": GROUPS_FILTERED,
+    # mini_batch / (mini_batch + dropped): the share of groups with signal (a group with one live
+    # trajectory, the rest masked out, is kept too: rare), i.e. our trainable ratio
+    "async/keep_rate": TRAINABLE_RATIO,
+}
+# prime-rl (orchestrator/metrics.py solve_rates; the key moved with its releases: all three are read).
+# <agent> is one path segment: with several agents, each agent's value lands on the one name
+# (reported as logged twice with different values).
+PRIME_RL_NAMES = {
+    "reward/solve_none": SHARE_NONE_SOLVED,  # 2025: every reward of the group == 0
+    "reward/solve_all": SHARE_ALL_SOLVED,  # every reward == 1
+    "solve_none/all": SHARE_NONE_SOLVED,  # 2026 to June: the group's rewards sum to 0
+    "solve_all/all": SHARE_ALL_SOLVED,  # they sum to the group size
+    "train/agg/all/<agent>/solved_none": SHARE_NONE_SOLVED,  # since: sum 0, over every rollout that came back
+    "train/agg/all/<agent>/solved_all": SHARE_ALL_SOLVED,  # every reward == 1.0
 }
 # verl: its Tracking keys (console, file logger JSONL, W&B).
 VERL_NAMES = {
@@ -174,8 +221,31 @@ VERL_NAMES = {
     "timing_s/step": TIME_STEP,
     "timing_s/gen": TIME_GENERATE,
     "timing_s/update_actor": TIME_TRAIN,
+    # dynamic sampling (verl/trainer/ppo/v1/replay_buffer.py): counts of groups (prompt uids), summed per step
+    "training/filter_groups/evicted_samples": GROUPS_FILTERED,
+    "training/filter_groups/discarded_surplus_samples": GROUPS_SURPLUS,
 }
-FOREIGN_NAMES = {"trl": TRL_NAMES, "art": ART_NAMES, "verl": VERL_NAMES}
+FOREIGN_NAMES = {"trl": TRL_NAMES, "art": ART_NAMES, "verl": VERL_NAMES, "skyrl": SKYRL_NAMES,
+                 "prime-rl": PRIME_RL_NAMES}
+
+
+def foreign_name(source: str, key: str) -> str | None:
+    """`source`'s `key` -> our name by its FOREIGN_NAMES table; a `<...>` part of a listed key
+    matches one path segment (and fills the same `<...>` in our name). None: not listed."""
+    table = FOREIGN_NAMES.get(source, {})
+    if key in table:
+        return table[key]
+    parts = key.split("/")
+    for listed, ours in table.items():
+        pattern = listed.split("/")
+        if "<" not in listed or len(pattern) != len(parts):
+            continue
+        slots = {p: k for p, k in zip(pattern, parts) if p.startswith("<") and p.endswith(">")}
+        if all(p == k or p in slots for p, k in zip(pattern, parts)):
+            for slot, segment in slots.items():
+                ours = ours.replace(slot, segment)
+            return ours
+    return None
 
 
 # The names every step of the embedded trainer logs (per-metric names come on top).

@@ -110,7 +110,7 @@ class RunStore(RunReads):
         except (OSError, sqlite3.Error) as e:  # runs dir read-only, full, or a file: one line, not a traceback
             raise StoreError(f"cannot create run {run_id!r} in {run_dir.parent}: "
                              f"{storage_problem(e) or getattr(e, 'strerror', None) or e}; the runs dir must be "
-                             "a writable folder (--runs-dir or $GRPO_RUNS_DIR)") from None
+                             "a writable folder (--runs-dir or $GRPO_HEALTH_RUNS_DIR)") from None
         store = cls(run_dir / DB_NAME, create=True)
         if store.get_meta().get("schema_version") is None:
             store.set_meta(**meta)

@@ -2,7 +2,8 @@
 
 For `train`: the config and the store (a new run, one the dashboard created, or --resume), the
 checks that need no model, the stop signals, and one line (exit code 1 or 2) for what went
-wrong, never a traceback wall for a user's mistake."""
+wrong, never a traceback wall for a user's mistake. Those lines (stderr) are the verb's own
+output; what the trainer says as it runs comes through `logging` (the CLI shows it)."""
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 import sys
 import time
@@ -37,12 +38,14 @@ from grpo_core.runs.store import APPLIED, EV_CHECKPOINT, EV_MEMORY, RunStore
 from grpo_core.runs.writer import BatchedWrites
 from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
-from grpo_core.train import (checkpoints, evaluation, grpo, models, out_of_memory, rank_failure, ranks, sampling,
-                             step_batch)
+from grpo_core.train import (checkpoints, evaluation, gpu_memory, grpo, models, out_of_memory, rank_failure, ranks,
+                             sampling, step_batch)
 from grpo_core.train.native_sampling import Rollouts
 from grpo_core.train.ranks import SINGLE, Ranks, group_seeds
 from grpo_core.train.skipping import PromptSkipper
 from grpo_core.train.step_events import AlertWatch, Curriculum
+
+logger = logging.getLogger(__name__)  # what a run says as it goes; `python -m grpo_core` shows it on stderr
 
 
 class Trainer:
@@ -51,7 +54,7 @@ class Trainer:
         """`store` on rank 0 (every rank of a single process); the other ranks of a torchrun job
         have none and are given the run's folder (`run_dir`) instead."""
         self.cfg, self.store, self.resume, self.ranks = cfg, store, resume, ranks
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.log = log or logger.info  # log: a callable instead (a test's silence, a quiet rank)
         self.run_dir = store.run_dir if store is not None else Path(run_dir)
         self.runs_root = self.run_dir.parent
         g = cfg.grpo
@@ -141,6 +144,7 @@ class Trainer:
             roll = self.rollout(drawn[share], seeds=group_seeds(g.seed, self.step + 1, len(rolls), share.start,
                                                                 share.stop - share.start))
             t1 = time.perf_counter()
+            self.reward.at_step(self.step, g.steps, roll)  # TRL-style reward functions' trainer_state and ids
             local = self.reward.score(roll.texts, roll.examples)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
             mine += range(len(examples) + share.start, len(examples) + share.stop)
@@ -258,6 +262,7 @@ class Trainer:
             names.SAMPLING_BATCHES: float(sample.batches),
         })
         scalars.update(loss.get("mismatch") or {})  # an engine-sampled step: sampler vs trainer log-probs
+        scalars.update(gpu_memory.step_scalars(self.device))  # CUDA only: absent on CPU
         if t_sync is not None:
             scalars[names.TIME_WEIGHT_SYNC] = t_sync
         if not update:  # nothing trained: log no loss at all rather than empty values
@@ -540,12 +545,16 @@ class Trainer:
             writer.close(raise_error=raise_error)
 
     def open_mirror(self):
-        """The W&B mirror when log.wandb is offline/online (imported lazily: wandb is optional)."""
+        """The W&B mirror when log.wandb is offline/online, the Trackio mirror when log.trackio names
+        a project (each imported lazily: both optional); both on: fed as one."""
+        from grpo_core.integrations.trackio_mirror import TrackioMirror, together
+        trackio = TrackioMirror(self.cfg.log.trackio, self.store.run_id, self.cfg.to_dict()) \
+            if self.cfg.log.trackio else None
         if self.cfg.log.wandb == "off":
-            return None
+            return trackio
         from grpo_core.integrations.wandb import WandbMirror
-        return WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
-                           self.store.run_dir, self.cfg.to_dict())
+        return together(trackio, WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
+                                             self.store.run_dir, self.cfg.to_dict()))
 
     def failure_line(self, error: BaseException) -> str:
         """The one line a failed run ends with."""
