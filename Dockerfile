@@ -1,16 +1,20 @@
 # GRPO Health dashboard + trainer, CPU build. The install steps are the Makefile's
-# (`pip install -r requirements.txt` then the package without deps): tests/check_dockerfile.py
-# fails `make test` if the two drift apart.
+# (`pip install -r requirements.txt` then the package without deps), after the CPU torch:
+# tests/check_dockerfile.py fails `make test` if they drift apart. Image size: README, Docker.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    GRPO_RUNS_DIR=/data/runs
+    GRPO_HEALTH_RUNS_DIR=/data/runs
 
 WORKDIR /app
 COPY requirements.txt pyproject.toml README.md ./
-RUN pip install -r requirements.txt
+# PyPI's torch wheel for Linux is the CUDA build and pulls GBs of nvidia-* libraries: install the
+# CPU build of requirements.txt's torch pin from PyTorch's CPU index first; requirements.txt then
+# finds that torch installed and keeps it.
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+    && pip install -r requirements.txt
 
 COPY grpo_core ./grpo_core
 COPY app.py ./

@@ -65,12 +65,12 @@ bench: $(TEST_STAMP)  ## all benchmarks (long: ~1 h on 2 cores); figures land in
 	$(PY) bench/health_bench.py --repeats 20
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/demo_curves.py
-	GRPO_TORCH_THREADS=1 $(PY) bench/profile_step.py --steps 40
-	GRPO_TORCH_THREADS=1 $(PY) bench/monitoring_overhead.py --steps 240
-	GRPO_TORCH_THREADS=1 $(PY) bench/monitoring_overhead.py --steps 60 --segment 6 $(BIG_MODEL)
+	GRPO_HEALTH_TORCH_THREADS=1 $(PY) bench/profile_step.py --steps 40
+	GRPO_HEALTH_TORCH_THREADS=1 $(PY) bench/monitoring_overhead.py --steps 240
+	GRPO_HEALTH_TORCH_THREADS=1 $(PY) bench/monitoring_overhead.py --steps 60 --segment 6 $(BIG_MODEL)
 	$(PY) bench/store_scale.py --repeats 5
 	mkdir -p $(BENCH_TMP)
-	for s in 0 1 2; do GRPO_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --no-write --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
+	for s in 0 1 2; do GRPO_HEALTH_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --no-write --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
 	$(PY) bench/trainer_vs_trl.py --from-json $(BENCH_TMP)/trl-s0.json,$(BENCH_TMP)/trl-s1.json,$(BENCH_TMP)/trl-s2.json
 	$(PY) bench/autopilot_demo.py --seeds 0 1 2
 
@@ -78,7 +78,7 @@ bench-gpu: $(TEST_STAMP)  ## on a machine with CUDA: the Qwen2.5-0.5B architectu
 	$(PY) bench/gpu_check.py --out docs/gpu_check.json
 
 screenshots: $(TEST_STAMP)  ## refresh docs/screenshots/ from the browser test
-	GRPO_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser_live.py
+	GRPO_HEALTH_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_browser_live.py
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)

@@ -48,7 +48,7 @@ def start(run_id: str, runs: Path, steps: int, seed: int, autopilot: bool, extra
     cmd = [sys.executable, "-m", "grpo_core", "train", "--run-id", run_id, "--runs-dir", str(runs)]
     for s in sets:
         cmd += ["--set", s]
-    env = {**os.environ, "GRPO_TORCH_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "GRPO_HEALTH_TORCH_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 
@@ -81,7 +81,7 @@ def run_eval(runs: Path, eval_id: str, ckpt: Path, seed: int, batches: int, extr
            "--set", f"grpo.steps={batches}", "--set", "log.progress=false"]
     for x in extra:
         cmd += ["--set", x]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "GRPO_TORCH_THREADS": "1"})
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env={**os.environ, "GRPO_HEALTH_TORCH_THREADS": "1"})
 
 
 def paired_se(off: dict, on: dict) -> float:

@@ -73,7 +73,7 @@ def state_bytes(st) -> int:
 def apptest_times(run_dir: Path, repeats: int):
     """Whole live page under AppTest: script + widgets + plotly serialisation, no browser."""
     from streamlit.testing.v1 import AppTest
-    os.environ["GRPO_RUNS_DIR"] = str(run_dir.parent)
+    os.environ["GRPO_HEALTH_RUNS_DIR"] = str(run_dir.parent)
     first, again = [], []
     for _ in range(repeats):
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)

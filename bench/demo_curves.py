@@ -61,7 +61,7 @@ def wait_store(db: Path, proc, timeout=120) -> RunStore:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=0,
-                    help="GRPO_TORCH_THREADS for the trainer (0: the trainer's rule, 1 for the built-in model)")
+                    help="GRPO_HEALTH_TORCH_THREADS for the trainer (0: the trainer's rule, 1 for the built-in model)")
     ap.add_argument("--harder", type=int, default=2, help="level the set_difficulty request asks for")
     ap.add_argument("--max-steps", type=int, default=600, help="grpo.steps of the run (it is stopped earlier)")
     ap.add_argument("--after-lift", type=int, default=60, help="steps to keep running after the switch")
@@ -75,11 +75,11 @@ def main() -> int:
     cmd = [sys.executable, "-m", "grpo_core", "train", "--set", f"grpo.steps={args.max_steps}",
            "--set", "log.progress=false", "--run-id", run_id, "--runs-dir", str(runs)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("GRPO_TORCH_THREADS", None)
+    env.pop("GRPO_HEALTH_TORCH_THREADS", None)
     prefix = ""
     if args.threads:
-        env["GRPO_TORCH_THREADS"] = str(args.threads)
-        prefix = f"GRPO_TORCH_THREADS={args.threads} "
+        env["GRPO_HEALTH_TORCH_THREADS"] = str(args.threads)
+        prefix = f"GRPO_HEALTH_TORCH_THREADS={args.threads} "
     shown = f"{prefix}python -m grpo_core train --set grpo.steps={args.max_steps} --run-id {run_id} --runs-dir <fresh dir>"
     print(f"$ {shown}", flush=True)
     load0 = os.getloadavg()[0]

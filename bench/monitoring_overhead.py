@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("GRPO_TORCH_THREADS", "1")
+os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 
 from perf_common import machine, publish, summary  # noqa: E402
 from profile_step import make_trainer  # noqa: E402
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
         "**no store** (`Trainer.log_step` a no-op), **bare** (no store writes, no alerts/curriculum, no "
         "control polling).",
         "",
-        f"- Command: `GRPO_TORCH_THREADS=1 .venv/bin/python bench/monitoring_overhead.py --steps {args.steps}`",
+        f"- Command: `GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/monitoring_overhead.py --steps {args.steps}`",
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}; {len(steps['full'])} step intervals per variant",
         f"- Target: writing everything to the store costs < {TARGET:.0%} of a step. Result (direct): "
@@ -206,7 +206,7 @@ def publish_variant(args, tr, med, direct_store, cont_store, per_step_store, pai
         f"{sum(p.numel() for p in tr.model.parameters()) / 1e6:.1f}M parameters), everything else as the demo: the store writes the "
         "same rows per step, so its share falls as the step grows.",
         "",
-        f"- Command: `GRPO_TORCH_THREADS=1 .venv/bin/python bench/monitoring_overhead.py --steps {args.steps} "
+        f"- Command: `GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/monitoring_overhead.py --steps {args.steps} "
         f"--segment {args.segment} {sets}`",
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}",

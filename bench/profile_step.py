@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("GRPO_TORCH_THREADS", "1")
+os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 
 import torch  # noqa: E402
 from perf_common import machine, summary, write_section  # noqa: E402
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
         "tokens, built-in model), split by stage timers (no profiler in the timed runs). The floor is one "
         "sampling pass plus one forward/backward/update; everything else should cost < 10% of the step.",
         "",
-        f"- Command: `GRPO_TORCH_THREADS=1 .venv/bin/python bench/profile_step.py --steps {args.steps}"
+        f"- Command: `GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/profile_step.py --steps {args.steps}"
         f"{' --ablate ' + args.ablate if args.ablate != ABLATE else ''}`",
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M %Z')}; {len(cur)} steps per variant in alternating segments "

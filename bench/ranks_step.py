@@ -8,7 +8,7 @@ grpo_core train` (each rank samples whole groups for 4 of the 8 prompts, one glo
 the gradients per step). Both are started as the CLI starts them, through a thin wrapper (this
 file, `--worker`) that only notes when each of rank 0's steps ends: the store keeps per-step
 durations, not timestamps. Every process runs one torch thread (OMP_NUM_THREADS=1,
-GRPO_TORCH_THREADS=1, as tests/test_torchrun.py starts its jobs). A third job, one process on
+GRPO_HEALTH_TORCH_THREADS=1, as tests/test_torchrun.py starts its jobs). A third job, one process on
 half the prompts, is one rank's share of the work with nobody to wait for or exchange with: the
 most 2 ranks could reach, were the split free.
 
@@ -100,7 +100,7 @@ def run_job(ranks: int, run_id: str, runs: Path, config: Path, sets: list[str], 
                       "--runs-dir", str(runs), "--config", str(config)] + [a for s in sets for a in ("--set", s)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if one_thread:
-        env.update(OMP_NUM_THREADS="1", GRPO_TORCH_THREADS="1")
+        env.update(OMP_NUM_THREADS="1", GRPO_HEALTH_TORCH_THREADS="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=runs.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)

@@ -56,7 +56,7 @@ one-token warm step (AdamW's state then exists): peak over the memory before the
 grpo.micro_batch_groups 1, 2, 4, 8 x grpo.logit_chunk_mb 256 (default) and 0 (unchunked). An
 unchunked cell whose extrapolated peak does not fit in the free memory is skipped (said so).
 
-    GRPO_TORCH_THREADS=1 .venv/bin/python bench/real_model_vs_trl.py [--steps 12] [--segment 3]
+    GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/real_model_vs_trl.py [--steps 12] [--segment 3]
         [--mem-steps 3] [--no-probe] [--json out.json] [--from-json out.json] [--no-write]
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("GRPO_TORCH_THREADS", "1")
+os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 HEADING = "## Real-architecture model vs TRL"
@@ -639,7 +639,7 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps(out), flush=True)
         return 0
     from perf_common import machine, publish
-    cmd = "GRPO_TORCH_THREADS=1 .venv/bin/python bench/real_model_vs_trl.py" + "".join(
+    cmd = "GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/real_model_vs_trl.py" + "".join(
         f" --{k.replace('_', '-')} {getattr(args, k)}" for k, d in (("steps", 12), ("segment", 3), ("mem_steps", 3))
         if getattr(args, k) != d) + (" --no-probe" if args.no_probe else "")
     if args.from_json:

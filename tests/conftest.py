@@ -20,7 +20,7 @@ PYTHON = sys.executable
 def _isolated_runs_dir(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     runs.mkdir()
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(runs))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(runs))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     yield
@@ -28,4 +28,4 @@ def _isolated_runs_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def runs_dir(tmp_path) -> Path:
-    return Path(os.environ["GRPO_RUNS_DIR"])
+    return Path(os.environ["GRPO_HEALTH_RUNS_DIR"])

@@ -144,7 +144,7 @@ def trained_run(base: Path) -> tuple[Path, str]:
     cmd = [PY, "-m", "grpo_core", "train", "--run-id", run_id, "--runs-dir", str(root),
            "--set", f"grpo.steps={TRAINED_STEPS}", "--set", "grpo.prompts_per_step=4",
            "--set", "grpo.group_size=4", "--set", "log.progress=false", "--set", "model.warm_start_steps=0"]
-    env = {**os.environ, "GRPO_RUNS_DIR": str(root)}
+    env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(root)}
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0 or not db.exists():
         raise RuntimeError(f"trainer failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -154,7 +154,7 @@ def trained_run(base: Path) -> tuple[Path, str]:
 
 def run_page(path: str, run_id: str):
     """A Streamlit page (app.py or pages/*.py) run in AppTest on `run_id`; fails on any exception.
-    The runs dir is $GRPO_RUNS_DIR (the caller sets it)."""
+    The runs dir is $GRPO_HEALTH_RUNS_DIR (the caller sets it)."""
     from streamlit.testing.v1 import AppTest
     at = AppTest.from_file(str(REPO / path), default_timeout=60)
     at.session_state["run_id"] = run_id

@@ -26,7 +26,7 @@ LIVE_CFG = {"grpo": {"steps": 3000, "prompts_per_step": 2, "group_size": 4, "max
 def trained(tmp_path_factory, monkeypatch):
     """(runs_dir, run_id) of a finished real trainer run, shared by the session."""
     root, rid = trained_run(tmp_path_factory.getbasetemp())
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(root))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(root))
     return root, rid
 
 
@@ -329,7 +329,7 @@ def test_no_page_imports_torch(trained):
         sys.exit(1 if heavy else 0)
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "GRPO_RUNS_DIR": str(root)})
+                         env={**__import__("os").environ, "GRPO_HEALTH_RUNS_DIR": str(root)})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "HEAVY []" in out.stdout
 

@@ -5,7 +5,7 @@ start keeps training when serve stops; tests/test_serve_demo.py has the one it s
 Slow and few: weight slider -> Apply -> the trainer applies it -> "applied at step N"
 and the marker; two browser sessions applying at once; charts moving while the run
 trains; closing the browser and restarting the dashboard leave the trainer alone.
-GRPO_SCREENSHOTS=1 (make screenshots) saves the README screenshots to docs/screenshots/.
+GRPO_HEALTH_SCREENSHOTS=1 (make screenshots) saves the README screenshots to docs/screenshots/.
 """
 import os
 import re
@@ -32,7 +32,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 SHOTS = REPO / "docs" / "screenshots"
-SCREENSHOTS = os.environ.get("GRPO_SCREENSHOTS") == "1"
+SCREENSHOTS = os.environ.get("GRPO_HEALTH_SCREENSHOTS") == "1"
 # Fast by default (untrained model, tiny steps); the README screenshots use the real demo
 # (warm-started model, 8 prompts x G=8) and wait for enough steps to show the curves' shape.
 # A budget the run cannot reach while the module runs: it is live (and steerable) throughout.

@@ -65,7 +65,7 @@ def test_100_weight_requests_from_4_processes_each_applied_once_in_order_or_reje
                        "model.warm_start_steps=0", "log.progress=false", "log.checkpoint_every=0")
            for a in ("--set", s)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "trainer.log", "w"),
-        env={**os.environ, "GRPO_TORCH_THREADS": "1"})
+        env={**os.environ, "GRPO_HEALTH_TORCH_THREADS": "1"})
     go = tmp_path / "go"
     senders = [subprocess.Popen([sys.executable, "-c", SENDER, str(run), str(k), str(go), str(tmp_path / f"s{k}.json")],
                                 cwd=REPO, stderr=subprocess.PIPE, text=True) for k in range(SENDERS)]
@@ -125,9 +125,9 @@ def test_100_weight_requests_from_4_processes_each_applied_once_in_order_or_reje
         for m, w in current.items():
             assert wide.loc[step, f"reward/{m}/weight"] == pytest.approx(w), (step, m)
     assert wide.index[-1] >= max(steps)  # the last change was in force for a logged step too
-    if os.environ.get("GRPO_CONC_REPORT"):  # numbers for docs/reliability.md
+    if os.environ.get("GRPO_HEALTH_CONC_REPORT"):  # numbers for docs/reliability.md
         per_step = ctl[ctl["status"] == "applied"].groupby("applied_step").size()
-        Path(os.environ["GRPO_CONC_REPORT"]).write_text(json.dumps({
+        Path(os.environ["GRPO_HEALTH_CONC_REPORT"]).write_text(json.dumps({
             "requests": len(sent), "applied": int((ctl["status"] == "applied").sum()),
             "rejected": int((ctl["status"] == "rejected").sum()), "apply_steps": int(per_step.size),
             "most_at_one_step": int(per_step.max()), "steps_logged": int(wide.index[-1]),

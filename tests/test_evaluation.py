@@ -80,7 +80,7 @@ def test_the_eval_curve_is_on_the_live_page_the_analysis_page_and_the_report(tmp
     from tests.helpers_dashboard import REPO, chart_specs, run_page
     run(tmp_path, "ev", ["eval.every=2", "eval.prompts=4"])
     run(tmp_path, "plain")
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
     monkeypatch.chdir(REPO)
     held = [s for s in chart_specs(run_page("app.py", "ev")) if s["layout"]["title"]["text"] == "Held-out evaluation"]
     x = held[0]["data"][0]["x"] if len(held) == 1 else None

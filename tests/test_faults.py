@@ -5,7 +5,7 @@ After every kill: the store opens and passes integrity_check, holds every commit
 whole (each step's groups and rollouts, steps contiguous from 1; none the store showed before the kill is lost,
 but for those a resume redoes after its checkpoint), shows stale within 10 s,
 every checkpoint folder under its final name is complete, and `--resume` continues from
-the newest complete checkpoint. GRPO_FAULT_KILLS=20 runs the 20-kill version
+the newest complete checkpoint. GRPO_HEALTH_FAULT_KILLS=20 runs the 20-kill version
 (docs/reliability.md has its numbers); the default suite does 5.
 Streamlit restarted during a run: tests/test_browser_live.py
 (test_closing_the_browser_and_restarting_streamlit_leave_the_trainer_alone).
@@ -39,10 +39,10 @@ TINY_MODEL = ["model.hidden_size=32", "model.intermediate_size=64"]  # small che
 KP, KG = 8, 8
 KILL_RUN = [f"grpo.prompts_per_step={KP}", f"grpo.group_size={KG}", "grpo.max_new_tokens=16",
             "log.checkpoint_every=2"]
-KILLS = int(os.environ.get("GRPO_FAULT_KILLS", "5"))
+KILLS = int(os.environ.get("GRPO_HEALTH_FAULT_KILLS", "5"))
 MODES = ["random", "checkpoint", "store-write", "startup", "random"]
 CKPT_FILES = ("config.json", "model.safetensors", "state.pt", "tokenizer.json")
-REPORT = os.environ.get("GRPO_FAULT_REPORT")  # a path: write each kill's record there as JSON (for the docs)
+REPORT = os.environ.get("GRPO_HEALTH_FAULT_REPORT")  # a path: write each kill's record there as JSON (for the docs)
 
 
 SPAWNED: list[subprocess.Popen] = []
@@ -63,7 +63,7 @@ def spawn(root: Path, run_id: str, *, resume=False, sets=(), preexec=None) -> su
     cmd += ["--resume"] if resume else [a for s in SMALL + list(sets) for a in ("--set", s)]
     log = open(root / f"{run_id}.cli.log", "ab")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec,
-                            env={**os.environ, "GRPO_RUNS_DIR": str(root), "GRPO_TORCH_THREADS": "1"})
+                            env={**os.environ, "GRPO_HEALTH_RUNS_DIR": str(root), "GRPO_HEALTH_TORCH_THREADS": "1"})
     log.close()
     SPAWNED.append(proc)
     return proc
@@ -267,7 +267,7 @@ def test_unwritable_runs_dir_is_one_line_and_creates_nothing(a_file, capsys, whe
 
 
 def test_unwritable_runs_dir_on_the_runs_page_is_one_line(a_file, monkeypatch):
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(a_file))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(a_file))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.run()
     at.switch_page("pages/runs.py").run()

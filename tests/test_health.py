@@ -53,7 +53,7 @@ def random_scores(rng, p, g):
 
 
 def make_run(tmp_path, monkeypatch, steps=6, sizes=(4, 6), weights=None, seed=0, **kw):
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
     weights = weights or {"answer_f1": 0.02, "exact": 0.5, "format": 0.1}
     rng = np.random.default_rng(seed)
     store = RunStore.create("r1", {"reward": {"weights": weights}})
@@ -90,7 +90,7 @@ def test_cumulative_names_are_arts():
 
 
 def test_28_groups_5_trainable_ratio_and_low_ratio_alert(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
     store = RunStore.create("r28", {})
     cum, trainable_per_step = (0, 0), [2, 1, 0, 2]  # 4 steps x 7 groups = 28, 5 trainable
     for step, t in enumerate(trainable_per_step):
@@ -350,7 +350,7 @@ def test_what_if_bad_input():
 def uniform_binary_case(tmp_path, monkeypatch):
     """'exact' is always 1 (uniform: solved every time) and carries most of the weight;
     'answer_f1' varies a little, so its small weight leaves most groups under min_group_std."""
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
     weights = {"answer_f1": 0.1, "exact": 0.8, "format": 0.1}
     rng = np.random.default_rng(8)
     store = RunStore.create("sugg", {"reward": {"weights": weights}})

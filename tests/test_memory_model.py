@@ -97,7 +97,7 @@ def test_the_readme_table_is_what_bench_memory_table_prints():
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     spec = {"root": str(tmp_path_factory.mktemp("models")), "models": MODELS, "settings": SETTINGS}
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1", "GRPO_TORCH_THREADS": "1"}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1", "GRPO_HEALTH_TORCH_THREADS": "1"}
     proc = subprocess.run([sys.executable, __file__, json.dumps(spec)], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -75,11 +75,11 @@ def test_the_trainer_logs_outcomes_per_group_and_wasted_compute_per_step(tmp_pat
     page = AppTest.from_file(str(REPO / "pages" / "analysis.py"), default_timeout=60)
     page.session_state["run_id"] = "o"
     import os
-    os.environ["GRPO_RUNS_DIR"] = str(tmp_path)
+    os.environ["GRPO_HEALTH_RUNS_DIR"] = str(tmp_path)
     try:
         page.run()
     finally:
-        del os.environ["GRPO_RUNS_DIR"]
+        del os.environ["GRPO_HEALTH_RUNS_DIR"]
     assert not page.exception, [e.value for e in page.exception]
     shown = [d.value for d in page.dataframe if "trainable_rate" in d.value.columns]
     assert len(shown) == 1 and shown[0]["sampled"].sum() == 9
@@ -128,7 +128,7 @@ def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_spli
     text = live_cards.wasted_text(live_view.load(tmp_path / "lw"))
     share = wide[names.CUM_WASTED_TOKENS].iloc[-1] / wide[names.CUM_SAMPLED_TOKENS].iloc[-1]
     assert text.startswith(f"{share:.0%} of this run's sampling taught nothing")
-    monkeypatch.setenv("GRPO_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
     monkeypatch.chdir(REPO)
     at = run_page("app.py", "lw")
     assert any(c.value == text for c in at.caption)

@@ -50,8 +50,8 @@ def test_readme_own_data_commands_run_as_printed(tmp_path):
     """A fresh folder with the checkout's .venv: the own-prompts block, then the own-metric block,
     each line a real shell command, no PYTHONPATH, no runs dir but the folder's own."""
     (tmp_path / ".venv").symlink_to(REPO / ".venv")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPO_RUNS_DIR")}
-    env["GRPO_TORCH_THREADS"] = "1"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPO_HEALTH_RUNS_DIR")}
+    env["GRPO_HEALTH_TORCH_THREADS"] = "1"
     prompts = readme_block("<!-- own-data commands:")
     metric = readme_block("<!-- own-metric commands:")
     assert any("task.name=jsonl" in c and "task.dataset=prompts.jsonl" in c for c in prompts)

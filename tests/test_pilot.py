@@ -262,7 +262,7 @@ progress = false
 def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_path, monkeypatch):
     """p = 0.9, G = 2: the planner (fed the pilot's measured p) picks G for target 0.3; a pilot
     at that G, started the way the page starts one, measures a ratio that meets the target."""
-    env = {**os.environ, "PILOT_COIN_P": "0.9", "PILOT_COIN_SEED": "1", "GRPO_TORCH_THREADS": "1"}
+    env = {**os.environ, "PILOT_COIN_P": "0.9", "PILOT_COIN_SEED": "1", "GRPO_HEALTH_TORCH_THREADS": "1"}
     cmd = [sys.executable, "-m", "grpo_core", "pilot", "--config", _coin_config(tmp_path / "g2.toml", 2),
            "--set", "grpo.steps=8"]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -284,7 +284,7 @@ def test_planned_group_size_gives_a_pilot_that_meets_the_target(runs_dir, tmp_pa
     cfg = load_config(_coin_config(tmp_path / "g.toml", g), ["grpo.steps=8"])
     monkeypatch.setenv("PILOT_COIN_P", "0.9")
     monkeypatch.setenv("PILOT_COIN_SEED", "2")
-    monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
+    monkeypatch.setenv("GRPO_HEALTH_TORCH_THREADS", "1")
     monkeypatch.chdir(ROOT)
     rid = pilot_start.start_pilot(cfg)
     deadline = time.time() + 300
@@ -320,7 +320,7 @@ def test_pilot_applies_stop_and_rejects_other_requests(runs_dir, tmp_path, monke
 
     from grpo_core.tasks.loading import load_config
     from grpo_core.train.pilot import cli_pilot
-    monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
+    monkeypatch.setenv("GRPO_HEALTH_TORCH_THREADS", "1")
     threads = torch.get_num_threads()
     cfg = load_config(_coin_config(tmp_path / "c.toml", 2), ["grpo.steps=50"])
     with RunStore.create("stopme", cfg.to_dict(), kind="pilot") as s:
@@ -391,7 +391,7 @@ def level1_expert(tmp_path_factory):
     def match_rate_256(policy, tokenizer, demo, n=None):  # warm_start's stop check, on 256 samples not 64
         return match_rate(policy, tokenizer, demo, n=256)
     threads = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("GRPO_TORCH_THREADS", "1")))  # tiny model, shared box: 1
+    torch.set_num_threads(int(os.environ.get("GRPO_HEALTH_TORCH_THREADS", "1")))  # tiny model, shared box: 1
     try:
         with pytest.MonkeyPatch.context() as mp, torch.random.fork_rng(devices=[]):
             mp.setattr(models, "WARM_CHECK_EVERY", EXPERT_CHECK_EVERY)
@@ -412,8 +412,8 @@ def _run(cmd: str, run_id: str, *sets: str):
     argv = [sys.executable, "-m", "grpo_core", cmd, "--run-id", run_id, "--set", "log.progress=false"]
     for s in sets:
         argv += ["--set", s]
-    # tiny model, shared cores: one thread is fastest (GRPO_TORCH_THREADS=N to measure another kernel)
-    env = {**os.environ, "GRPO_TORCH_THREADS": os.environ.get("GRPO_TORCH_THREADS", "1")}
+    # tiny model, shared cores: one thread is fastest (GRPO_HEALTH_TORCH_THREADS=N to measure another kernel)
+    env = {**os.environ, "GRPO_HEALTH_TORCH_THREADS": os.environ.get("GRPO_HEALTH_TORCH_THREADS", "1")}
     res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
 

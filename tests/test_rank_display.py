@@ -25,7 +25,7 @@ def make_run(runs_dir, run_id: str, **meta) -> str:
 
 
 def status_cli(runs_dir, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPO_RUNS_DIR": str(runs_dir)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPO_HEALTH_RUNS_DIR": str(runs_dir)}
     return subprocess.run([sys.executable, "-m", "grpo_core", "status", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 

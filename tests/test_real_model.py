@@ -40,7 +40,7 @@ def test_it_trains_every_parameter_and_its_checkpoint_reloads(qwen2, tmp_path, m
                              "grpo.group_size=4", "grpo.max_new_tokens=12", "grpo.lr=1e-3", "grpo.min_group_std=0",
                              "log.progress=false", "log.checkpoint_every=0"])
     store = RunStore.create("qwen2", cfg.to_dict(), root=tmp_path)
-    monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
+    monkeypatch.setenv("GRPO_HEALTH_TORCH_THREADS", "1")
     tr = Trainer(cfg, store, log=lambda m: None)
 
     def varied(completions, examples):  # a random-init model's rewards would tie: give every group a spread
@@ -72,7 +72,7 @@ def test_lora_trains_only_the_adapters_resumes_and_exports_a_merged_model(qwen2,
                              "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=12", "grpo.lr=5e-3",
                              "grpo.min_group_std=0", "log.progress=false", "log.checkpoint_every=0"])
     store = RunStore.create("lora", cfg.to_dict(), root=tmp_path)
-    monkeypatch.setenv("GRPO_TORCH_THREADS", "1")
+    monkeypatch.setenv("GRPO_HEALTH_TORCH_THREADS", "1")
     tr = Trainer(cfg, store, log=lambda m: None)
 
     def varied(completions, examples):

@@ -49,7 +49,7 @@ def fresh_server(runs_dir, tmp_path):
 def start_servers(n: int, runs_dir, tmp_path):
     for i, rid in enumerate(["older-run", "newer-run"]):
         synth_run(runs_dir, rid, 3, status="finished", seed=i).close()
-    env = {**os.environ, "GRPO_RUNS_DIR": str(runs_dir)}
+    env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(runs_dir)}
     env.pop("GRPO_HEALTH_TOKEN", None)
     servers = []
     try:

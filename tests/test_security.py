@@ -60,7 +60,7 @@ def address(cmd: list[str]) -> str:
 def test_serve_binds_loopback_by_default_without_a_warning(launched, runs_dir, capsys):
     assert main(["serve", "--no-demo", "--port", "9"]) == 0
     assert address(launched["cmd"]) == "127.0.0.1"
-    assert "WARNING" not in capsys.readouterr().err and access.TOKEN_ENV not in launched["env"]
+    assert "warning:" not in capsys.readouterr().err and access.TOKEN_ENV not in launched["env"]
     cfg = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["address"] == "127.0.0.1"  # `streamlit run app.py` too
 
@@ -69,7 +69,7 @@ def test_serve_wider_warns_and_hands_the_token_over_by_env_only(launched, runs_d
     assert main(["serve", "--no-demo", "--port", "9", "--host", "0.0.0.0"]) == 0
     err = capsys.readouterr().err
     assert address(launched["cmd"]) == "0.0.0.0"
-    assert "WARNING: listening on 0.0.0.0:9" in err and "No token set" in err
+    assert "warning: listening on 0.0.0.0:9" in err and "No token set" in err
     assert main(["serve", "--no-demo", "--port", "9", "--host", "0.0.0.0", "--token", TOKEN]) == 0
     err = capsys.readouterr().err
     assert "Every browser must give the token first" in err
@@ -98,7 +98,7 @@ def listening(port: int) -> set[str]:
 def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_command_line(runs_dir, tmp_path):
     synth_run(runs_dir, "secret-run", 3, status="finished").close()
     ports = {"default": free_port(), "wide": free_port()}
-    env = {**os.environ, "GRPO_RUNS_DIR": str(runs_dir)}
+    env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(runs_dir)}
     logs = {k: open(tmp_path / f"{k}.log", "w") for k in ports}
     procs = {"default": subprocess.Popen([sys.executable, "-m", "grpo_core", "serve", "--no-demo", "--port",
                                           str(ports["default"])], cwd=REPO, env=env, stdout=logs["default"],
@@ -122,8 +122,8 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
         children = subprocess.run(["pgrep", "-f", f"server.port {ports['wide']}"], capture_output=True, text=True)
         for pid in children.stdout.split():
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            assert TOKEN not in cmdline and "enableXsrfProtection" not in cmdline
-        assert "WARNING: listening on 0.0.0.0" in (tmp_path / "wide.log").read_text()
+            assert TOKEN not in cmdline and "enableXsrfProtection\0true\0" in cmdline  # config.toml's, as a flag
+        assert "warning: listening on 0.0.0.0" in (tmp_path / "wide.log").read_text()
         if Path(CHROMIUM).exists():  # the first page a fresh server runs for /runs is pages/runs.py, not app.py
             assert first_view(ports["wide"], "runs") == (True, False)
     finally:

@@ -83,7 +83,7 @@ def _start(ranks: int, run_id: str, runs: Path, sets: list[str], config: Path) -
         args += ["--set", s]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
                 "127.0.0.1", "--master_port", str(_port()), "-m", "grpo_core"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "GRPO_TORCH_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "GRPO_HEALTH_TORCH_THREADS": "1"}
     return subprocess.Popen(launcher + args, cwd=runs.parent, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

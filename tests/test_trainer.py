@@ -669,7 +669,7 @@ def test_sampled_tokens_have_the_log_probs_training_scores(model, tok):
 def test_thread_rule(monkeypatch):
     old = torch.get_num_threads()
     try:
-        monkeypatch.delenv("GRPO_TORCH_THREADS", raising=False)
+        monkeypatch.delenv("GRPO_HEALTH_TORCH_THREADS", raising=False)
         models.set_threads(RunConfig())
         assert torch.get_num_threads() == 1  # built-in model: one thread
         models.set_threads()
@@ -678,7 +678,7 @@ def test_thread_rule(monkeypatch):
         cfg.model.path = "/some/model"
         models.set_threads(cfg)
         assert torch.get_num_threads() == max(1, min(4, __import__("os").cpu_count() or 1))
-        monkeypatch.setenv("GRPO_TORCH_THREADS", "2")
+        monkeypatch.setenv("GRPO_HEALTH_TORCH_THREADS", "2")
         models.set_threads(RunConfig())
         assert torch.get_num_threads() == 2
     finally:

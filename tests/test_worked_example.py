@@ -37,8 +37,8 @@ def test_the_worked_example_runs_as_printed(tmp_path):
     assert all(key in DOC.read_text(encoding="utf-8") for key in ("--warm-steps 4", "--set grpo.steps=3 --set eval.every=2"))
     for name in (".venv", "docs"):  # the checkout's root, as the doc's commands expect
         (tmp_path / name).symlink_to(REPO / name)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPO_RUNS_DIR")}
-    env["GRPO_TORCH_THREADS"] = "1"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPO_HEALTH_RUNS_DIR")}
+    env["GRPO_HEALTH_TORCH_THREADS"] = "1"
     for command in map(reduced, commands):
         done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"

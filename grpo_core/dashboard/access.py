@@ -8,8 +8,8 @@ reach it can start and stop runs, so what a browser sends is checked here:
   trainer's side (`python -m grpo_core train`); a run started from the dashboard with
   one is refused.
 - Paths typed in a form (model folder, JSONL dataset) must resolve, symlinks followed,
-  inside an allowed place: the runs dir, this repository, or a folder listed in
-  $GRPO_ALLOWED_DIRS (separated by ':'). A model path must be an existing folder, a
+  inside an allowed place: the runs dir, the source checkout (none for an installed wheel),
+  or a folder listed in $GRPO_HEALTH_ALLOWED_DIRS (separated by ':'). A model path must be an existing folder, a
   dataset an existing file; hub ids are for the CLI. `log.runs_dir` cannot be moved
   from a form. Run ids, preset names and upload names are checked where they are used
   (locations.check_run_id, presets.check_name, importers' run-id from the file name).
@@ -24,11 +24,11 @@ from pathlib import Path
 
 from grpo_core.errors import ConfigError
 from grpo_core.runs.config import RunConfig
-from grpo_core.runs.locations import runs_dir
+from grpo_core.runs.locations import env, runs_dir, source_checkout
 
 TOKEN_ENV = "GRPO_HEALTH_TOKEN"
-ALLOWED_ENV = "GRPO_ALLOWED_DIRS"
-REPO = Path(__file__).resolve().parents[2]
+ALLOWED_ENV = "GRPO_HEALTH_ALLOWED_DIRS"
+REPO = source_checkout()  # None when grpo_core is an installed wheel: no repository to allow
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -51,8 +51,8 @@ def is_loopback(host: str) -> bool:
 
 # ---- paths typed in forms ------------------------------------------------------------------------
 def allowed_roots(root=None) -> list[Path]:
-    extra = [Path(p).expanduser() for p in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if p.strip()]
-    return [p.resolve() for p in (runs_dir(root), REPO, *extra)]
+    extra = [Path(p).expanduser() for p in env(ALLOWED_ENV, "").split(os.pathsep) if p.strip()]
+    return [p.resolve() for p in (runs_dir(root), *([REPO] if REPO else []), *extra)]
 
 
 def check_ui_path(field: str, value: str, kind: str, root=None) -> str:

@@ -96,7 +96,7 @@ def _spawn(run_dir: Path, run_id: str, root: Path, resume: bool) -> str:
 def spawn(run_dir: Path, run_id: str, root: Path, command: list[str]) -> str:
     """Start `command` (a trainer or pilot) detached, logging to the run dir, and watch it."""
     log = open(run_dir / LOG_NAME, "ab")
-    env = {**os.environ, "GRPO_RUNS_DIR": str(root), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(root), "PYTHONUNBUFFERED": "1"}
     # Own session: Ctrl-C in the dashboard's terminal and a Streamlit restart never reach it.
     proc = subprocess.Popen(command, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -11,27 +11,69 @@ page or `python -m grpo_core control <run> stop` stops it.
 container): anyone who reaches the port can start and stop runs, so it prints a warning,
 and `--token` / $GRPO_HEALTH_TOKEN makes every page ask for a token first (access.py).
 Streamlit's XSRF protection stays on (.streamlit/config.toml); nothing here turns it off.
+
+The app is the checkout's app.py and pages/ when grpo_core runs from a source checkout, else
+the copy an installed wheel carries (grpo_core/streamlit_app, pyproject.toml says how).
+Streamlit reads .streamlit/config.toml only from its working dir and the home dir, so serve
+passes every setting in that file as a command-line flag: an installed serve, started from any
+folder, behaves like `make run`. Streamlit runs in serve's own working dir (the folder a
+relative path typed in a form is read against).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from grpo_core.dashboard import access, processes
 from grpo_core.errors import ConfigError, StoreError
-from grpo_core.runs.locations import runs_dir
+from grpo_core.runs.locations import env, runs_dir, source_checkout
 
-APP = Path(__file__).resolve().parents[2] / "app.py"
+logger = logging.getLogger(__name__)
+
+INSTALLED_APP = Path(__file__).resolve().parents[1] / "streamlit_app"  # where the wheel puts it
+PORT_ENV = "GRPO_HEALTH_PORT"
+DEFAULT_PORT = 8501
 
 
-def streamlit_command(port: int, app: Path = APP, host: str = "127.0.0.1") -> list[str]:
-    return [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-            "--server.address", host, "--server.headless", "true",
-            "--server.fileWatcherType", "none",  # see .streamlit/config.toml
-            "--browser.gatherUsageStats", "false"]
+def app_dir() -> Path:
+    """The folder holding app.py, pages/ and .streamlit/config.toml: the source checkout's,
+    else the installed wheel's copy."""
+    for folder in (source_checkout(), INSTALLED_APP):
+        if folder and (folder / "app.py").is_file():
+            return folder
+    raise FileNotFoundError(f"dashboard entry point not found: no app.py in a source checkout nor in {INSTALLED_APP} "
+                            "(reinstall grpo-health from its wheel)")
+
+
+def streamlit_settings(folder: Path) -> dict[str, object]:
+    """.streamlit/config.toml as Streamlit option names: {"server.headless": True, ...}."""
+    data = tomllib.loads((folder / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    return {f"{section}.{key}": value for section, keys in data.items() for key, value in keys.items()}
+
+
+def streamlit_command(port: int, app: Path | None = None, host: str = "127.0.0.1") -> list[str]:
+    """The Streamlit command line: config.toml's settings as flags, this serve's port and
+    address in place of the file's."""
+    folder = app.parent if app else app_dir()
+    settings = {**streamlit_settings(folder), "server.port": port, "server.address": host}
+    flags = [arg for name, value in settings.items()
+             for arg in (f"--{name}", str(value).lower() if isinstance(value, bool) else str(value))]
+    return [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), *flags]
+
+
+def serve_port(port: int | None) -> int:
+    """--port, else $GRPO_HEALTH_PORT, else 8501."""
+    if port is not None:
+        return port
+    text = env(PORT_ENV, str(DEFAULT_PORT))
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError(f"${PORT_ENV} must be a port number (1-65535), got {text!r}")
+    return int(text)
 
 
 def check_access(host: str, port: int, token: str | None):
@@ -39,10 +81,9 @@ def check_access(host: str, port: int, token: str | None):
     if token and len(token) < 8:
         raise ConfigError("--token / $GRPO_HEALTH_TOKEN must be at least 8 characters")
     if not access.is_loopback(host):
-        print(f"WARNING: listening on {host}:{port}, not only this machine: whoever reaches this port can "
-              "start, steer and stop runs. " + ("Every browser must give the token first." if token else
-              "No token set: use --token or $GRPO_HEALTH_TOKEN, or publish the port on loopback only."),
-              file=sys.stderr, flush=True)
+        logger.warning(f"listening on {host}:{port}, not only this machine: whoever reaches this port can "
+                       "start, steer and stop runs. " + ("Every browser must give the token first." if token else
+                       "No token set: use --token or $GRPO_HEALTH_TOKEN, or publish the port on loopback only."))
 
 
 def make_runs_dir(root) -> Path:
@@ -51,7 +92,7 @@ def make_runs_dir(root) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StoreError(f"runs dir {root} cannot be created: {e.strerror}; give a writable folder "
-                         "(--runs-dir or $GRPO_RUNS_DIR)") from None
+                         "(--runs-dir or $GRPO_HEALTH_RUNS_DIR)") from None
     return root
 
 
@@ -65,7 +106,7 @@ def banner(host: str, port: int, own_demo: str | None) -> str:
 
 def run_streamlit(command: list[str], env: dict) -> int:
     """Streamlit in the foreground until it exits, Ctrl-C or SIGTERM (then it is stopped too)."""
-    proc = subprocess.Popen(command, cwd=APP.parent, env=env)
+    proc = subprocess.Popen(command, env=env)
 
     def on_term(signum, frame):  # `kill <serve pid>` takes its Streamlit down with it
         raise KeyboardInterrupt
@@ -84,20 +125,20 @@ def run_streamlit(command: list[str], env: dict) -> int:
 def stop_own_demo(run_id: str, root: Path):
     """The demo run this serve started stops with it: a stop request (step finished, checkpoint),
     then a signal if its trainer does not exit in time. A second Ctrl-C leaves it to the request."""
-    print(f"stopping demo run {run_id} (finishing its step, checkpoint) ...", file=sys.stderr, flush=True)
+    logger.info(f"stopping demo run {run_id} (finishing its step, checkpoint) ...")
     try:
         gone = processes.stop_and_wait(run_id, root)
     except KeyboardInterrupt:  # impatient: the stop request is in the store, the trainer acts on it
-        print(f"demo run {run_id}: stop requested, not waited for", file=sys.stderr, flush=True)
+        logger.info(f"demo run {run_id}: stop requested, not waited for")
         return
-    print(f"demo run {run_id} {'stopped' if gone else 'did not stop: see ' + str(root / run_id / processes.LOG_NAME)}",
-          file=sys.stderr, flush=True)
+    log = root / run_id / processes.LOG_NAME
+    logger.info(f"demo run {run_id} {'stopped' if gone else f'did not stop: see {log}'}")
 
 
-def serve(port: int = 8501, demo: bool = True, root=None, overrides: list[str] | None = None,
+def serve(port: int | None = None, demo: bool = True, root=None, overrides: list[str] | None = None,
           host: str = "127.0.0.1", token: str | None = None) -> int:
-    if not APP.is_file():
-        raise FileNotFoundError(f"dashboard entry point not found: {APP} (run from a source checkout)")
+    port = serve_port(port)
+    command = streamlit_command(port, host=host)  # before anything starts: a missing app fails here
     token = token if token is not None else access.expected_token()
     check_access(host, port, token)
     root = make_runs_dir(root)
@@ -105,14 +146,14 @@ def serve(port: int = 8501, demo: bool = True, root=None, overrides: list[str] |
     if demo:
         rid, started = processes.start_demo_if_idle(root, overrides)
         own_demo = rid if started else None
-        print(f"demo run {rid} {'started' if started else 'already live'} "
-              f"(log: {root / rid / processes.LOG_NAME})", file=sys.stderr, flush=True)
-    print(banner(host, port, own_demo), file=sys.stderr, flush=True)
-    env = {**os.environ, "GRPO_RUNS_DIR": str(root)}
+        logger.info(f"demo run {rid} {'started' if started else 'already live'} "
+                    f"(log: {root / rid / processes.LOG_NAME})")
+    logger.info(banner(host, port, own_demo))
+    child_env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(root)}
     if token:
-        env[access.TOKEN_ENV] = token  # the app reads it; never on Streamlit's command line
+        child_env[access.TOKEN_ENV] = token  # the app reads it; never on Streamlit's command line
     try:
-        return run_streamlit(streamlit_command(port, host=host), env)
+        return run_streamlit(command, child_env)
     finally:
         if own_demo:
             stop_own_demo(own_demo, root)

@@ -1,9 +1,13 @@
-"""Where runs live on disk: the runs dir, run ids, a run's db path, and why a write there failed.
+"""Where runs live on disk: the runs dir, run ids, a run's db path, why a write there failed, our env vars.
 
 Layout: `<runs_dir>/<run_id>/run.db` (+ config.toml, trainer.log, checkpoints/).
+
+Every environment variable GRPO Health reads is GRPO_HEALTH_*, read through env(); the names
+some had before (GRPO_RUNS_DIR, ...) are still read when the new one is not set.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -11,6 +15,8 @@ from pathlib import Path
 
 from grpo_core.errors import StoreError
 from grpo_core.runs.schema import DB_NAME
+
+logger = logging.getLogger(__name__)
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -39,9 +45,35 @@ def storage_problem(exc: BaseException | None) -> str | None:
     return None
 
 
+# The env vars that had another name: new name -> old name, still read when the new one is unset.
+OLD_ENV_NAMES = {"GRPO_HEALTH_RUNS_DIR": "GRPO_RUNS_DIR", "GRPO_HEALTH_TORCH_THREADS": "GRPO_TORCH_THREADS",
+                 "GRPO_HEALTH_ALLOWED_DIRS": "GRPO_ALLOWED_DIRS"}
+warned_old_names: set[str] = set()
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """$name (a GRPO_HEALTH_* variable), else the old name it replaced, else default. An empty
+    value counts as unset (`VAR= cmd` clears a setting)."""
+    value = os.environ.get(name)
+    old = OLD_ENV_NAMES.get(name)
+    if not value and old and os.environ.get(old):
+        value = os.environ[old]
+        if old not in warned_old_names:  # once per process: it still works, the new name is the one to use
+            warned_old_names.add(old)
+            logger.warning("$%s is the old name of $%s; it still works, but set $%s", old, name, name)
+    return value or default
+
+
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
-    """The runs directory: explicit path, else $GRPO_RUNS_DIR, else ./runs."""
-    return Path(path or os.environ.get("GRPO_RUNS_DIR") or "runs").resolve()
+    """The runs directory: explicit path, else $GRPO_HEALTH_RUNS_DIR, else ./runs."""
+    return Path(path or env("GRPO_HEALTH_RUNS_DIR") or "runs").resolve()
+
+
+def source_checkout() -> Path | None:
+    """The source checkout this grpo_core was imported from (pyproject.toml and app.py beside the
+    package), or None when it is an installed copy (a wheel: no checkout, no repository)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "app.py").is_file() else None
 
 
 def check_run_id(run_id: str) -> str:

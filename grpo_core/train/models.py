@@ -32,6 +32,7 @@ from transformers.utils import logging as hf_logging
 
 from grpo_core.errors import ConfigError
 from grpo_core.runs.config import ModelConfig, RunConfig
+from grpo_core.runs.locations import env
 
 hf_logging.disable_progress_bar()  # the trainer has its own progress bar; shard bars are noise
 hf_logging.set_verbosity_error()
@@ -333,11 +334,11 @@ def _save_atomic(model, tokenizer, dest: Path):
 
 
 def set_threads(cfg: RunConfig | None = None, processes: int = 1):
-    """CPU threads for torch: $GRPO_TORCH_THREADS, else 1 for the built-in model (and when no
+    """CPU threads for torch: $GRPO_HEALTH_TORCH_THREADS, else 1 for the built-in model (and when no
     config is given), else min(4, cores / the training processes on this machine). The built-in
     model's ops are far too small to split: a second thread only waits at barriers, and on a
     shared box it waits for a core (docs/benchmarks.md, "Behind the code")."""
-    n = int(os.environ.get("GRPO_TORCH_THREADS", "0"))
+    n = int(env("GRPO_HEALTH_TORCH_THREADS", "0"))
     if not n:
         n = max(1, min(4, (os.cpu_count() or 1) // max(processes, 1))) if cfg is not None and cfg.model.path else 1
     torch.set_num_threads(n)

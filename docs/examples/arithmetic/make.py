@@ -66,7 +66,7 @@ def main() -> int:
     from grpo_core.tasks.jsonl import JsonlTask
     from tests.real_model import build
 
-    set_threads()  # $GRPO_TORCH_THREADS, else 1: the model is too small to split across cores
+    set_threads()  # $GRPO_HEALTH_TORCH_THREADS, else 1: the model is too small to split across cores
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
