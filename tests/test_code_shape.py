@@ -30,3 +30,25 @@ def test_no_module_is_imported_under_a_one_or_two_letter_alias():
     found = [f"{p.relative_to(REPO)}: {m.group(0).strip()}" for p in _sources("grpo_core", "pages", "bench", "tests")
              + [REPO / "app.py"] for m in alias.finditer(p.read_text(encoding="utf-8"))]
     assert found == []
+
+
+# The CLI verbs' own output is printed (python -m grpo_core VERB); everything else logs.
+PRINTS = {("train/launch.py", "train"), ("train/launch.py", "report_failure"), ("train/pilot.py", "_pilot_failed")}
+
+
+def test_library_code_logs_and_only_cli_verbs_print():
+    printed = []
+    for path in _sources("grpo_core"):
+        if path.name == "__main__.py":
+            continue
+        where = path.relative_to(REPO / "grpo_core").as_posix()
+
+        def visit(node, function):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.Call) and getattr(child.func, "id", None) == "print":
+                    if not function.startswith("cli_") and (where, function) not in PRINTS:
+                        printed.append(f"{where}:{child.lineno} in {function or 'module'}")
+                inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+                visit(child, inner)
+        visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    assert printed == [], "library code prints; use logging.getLogger(__name__):\n" + "\n".join(printed)

@@ -29,11 +29,12 @@ def test_every_name_is_a_field_of_trls_grpoconfig_and_every_target_a_knob():
 
 def test_set_and_toml_accept_trl_names(tmp_path):
     cfg = load_config(None, ["num_generations=4", "max_completion_length=64", "learning_rate=1e-6",
-                             "scale_rewards=false", "loss_type=dr_grpo", "top_k=0", "epsilon=0.3",
+                             "scale_rewards=false", "loss_type=dr_grpo", "top_k=20", "epsilon=0.3",
                              "epsilon_high=0.28", "beta=0.04", "num_iterations=2", "temperature=0.7"])
     g = cfg.grpo
     assert (g.group_size, g.max_new_tokens, g.lr, g.scale, g.loss_type) == (4, 64, 1e-6, "none", "dr_grpo")
     assert (g.epsilon_low, g.epsilon_high, g.beta, g.num_iterations, g.temperature) == (0.3, 0.28, 0.04, 2, 0.7)
+    assert g.top_k == 20 and load_config(None, ["top_k=-1"]).grpo.top_k == 0  # TRL's -1: off, as 0
     p = write(tmp_path, 'num_generations = 6\nscale_rewards = "batch"\nbf16 = true\nepsilon = 0.25\n'
                         '[grpo]\nmax_completion_length = 32\nloss_type = "grpo"\nlr = 1e-5\n')
     cfg = load_config(p)
@@ -57,7 +58,7 @@ def test_scale_rewards_takes_trls_values():
                                         "equivalent here: TRL counts completions per device"),
     (["mask_truncated_completions=true"], "mask_truncated_completions: TRL's mask_truncated_completions has no "
                                           "equivalent here: not implemented here"),
-    (["top_k=50"], "top_k = 50: the samplers here have no top-k filtering"),
+    (["top_k=-2"], "grpo.top_k must be >= 0 (0 = off), got -2"),
     (["loss_type=sapo"], "grpo.loss_type: TRL's 'sapo' is not implemented here"),
     (["num_generation=8"], "--set expects section.key=value (e.g. grpo.group_size=8) or a TRL GRPOConfig name"),
 ])

@@ -554,27 +554,29 @@ def model(tok):
     return m.eval()
 
 
-def _generate(model, tok, prompts, G, n, temperature, top_p, suppress):
+def _generate(model, tok, prompts, G, n, temperature, top_p, suppress, top_k=0):
     enc = tok(prompts, return_tensors="pt", padding=True)
-    out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=n,
+    out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=n,
                          num_return_sequences=G, suppress_tokens=suppress, pad_token_id=tok.pad_token_id,
                          eos_token_id=tok.eos_token_id)
     return out[:, enc["input_ids"].shape[1]:]
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.8)])
-def test_sampler_returns_generates_tokens_under_the_same_seed(model, tok, temperature, top_p):
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.7, 1.0, 0), (1.3, 0.8, 0), (1.0, 1.0, 5),
+                                                     (1.3, 0.8, 12)])
+def test_sampler_returns_generates_tokens_under_the_same_seed(model, tok, temperature, top_p, top_k):
     """Prompts of different lengths (left padding), G rows each, eos mid-way, suppressed
     specials, temperature and nucleus: token for token what generate samples."""
     suppress = models.suppressed_token_ids(tok)
     torch.manual_seed(7)
-    ref = _generate(model, tok, PROMPTS, 4, 12, temperature, top_p, suppress)
+    ref = _generate(model, tok, PROMPTS, 4, 12, temperature, top_p, suppress, top_k)
     torch.manual_seed(7)
     roll = native_sampling.rollout(model, tok, [{"prompt": p} for p in PROMPTS], 4, max_new_tokens=12, temperature=temperature,
-                     top_p=top_p, suppress_ids=suppress)
+                     top_p=top_p, top_k=top_k, suppress_ids=suppress)
     assert torch.equal(roll.completion_ids, ref)
     ended = (ref == tok.eos_token_id).any(1)
-    assert 0 < int(ended.sum()) < len(ended)  # the case is exercised: some rows end early, some run out
+    if not top_k:  # the case is exercised: some rows end early, some run out (top-k: eos is likely, all end)
+        assert 0 < int(ended.sum()) < len(ended)
     assert roll.texts == tok.batch_decode(ref, skip_special_tokens=True)
 
 

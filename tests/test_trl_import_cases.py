@@ -180,6 +180,23 @@ def test_a_custom_rewards_key_is_a_plain_scalar_not_a_reward_function(runs):
                for n in meta["import_report"]["notes"])
 
 
+def test_the_same_holds_through_wandb_names(runs):
+    """A TRL run's W&B history (transformers prefixes train/): the custom rewards/ key stays a
+    plain scalar, and old TRL's reward_std is the group reward std, as from trainer_state."""
+    new = "_step,train/rewards/fmt/mean,train/rewards/fmt/std,train/rewards/accuracy_rate,train/frac_reward_zero_std\n" \
+          "1,0.5,0.1,0.4,0.25\n2,0.6,0.2,0.5,0.5\n"
+    wide, meta = _load(runs, import_run("csv", new.encode(), "new.csv"))
+    assert wide[names.metric_mean("fmt")].tolist() == [0.5, 0.6] and names.metric_mean("accuracy_rate") not in wide
+    assert wide["trl/rewards/accuracy_rate"].tolist() == [0.4, 0.5]
+    assert any("rewards/accuracy_rate: not a reward function's key" in n for n in meta["import_report"]["notes"])
+    old = "_step," + ",".join(f"train/{k}" for k in OLD_TRL) + "\n" + "\n".join(
+        f"{s}," + ",".join(str(v) for v in OLD_TRL.values()) for s in (1, 2, 3)) + "\n"
+    wide, meta = _load(runs, import_run("csv", old.encode(), "old.csv"))
+    assert wide[names.REWARD_STD].tolist() == [0.4] * 3 and names.TRL_REWARD_STD not in wide
+    assert wide[names.metric_mean("correctness")].tolist() == [0.5] * 3  # 0.14-0.16's rewards/<fn>
+    assert any("TRL 0.14-0.16's" in n for n in meta["import_report"]["notes"])
+
+
 # ---- 4. unknown is not none ---------------------------------------------------------------------------
 def test_report_says_unknown_where_the_source_logged_no_ratio(runs):
     from grpo_core.analysis import report

@@ -101,7 +101,7 @@ def test_without_vllm_the_engine_is_one_line_naming_the_install(monkeypatch):
     with pytest.raises(ConfigError) as err:
         vllm_engine.VllmEngine("unused")
     assert str(err.value) == vllm_engine.NEEDS_VLLM and "\n" not in str(err.value)
-    assert "pip install 'grpo-health[vllm]'" in str(err.value) and "Sample with vLLM" in str(err.value)
+    assert "pip install 'vllm>=0.32,<0.34'" in str(err.value) and "Sample with vLLM" in str(err.value)
 
 
 def test_a_vllm_whose_internals_moved_is_one_line_naming_its_version(monkeypatch):
@@ -212,6 +212,22 @@ def test_seeded_generation_is_reproducible_and_keeps_the_length_eos_and_suppress
     scored = engine.score(rows, ids, 1.3, suppress)
     delta = max(float((torch.tensor(lp) - s).abs().max()) for lp, s in zip(logprobs, scored))
     assert delta < TOLERANCE
+
+
+@pytest.mark.vllm
+def test_top_k_reaches_the_engine(engine, policy):
+    """top_k = 1 leaves one token to draw: every row of a group is the same whatever its seed,
+    where without it the seeds give different rows."""
+    model, tokenizer = policy
+    _, _, prompt_ids = rendered(tokenizer, n=2)
+    group, seeds = 4, list(range(8))
+    kwargs = dict(max_new_tokens=12, temperature=1.0, eos_ids=native_sampling.eos_token_ids(model, tokenizer),
+                  suppress_ids=models.suppressed_token_ids(tokenizer), seeds=seeds)
+    greedy, _ = engine.generate(prompt_ids, group, top_k=1, **kwargs)
+    free, _ = engine.generate(prompt_ids, group, **kwargs)
+    groups = lambda ids: [set(map(tuple, ids[i:i + group])) for i in range(0, len(ids), group)]  # noqa: E731
+    assert all(len(g) == 1 for g in groups(greedy))
+    assert any(len(g) > 1 for g in groups(free))
 
 
 def rollout_delta(model, roll, temperature: float, suppress) -> float:

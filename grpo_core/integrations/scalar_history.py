@@ -13,11 +13,14 @@ import re
 from grpo_core.integrations.base import ImportReport, derive_counts, put_value
 from grpo_core.integrations.trl_state import (
     TRL_SUMMARY_KEYS,
+    TrlStyle,
     derive_trl,
     map_trl_key,
+    style_notes,
     trl_args,
     trl_notes,
     trl_reward_fn,
+    trl_style,
 )
 from grpo_core.runs import names
 
@@ -49,9 +52,16 @@ def detect_style(keys: set[str], config: dict | None = None) -> str:
     return "generic"
 
 
-def map_wandb_key(key: str, style: str, report: ImportReport, source: str = "wandb") -> str | None:
+def train_keys(keys) -> set[str]:
+    """TRL's own names among W&B/TensorBoard keys: the train/ prefix transformers adds, removed."""
+    return {k[len("train/"):] for k in keys if k.startswith("train/")}
+
+
+def map_wandb_key(key: str, style: str, report: ImportReport, source: str = "wandb",
+                  trl: TrlStyle | None = None) -> str | None:
     """A W&B key (or trackio's: `source`, the namespace of names kept as logged) -> stored
-    name, or None (reported) when it is not imported."""
+    name, or None (reported) when it is not imported. `trl`: what the whole log's TRL keys
+    say (trl_style: which rewards/ keys are functions, what reward_std is)."""
     if key.startswith("_") or key in STEP_KEYS:
         report.skip(key, f"{'W&B' if source == 'wandb' else source} bookkeeping / step axis")
         return None
@@ -60,7 +70,7 @@ def map_wandb_key(key: str, style: str, report: ImportReport, source: str = "wan
         return None
     if style == "trl":
         if key.startswith("train/"):
-            name = map_trl_key(key[len("train/"):])
+            name = map_trl_key(key[len("train/"):], style=trl)
         elif key.startswith("eval/"):
             name = names.foreign("trl", key)
         else:
@@ -75,11 +85,16 @@ def map_wandb_key(key: str, style: str, report: ImportReport, source: str = "wan
 
 
 def finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None,
-                summary: dict | None = None, source: str = "wandb", carry: list | None = None) -> dict:
+                summary: dict | None = None, source: str = "wandb", carry: list | None = None,
+                keys: set | None = None) -> dict:
     """raw step -> {source key: number} -> mapped and derived rows. TRL's run totals
     (train/train_runtime, ...: logged once, at the last step) go to `summary`, and a row
     left with no values (a W&B row carrying only its step and epoch) is no step. `carry`:
-    the cumulative sums from the rows before these (HistoryRows: a history in pieces)."""
+    the cumulative sums from the rows before these (HistoryRows: a history in pieces);
+    `keys`: every key of the whole history (default: these rows'), whose TRL names say
+    which TRL logged them."""
+    keys = keys if keys is not None else {k for items in raw.values() for k in items}
+    trl = trl_style(train_keys(keys)) if style == "trl" else None
     rows: dict = {}
     for step, items in raw.items():
         for key, v in items.items():
@@ -88,13 +103,15 @@ def finish_rows(raw: dict, style: str, report: ImportReport, config: dict | None
                     summary[key[6:]] = v
                 report.skip(key, "run total: kept in meta.summary, not a training step value")
                 continue
-            name = map_wandb_key(key, style, report, source)
+            name = map_wandb_key(key, style, report, source, trl)
             if name is not None:
                 put_value(rows, step, name, v, report)
     drop_empty_rows(raw, rows, report)
     if style == "trl":
-        fns = sorted({m[0] for k in report.mapped if k.startswith("train/") for m in [trl_reward_fn(k[6:])] if m})
-        trl_notes(report, fns)
+        fns = sorted({m[0] for k in report.mapped if k.startswith("train/")
+                      for m in [trl_reward_fn(k[6:], trl.old_fn_names)] if m})
+        trl_notes(report, fns, trl)
+        style_notes(report, trl, train_keys(keys), None)
         args = trl_args(config or {}, report)
         if args.get("group_level", True):
             derive_trl(rows, report, args.get("groups_per_step"), args.get("logging_steps"), carry)
@@ -135,6 +152,7 @@ class HistoryRows:
 
     def _restart(self, style, config):
         self.style, self.config, self.carry = style, config, []
+        self.trl = trl_style(train_keys(self.keys)) if style == "trl" else None
         self.report = ImportReport(self.source, "")  # what finishing mapped and skipped
         self.notes: dict[str, str] = {}
         self.pending |= set(self.raw)
@@ -149,7 +167,8 @@ class HistoryRows:
     def finish(self, config: dict | None, flush: bool = False) -> dict[int, dict]:
         """Finish the steps ready now -> {step: row} (rows with no values left out)."""
         style = detect_style(self.keys, config)
-        if (style, config) != (self.style, self.config):
+        trl = trl_style(train_keys(self.keys)) if style == "trl" else None
+        if (style, config, trl) != (self.style, self.config, self.trl):  # who logged it: all finished again
             self._restart(style, dict(config or {}))
         ready = sorted(s for s in self.pending if flush or s != self.newest)
         if not ready:
@@ -157,7 +176,7 @@ class HistoryRows:
         self.pending -= set(ready)
         piece = ImportReport(self.source, "")
         rows = finish_rows({s: self.raw[s] for s in ready}, style, piece, config, self.summary, self.source,
-                           self.carry)
+                           self.carry, self.keys)
         merge_report(self.report, piece, notes=False)
         for note in piece.notes:  # a note with a count is replaced by its newer count
             self.notes[re.sub(r"\d+", "#", note)] = note

@@ -44,7 +44,7 @@ class TrackioMirror:
             import trackio  # lazy: only runs that mirror pay for it
         except ImportError:
             raise ConfigError("log.trackio needs the trackio package: pip install trackio "
-                              "(or pip install 'grpo-health[trackio]')") from None
+                              "(the wheel's [trackio] extra)") from None
         self._trackio, self.project, self.run_id = trackio, project, run_id
         self.error: str | None = None
         self.run = None

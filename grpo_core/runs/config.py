@@ -92,6 +92,7 @@ class GRPOConfig:
     max_new_tokens: int = knob(16, "Max tokens generated per completion")
     temperature: float = knob(1.0, "Sampling temperature (> 0)")
     top_p: float = knob(1.0, "Nucleus sampling mass, in (0, 1]")
+    top_k: int = knob(0, "Sample among the k most likely tokens only (0 = off), before top_p, as generate and vLLM do")
     lr: float = knob(1e-3, "AdamW learning rate (default tuned for the built-in tiny model; ~1e-6 for real LMs)")
     lr_schedule: str = knob("constant", "Learning rate after the warmup: constant | linear (to 0 at grpo.steps) | cosine (to 0 at grpo.steps), as transformers' schedulers")
     warmup_steps: int = knob(0, "Steps the learning rate rises linearly from 0 to grpo.lr")
@@ -385,6 +386,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(g.max_new_tokens >= 1, f"grpo.max_new_tokens must be >= 1, got {g.max_new_tokens}")
     need(math.isfinite(g.temperature) and g.temperature > 0, f"grpo.temperature must be > 0, got {g.temperature}")
     need(0 < g.top_p <= 1, f"grpo.top_p must be in (0, 1], got {g.top_p}")
+    need(g.top_k >= 0, f"grpo.top_k must be >= 0 (0 = off), got {g.top_k}")
     need(math.isfinite(g.lr) and g.lr > 0, f"grpo.lr must be > 0, got {g.lr}")
     need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")
     need(g.epsilon_low >= 0 and g.epsilon_high >= 0, "grpo.epsilon_low and grpo.epsilon_high must be >= 0")
@@ -429,15 +431,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(lg.checkpoint_every >= 0, f"log.checkpoint_every must be >= 0, got {lg.checkpoint_every}")
     need(math.isfinite(lg.commit_every_s) and 0 <= lg.commit_every_s <= 10,
          f"log.commit_every_s must be between 0 and 10 seconds, got {lg.commit_every_s} (0 = a commit per step)")
-    need(0 <= h.min_trainable_ratio <= 1, f"health.min_trainable_ratio must be in [0, 1], got {h.min_trainable_ratio}")
-    need(h.trend_window >= 2, f"health.trend_window must be >= 2, got {h.trend_window}")
-    for key in ("min_reward_std", "uniform_std", "max_sampler_logp_diff"):
-        v = getattr(h, key)
-        need(math.isfinite(v) and v >= 0, f"health.{key} must be a finite number >= 0, got {v}")
-    need(math.isfinite(h.near_zero_ratio) and 0 <= h.near_zero_ratio <= 1,
-         f"health.near_zero_ratio must be in [0, 1], got {h.near_zero_ratio}")
-    for key in ("zero_trainable_steps", "near_zero_steps", "min_trend_points"):
-        need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
+    validate_health(h)
     live_settings.check_weights(cfg.reward.weights, None)
     validate_autopilot(cfg)
     validate_eval(cfg)
@@ -451,6 +445,23 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"reward.outcome_metric {cfg.reward.outcome_metric!r} is not a metric in reward.weights "
          f"({', '.join(cfg.reward.weights)})")
     return cfg
+
+
+def validate_health(h: HealthConfig):
+    """The health thresholds (health.*)."""
+    def need(ok: bool, msg: str):
+        if not ok:
+            raise ConfigError(msg)
+
+    need(0 <= h.min_trainable_ratio <= 1, f"health.min_trainable_ratio must be in [0, 1], got {h.min_trainable_ratio}")
+    need(h.trend_window >= 2, f"health.trend_window must be >= 2, got {h.trend_window}")
+    for key in ("min_reward_std", "uniform_std", "max_sampler_logp_diff"):
+        v = getattr(h, key)
+        need(math.isfinite(v) and v >= 0, f"health.{key} must be a finite number >= 0, got {v}")
+    need(math.isfinite(h.near_zero_ratio) and 0 <= h.near_zero_ratio <= 1,
+         f"health.near_zero_ratio must be in [0, 1], got {h.near_zero_ratio}")
+    for key in ("zero_trainable_steps", "near_zero_steps", "min_trend_points"):
+        need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
 
 
 def validate_engine(g: GRPOConfig):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from grpo_core.errors import ConfigError
 
-DROP = object()  # a TRL value that is our default already (top_k = 0): nothing to set
+DROP = object()  # a TRL value that is our default already (fp16 = False): nothing to set
 
 # TRL 1.16 loss_type -> ours. token = sum over every completion token / their count (TRL's bnpo;
 # its dapo divides by the tokens of the whole generation batch, every process's: on one process
@@ -49,10 +49,8 @@ def _choice(name: str, table: dict) -> Callable[[Any], Any]:
 
 
 def _top_k(value):
-    if value in (0, -1, None):  # TRL: 0 (its default) and None turn top-k filtering off, as it is here
-        return DROP
-    raise ConfigError(f"top_k = {value!r}: the samplers here have no top-k filtering (only top_p: "
-                      "--set top_p=...); drop top_k or set it to 0")
+    """TRL's top_k: 0 (its default), -1 and None all turn top-k filtering off (here: 0)."""
+    return 0 if value in (-1, None) else value
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ ALIASES: dict[str, Alias] = {
     "max_steps": _a("grpo.steps"),
     "temperature": _a("grpo.temperature"),
     "top_p": _a("grpo.top_p"),
-    "top_k": _a("grpo.top_p", convert=_top_k),
+    "top_k": _a("grpo.top_k", convert=_top_k),
     "beta": _a("grpo.beta"),
     "epsilon": _a("grpo.epsilon_low", "grpo.epsilon_high"),  # TRL: epsilon_high defaults to epsilon
     "epsilon_high": _a("grpo.epsilon_high"),
@@ -144,7 +142,7 @@ def translate(name: str, value: Any) -> list[tuple[str, str, Any]]:
 
 def names_for(key: str) -> list[str]:
     """The TRL names of the knob `section.key` (what `config` shows beside it)."""
-    return [name for name, alias in ALIASES.items() if key in alias.targets and alias.convert is not _top_k]
+    return [name for name, alias in ALIASES.items() if key in alias.targets]
 
 
 def resolve(data: dict, fields: dict[str, set[str]]) -> dict:

@@ -95,7 +95,7 @@ def apply_lora(model, cfg: ModelConfig):
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise ConfigError("model.lora_rank needs peft: pip install peft (or pip install grpo-health[lora])") from None
+        raise ConfigError("model.lora_rank needs peft: pip install peft (the wheel's [lora] extra)") from None
     targets = cfg.lora_target_modules if cfg.lora_target_modules == "all-linear" else \
         [t.strip() for t in cfg.lora_target_modules.split(",") if t.strip()]
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,

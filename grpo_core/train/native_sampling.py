@@ -49,6 +49,13 @@ def completion_mask(completion_ids: torch.Tensor, eos_ids: int | list[int]) -> t
     return (before == 0).long()
 
 
+def _top_k(scores: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Top-k filter with generate's arithmetic (TopKLogitsWarper): every token scoring below
+    the k-th best is dropped (ties with it kept)."""
+    kth = torch.topk(scores, min(top_k, scores.shape[-1]))[0][..., -1, None]
+    return scores.masked_fill(scores < kth, float("-inf"))
+
+
 def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filter with generate's arithmetic (TopPLogitsWarper): sort ascending, drop the
     tail whose cumulative mass is <= 1 - top_p, always keep the most likely token."""
@@ -73,7 +80,8 @@ def mode(model, training: bool):
 
 @torch.no_grad()
 def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
-                  max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                  max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0,
+                  top_p: float = 1.0, top_k: int = 0,
                   suppress_ids: list[int] | None = None, generators: list[torch.Generator] | None = None,
                   ) -> torch.Tensor:
     """`model.generate(do_sample=True, top_k=0, num_return_sequences=G, suppress_tokens=...)`
@@ -109,6 +117,8 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
         else:
             if temperature != 1.0:
                 scores = scores / temperature
+            if top_k > 0:  # generate's order: temperature, top-k, top-p
+                scores = _top_k(scores, top_k)
             if top_p < 1.0:
                 scores = _top_p(scores, top_p)
             # Drawn for every row, ended ones too (then replaced by pad): the random stream is generate's.
@@ -142,7 +152,7 @@ def _draw(probs: torch.Tensor, group_size: int, generators: list[torch.Generator
 
 
 def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
-            temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
+            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, suppress_ids: list[int] | None = None,
             batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None,
             seeds: list[int] | None = None) -> Rollouts:
     """P prompts -> P*G sampled completions (KV cache, each prompt prefilled once), in batches
@@ -154,7 +164,7 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
     prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
     if 0 < batch_groups < len(examples):
         parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
-                         temperature=temperature, top_p=top_p, suppress_ids=suppress_ids,
+                         temperature=temperature, top_p=top_p, top_k=top_k, suppress_ids=suppress_ids,
                          add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups],
                          seeds=None if seeds is None else seeds[i:i + batch_groups])
                  for i in range(0, len(examples), batch_groups)]
@@ -167,7 +177,8 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
     with mode(model, training=False):
         comp = sample_tokens(model, enc["input_ids"], enc["attention_mask"], group_size,
                              max_new_tokens=max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
-                             temperature=temperature, top_p=top_p, suppress_ids=suppress_ids, generators=generators)
+                             temperature=temperature, top_p=top_p, top_k=top_k, suppress_ids=suppress_ids,
+                             generators=generators)
     return assemble(tokenizer, enc, comp, completion_mask(comp, eos), examples, group_size, prompts)
 
 

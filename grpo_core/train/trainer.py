@@ -175,7 +175,8 @@ class Trainer:
         def attempt(batch_groups: int) -> Rollouts:
             with grpo.autocast(self.device, self.compute_dtype):
                 return self.sampler.rollout(self.model, self.tokenizer, examples, group_size or g.group_size,
-                                    max_new_tokens=g.max_new_tokens, top_p=g.top_p, suppress_ids=self.suppress_ids,
+                                    max_new_tokens=g.max_new_tokens, top_p=g.top_p, top_k=g.top_k,
+                                    suppress_ids=self.suppress_ids,
                                     temperature=g.temperature if temperature is None else temperature,
                                     batch_groups=batch_groups, prompts=prompts, seeds=seeds,
                                     add_special_tokens=not chat.uses_template(self.tokenizer, t.chat_template))

@@ -33,7 +33,7 @@ from grpo_core.train.models import is_lora
 # vLLM versions [from, to) whose internals used here were checked; outside it the engine runs
 # while missing_internals finds nothing, and names this range when it does.
 SUPPORTED = ((0, 32), (0, 34))
-NEEDS_VLLM = ("grpo.engine=vllm needs vLLM: pip install 'grpo-health[vllm]' (CUDA) "
+NEEDS_VLLM = ("grpo.engine=vllm needs vLLM: pip install 'vllm>=0.32,<0.34' (CUDA; the wheel's [vllm] extra) "
               "or see README 'Sample with vLLM'")
 CPU_KV_CACHE_BYTES = 256 * 2**20  # on CPU the KV cache is plain memory: a fixed size, not a share of the machine's
 SEED_RANGE = 2**31 - 1
@@ -131,14 +131,14 @@ class VllmEngine:
         self.asleep = False
 
     def sampling_params(self, *, max_new_tokens: int, temperature: float, top_p: float, eos_ids: list[int],
-                        suppress_ids: list[int] | None, seed: int | None):
-        return self.vllm.SamplingParams(
-            max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0, seed=seed,
+                        suppress_ids: list[int] | None, seed: int | None, top_k: int = 0):
+        return self.vllm.SamplingParams(  # top_k 0: off, in vLLM as here
+            max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             stop_token_ids=list(eos_ids), logprobs=0, detokenize=False,
             logit_bias={int(i): float("-inf") for i in suppress_ids or []})
 
     def generate(self, prompt_ids: list[list[int]], group_size: int, *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, eos_ids: list[int], suppress_ids: list[int] | None = None,
+                 top_p: float = 1.0, top_k: int = 0, eos_ids: list[int], suppress_ids: list[int] | None = None,
                  seeds: list[int] | None = None) -> tuple[list[list[int]], list[list[float]]]:
         """P prompts -> P*G completions (rows g*G..g*G+G-1 are prompt g's): the ids of each
         (its eos kept) and the sampler's log-prob of each sampled token. `seeds`: one per row."""
@@ -147,7 +147,7 @@ class VllmEngine:
         if len(seeds) != rows:
             raise ValueError(f"generate: {len(seeds)} seeds for {rows} completions")
         params = [self.sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                       eos_ids=eos_ids, suppress_ids=suppress_ids, seed=seed) for seed in seeds]
+                                       top_k=top_k, eos_ids=eos_ids, suppress_ids=suppress_ids, seed=seed) for seed in seeds]
         prompts = [{"prompt_token_ids": list(map(int, ids))} for ids in prompt_ids for _ in range(group_size)]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         completions = [out.outputs[0] for out in outs]
@@ -261,8 +261,8 @@ def hf_weights(model):
 
 # ---- rollouts -----------------------------------------------------------------------------------
 def rollout(engine: VllmEngine, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
-            eos_ids: list[int], temperature: float = 1.0, top_p: float = 1.0, suppress_ids: list[int] | None = None,
-            add_special_tokens: bool = True, prompts: list[str] | None = None,
+            eos_ids: list[int], temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+            suppress_ids: list[int] | None = None, add_special_tokens: bool = True, prompts: list[str] | None = None,
             seeds: list[int] | None = None) -> native_sampling.Rollouts:
     """`native_sampling.rollout` with the engine sampling: the same Rollouts (left-padded prompts,
     right-padded completions, the mask 0 after the first eos), and `sampler_logprobs` [B, Lc]
@@ -274,7 +274,8 @@ def rollout(engine: VllmEngine, tokenizer, examples: list[dict], group_size: int
     if seeds is None:
         seeds = torch.randint(SEED_RANGE, (len(prompts) * group_size,)).tolist()
     ids, logprobs = engine.generate(prompt_ids, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-                                    top_p=top_p, eos_ids=eos_ids, suppress_ids=suppress_ids, seeds=seeds)
+                                    top_p=top_p, top_k=top_k, eos_ids=eos_ids, suppress_ids=suppress_ids,
+                                    seeds=seeds)
     completion, cmask, sampled = pad_completions(ids, logprobs, tokenizer.pad_token_id)
     return native_sampling.assemble(tokenizer, enc, completion, cmask, examples, group_size, prompts, sampled)
 
