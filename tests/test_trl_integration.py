@@ -119,8 +119,10 @@ def trl_run(tmp_path_factory):
         sys.path.remove(str(tmp))
     from grpo_core.runs.store import RunStore
     store = RunStore.open(tmp / "runs" / "trl-run", readonly=True)
+    # The run file wandb wrote (where: its own settings; WANDB_DIR is read once per process, so an
+    # earlier test's in-process wandb may have fixed the folder).
     yield {"tmp": tmp, "store": store, "history": trainer.state.log_history, "trainer": trainer, "cb": cb,
-           "model_dir": model_dir}
+           "model_dir": model_dir, "wandb_file": Path(sync_file)}
     store.close()
 
 
@@ -193,8 +195,8 @@ def test_trl_wandb_run_imports_with_right_ratio(trl_run, tmp_path):
     """TRL's own W&B logging (transformers' WandbCallback, offline) read back from run-*.wandb."""
     from grpo_core.integrations.importers import import_path
     from grpo_core.runs.store import RunStore
-    files = list((trl_run["tmp"] / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert len(files) == 1
+    files = [trl_run["wandb_file"]]
+    assert files[0].is_file() and files[0].name.endswith(".wandb")
     rid = import_path("wandb", files[0], root=tmp_path)
     with RunStore.open(tmp_path / rid, readonly=True) as s:
         wide, meta = s.scalars_wide(), s.get_meta()
