@@ -213,6 +213,34 @@ class NumberSetting(LiveSetting):
 
 
 @dataclass(frozen=True)
+class BudgetSetting(NumberSetting):
+    """grpo.budget_pilot (per-prompt budgets, train/budgets.py): 0 is off; on, it needs a pilot that
+    can vary, room below group_size to commit, the native sampler and no dynamic sampling."""
+
+    def problem(self, pilot: int, g, engine: str) -> str | None:
+        """Why a run with grpo config `g` sampling with `engine` cannot take this pilot (None: it can)."""
+        if not pilot:
+            return None
+        if pilot < 2:
+            return f"grpo.budget_pilot must be 0 (off) or >= 2 (a pilot of one completion cannot vary), got {pilot}"
+        if pilot >= g.group_size:
+            return (f"grpo.budget_pilot={pilot} leaves nothing to commit: it must be below grpo.group_size "
+                    f"({g.group_size})")
+        if g.budget_max_group and g.budget_max_group <= pilot:
+            return f"grpo.budget_max_group={g.budget_max_group} must be 0 or above grpo.budget_pilot ({pilot})"
+        if engine == "vllm":
+            return (f"grpo.budget_pilot={pilot} needs grpo.engine=native: the vllm engine samples one group size "
+                    "per step; set grpo.engine=native or grpo.budget_pilot=0")
+        if g.dynamic_sampling:
+            return ("grpo.budget_pilot and grpo.dynamic_sampling do not combine (each decides where a step's "
+                    "rollouts go): set one of them off")
+        return None
+
+    def refusal(self, run, value):
+        return super().refusal(run, value) or self.problem(value, run.cfg.grpo, run.sampler.name)
+
+
+@dataclass(frozen=True)
 class WeightsSetting(LiveSetting):
     """The reward weights: a request names some metrics; the others keep their weight."""
 
@@ -339,6 +367,7 @@ SET_WEIGHTS, SET_THRESHOLD, SET_DIFFICULTY, SET_AUTOPILOT = (
     "set_weights", "set_threshold", "set_difficulty", "set_autopilot")
 SET_GROUP_SIZE, SET_PROMPTS, SET_STEPS, SET_TEMPERATURE, SET_TOP_P, SET_MAX_NEW_TOKENS = (
     "set_group_size", "set_prompts", "set_steps", "set_temperature", "set_top_p", "set_max_new_tokens")
+SET_BUDGET_PILOT = "set_budget_pilot"
 PAUSE, RESUME, STOP, CHECKPOINT = "pause", "resume", "stop", "checkpoint"
 
 SETTINGS = (
@@ -361,6 +390,8 @@ SETTINGS = (
                   lo=0.0, hi=1.0, lo_open=True, step=0.05, fmt="%.2f"),
     NumberSetting(SET_MAX_NEW_TOKENS, "max_new_tokens", "Max new tokens", "the most tokens sampled per completion",
                   "len", "#8D99AE", integer=True, lo=1, hi=32_768),
+    BudgetSetting(SET_BUDGET_PILOT, "budget_pilot", "Budget pilot", "the per-prompt budgets' pilot completions "
+                  "(0 = off: every group gets group_size)", "pilot", "#A8DADC", integer=True, lo=0, hi=1024),
     SwitchSetting(SET_AUTOPILOT, "autopilot", "Autopilot", "the autopilot switch, on or off", "auto", "#6C757D",
                   field="enabled", config=("autopilot", "enabled"), attribute="autopilot_on"),
 )
@@ -371,6 +402,7 @@ LIFECYCLE = (
     LifecycleRequest(CHECKPOINT, "write a checkpoint after the current step"),
 )
 NUMBER_SETTINGS = tuple(s for s in SETTINGS if isinstance(s, NumberSetting))
+BUDGET = next(s for s in SETTINGS if isinstance(s, BudgetSetting))
 BY_KIND = {s.kind: s for s in SETTINGS}
 NUMBERS = {s.kind: s for s in NUMBER_SETTINGS}
 BY_KEY = {s.key: s for s in NUMBER_SETTINGS}  # by grpo.<key>: the bounds every form shares

@@ -87,6 +87,7 @@ def training_state(trainer) -> dict:
     return {"optimizer": trainer.optimizer.state_dict(), "task": trainer.task.state_dict(),
             "weights": dict(trainer.reward.weights), "cum": [trainer.cum_submitted, trainer.cum_trainable],
             "cum_tokens": list(trainer.cum_tokens), "skipper": trainer.skipper.state_dict(),
+            "budget_history": trainer.history.state_dict(),
             "curriculum_streak": trainer.curriculum.streak, **trainer.alerts.state_dict(),
             "autopilot": trainer.autopilot.to_dict(), "autopilot_on": trainer.autopilot_on,
             "grpo_settings": {s.key: getattr(trainer.cfg.grpo, s.key)  # steps: RunMeta.resumed_budget
@@ -105,6 +106,7 @@ def restore_training_state(trainer, state: dict):
     trainer.cum_submitted, trainer.cum_trainable = state["cum"]
     trainer.cum_tokens = tuple(state.get("cum_tokens", (0, 0)))
     trainer.skipper.load_state_dict(state.get("skipper"))
+    trainer.history.load_state_dict(state.get("budget_history"))
     trainer.curriculum.streak = state.get("curriculum_streak", 0)
     trainer.alerts.load_state_dict(state, int(state["step"]))
     for k, v in state.get("grpo_settings", {}).items():  # changed mid-run by requests (steps: the budget)

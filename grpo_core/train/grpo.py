@@ -39,27 +39,40 @@ ADV_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 # Advantages and loss
 # =============================================================================================
 def advantages(totals: np.ndarray, trainable: np.ndarray, scale: str = "group", eps: float = ADV_EPS,
-               std: str = "unbiased") -> np.ndarray:
+               std: str = "unbiased", sizes: np.ndarray | None = None) -> np.ndarray:
     """totals [P, G], trainable [P] -> advantages [P, G].
 
     group: (r - group mean) / (group std + eps); batch: divided by the whole batch's std
     instead; none: r - group mean. std "unbiased" is the Bessel-corrected std (n - 1), as TRL
     (`nanstd`) and verl (`torch.std`) divide by; "population" divides by n. Non-trainable
-    groups get 0: a near-constant group's noise is never blown up into +-1 advantages."""
+    groups get 0: a near-constant group's noise is never blown up into +-1 advantages.
+
+    sizes [P]: groups of different sizes (per-prompt budgets), totals padded to the largest:
+    each group's statistics are over its own sizes[g] rows (nan-aware over the padding, and
+    over rows no metric scored), and the padding gets 0. With every size G and every total
+    finite, numpy's nan-functions are the plain ones: the same numbers, bit for bit."""
     totals = np.asarray(totals, dtype=np.float64)
     if std not in ("unbiased", "population"):
         raise ConfigError(f"grpo.advantage_std must be 'unbiased' or 'population', got {std!r}")
     ddof = 1 if std == "unbiased" else 0
-    centered = totals - totals.mean(axis=1, keepdims=True)
+    mean, spread = np.mean, np.std
+    valid = np.ones(totals.shape, bool)
+    if sizes is not None:
+        valid = np.arange(totals.shape[1])[None, :] < np.asarray(sizes)[:, None]
+        totals, mean, spread = np.where(valid, totals, np.nan), np.nanmean, np.nanstd
+    centered = totals - mean(totals, axis=1, keepdims=True)
     if scale == "group":
-        adv = centered / (totals.std(axis=1, ddof=ddof, keepdims=True) + eps)
+        adv = centered / (spread(totals, axis=1, ddof=ddof, keepdims=True) + eps)
     elif scale == "batch":
-        adv = centered / (totals.std(ddof=ddof) + eps)
+        adv = centered / (spread(totals, ddof=ddof) + eps)
     elif scale == "none":
         adv = centered
     else:
         raise ConfigError(f"grpo.scale must be 'group', 'batch' or 'none', got {scale!r}")
-    return np.where(np.asarray(trainable, dtype=bool)[:, None], adv, 0.0)
+    keep = np.asarray(trainable, dtype=bool)[:, None]
+    if sizes is None:
+        return np.where(keep, adv, 0.0)
+    return np.where(keep & valid & np.isfinite(adv), adv, 0.0)
 
 
 def _reduce(x: torch.Tensor, mask: torch.Tensor, loss_type: str, denom: float | None = None) -> torch.Tensor:
@@ -159,22 +172,29 @@ def _final_states(model, on_hidden: bool, keep: int, **kwargs):
 
 
 def _completion_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
-                       group_size: int, on_hidden: bool) -> torch.Tensor:
+                       group_size: int | torch.Tensor, on_hidden: bool) -> torch.Tensor:
     """The states predicting each completion token [B, Lc, D] (D: hidden size, or the vocab
     for logits). Rows in groups of G with the same prompt (group_size = G > 1): the prompt
     goes through the model once per group, with grad, its KV cache is copied to the group's
     rows and the completions attend to it. The same function and gradient as one forward over
     all rows (tests/test_trainer.py), on a fraction of the tokens (docs/benchmarks.md,
-    "Behind the code")."""
+    "Behind the code"). group_size a tensor of sizes: groups of different sizes, one after
+    another (per-prompt budgets), each prompt's cache rows selected sizes[g] times."""
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     lc = input_ids.shape[1] - prompt_len
     checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", False))  # no KV cache
-    if group_size > 1 and prompt_len > 0 and not checkpointing:
-        first, cache = _final_states(model, on_hidden, 1, input_ids=input_ids[::group_size, :prompt_len],
-                                     attention_mask=attention_mask[::group_size, :prompt_len],
-                                     position_ids=pos[::group_size, :prompt_len], use_cache=True)
+    fixed = isinstance(group_size, int)
+    shared = group_size > 1 if fixed else len(group_size) < input_ids.shape[0]
+    if shared and prompt_len > 0 and not checkpointing:
+        firsts = slice(None, None, group_size) if fixed else torch.cumsum(group_size, 0) - group_size
+        first, cache = _final_states(model, on_hidden, 1, input_ids=input_ids[firsts, :prompt_len],
+                                     attention_mask=attention_mask[firsts, :prompt_len],
+                                     position_ids=pos[firsts, :prompt_len], use_cache=True)
         if hasattr(cache, "batch_repeat_interleave"):
-            cache.batch_repeat_interleave(group_size)
+            if fixed:
+                cache.batch_repeat_interleave(group_size)
+            else:
+                cache.batch_select_indices(torch.arange(len(group_size), device=pos.device).repeat_interleave(group_size))
             cpos = pos[:, prompt_len - 1:prompt_len] + 1 + torch.arange(lc, device=pos.device)  # as in sample_tokens
             rest, _ = _final_states(model, on_hidden, lc, input_ids=input_ids[:, prompt_len:],
                                     attention_mask=attention_mask, position_ids=cpos, past_key_values=cache,
@@ -219,11 +239,11 @@ def chunk_tokens(chunk_mb: float, vocab_size: int) -> int | None:
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, *,
                    temperature: float = 1.0, suppress_ids: list[int] | None = None, with_entropy: bool = False,
-                   group_size: int = 1, chunk: int | None = None):
+                   group_size: int | torch.Tensor = 1, chunk: int | None = None):
     """Log-probs of the completion tokens [B, Lc], and their entropy [B, Lc] (no grad) when
     asked; 0 on the masked positions. Positions follow the attention mask, as in `generate`
     with left padding. group_size = G: rows come in groups of G sharing a prompt (rows
-    g*G .. g*G+G-1), whose forward is then shared.
+    g*G .. g*G+G-1), whose forward is then shared; a tensor of sizes: groups of those sizes.
 
     The LM head runs on the attended completion tokens only, `chunk` of them at a time (None:
     all), each chunk's logits recomputed in backward (activation checkpointing), so no
@@ -314,7 +334,8 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> 
 def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.ndarray, gcfg, *,
              ref_model=None, suppress_ids=None, compute_dtype: torch.dtype = torch.float32, scaler=None,
              world: Ranks = SINGLE) -> dict:
-    """`gcfg.num_iterations` GRPO updates on the rollouts. adv [P, G], trainable [P]. Returns
+    """`gcfg.num_iterations` GRPO updates on the rollouts. adv [P, G] (groups of different sizes:
+    padded to the largest, roll.sizes saying each group's rows), trainable [P]. Returns
     loss stats (policy, kl, clip_ratio, grad_norm, entropy: the mean over the passes); a batch
     with no trainable group returns zeros without a forward or backward.
 
@@ -331,10 +352,11 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     last micro-batch, so every rank takes the single-process update. Every rank runs the same
     collectives whatever its share: none trainable, fewer micro-batches, an out-of-memory retry
     (all ranks retry together)."""
-    G = roll.group_size
-    row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), G))
+    sizes = roll.group_sizes()  # every group G, or each its own (per-prompt budgets)
+    row_trainable = torch.as_tensor(np.repeat(np.asarray(trainable, bool), sizes))
     with_kl = gcfg.beta > 0 and ref_model is not None
-    idx = torch.as_tensor(np.repeat(forwarded_groups(trainable, gcfg, with_kl), G)).nonzero().squeeze(-1)
+    forwarded = forwarded_groups(trainable, gcfg, with_kl)
+    idx = torch.as_tensor(np.repeat(forwarded, sizes)).nonzero().squeeze(-1)
     # The step's counts, every rank's, in one all-reduce: trainable rows, the policy term's count
     # (every row, the dropped ones too), the KL term's (the rows forwarded), the rows forwarded.
     trainable_rows, policy_count, kl_count, rows = world.sum([
@@ -343,8 +365,11 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     if not with_kl and not trainable_rows:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0, "mismatch": {}}
-    per = max(1, micro_batch_groups(model, roll, len(idx) // G, gcfg, compute_dtype)) * G  # whole groups
-    batch = _Batch(roll, idx, per, torch.as_tensor(adv.reshape(-1), dtype=torch.float64), row_trainable,
+    per = max(1, micro_batch_groups(model, roll, int(forwarded.sum()), gcfg, compute_dtype))  # whole groups
+    adv = np.asarray(adv)
+    adv_rows = adv[np.arange(adv.shape[1])[None, :] < sizes[:, None]]  # row order; adv.reshape(-1) when all G
+    rows_per, shares = _chunks(roll, sizes[forwarded], per)
+    batch = _Batch(roll, idx, rows_per, shares, torch.as_tensor(adv_rows, dtype=torch.float64), row_trainable,
                    (float(policy_count), float(kl_count)))
     kw = dict(ref_model=ref_model, suppress_ids=suppress_ids, compute_dtype=compute_dtype)
     if gcfg.num_iterations > 1:
@@ -379,12 +404,24 @@ def _agreed(world: Ranks, compute):
     return result
 
 
+def _chunks(roll: Rollouts, sizes: np.ndarray, groups: int) -> tuple[list[int], list]:
+    """Micro-batches of `groups` whole groups (the forwarded groups' sizes given in order): each
+    one's rows, and how its rows share prompts (token_logprobs' group_size: G, or its groups'
+    sizes when they differ)."""
+    starts = range(0, len(sizes), groups)
+    rows = [int(sizes[i:i + groups].sum()) for i in starts]
+    if roll.sizes is None or len(set(roll.sizes)) == 1:
+        return rows, [roll.group_size if roll.sizes is None else int(roll.sizes[0])] * len(rows)
+    return rows, [torch.as_tensor(sizes[i:i + groups], device=roll.input_ids.device) for i in starts]
+
+
 @dataclass
 class _Batch:
     """What every pass of train_on reuses."""
     roll: Rollouts
     idx: torch.Tensor  # the rows forwarded
-    per: int  # rows per micro-batch
+    per: list[int]  # rows of each micro-batch (whole groups)
+    shares: list  # each micro-batch's token_logprobs group_size: G, or its groups' sizes
     adv_rows: torch.Tensor  # [B] float64, to logp's dtype in grpo_loss
     row_trainable: torch.Tensor  # [B] bool
     denoms: tuple[float, float]  # the policy and KL terms' counts over the whole step (every rank's)
@@ -400,11 +437,11 @@ def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, comput
     the passes' forwards are: the first pass's ratio is then 1, as with one pass."""
     roll, old = batch.roll, None
     with torch.no_grad(), mode(model, training=True):
-        for chunk in batch.chunks():
+        for chunk, share in zip(batch.chunks(), batch.shares):
             ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
             with autocast(roll.input_ids.device, compute_dtype):
                 logp, _ = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                                         group_size=roll.group_size,
+                                         group_size=share,
                                          chunk=chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model)))
             if old is None:
                 old = torch.zeros(roll.completion_ids.shape, dtype=logp.dtype, device=logp.device)
@@ -424,8 +461,8 @@ def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, c
     def local() -> tuple[dict, list]:
         total, mismatch = dict.fromkeys(_SUMMED, 0.0), []
         with mode(model, training=True):
-            for chunk in batch.chunks():
-                part = _micro_batch(model, batch, chunk, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
+            for chunk, share in zip(batch.chunks(), batch.shares):
+                part = _micro_batch(model, batch, chunk, share, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
                                     compute_dtype=compute_dtype, scaler=scaler)
                 mismatch.append(part.pop("mismatch"))
                 for k in total:
@@ -448,11 +485,12 @@ def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, c
             "tokens": int(total["tokens"]), "mismatch": mismatch}
 
 
-def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, gcfg, *, ref_model, suppress_ids, compute_dtype,
+def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, G, gcfg, *, ref_model, suppress_ids, compute_dtype,
                  scaler) -> dict:
-    """Forward and backward of the rows `chunk` (whole groups); the gradients accumulate."""
+    """Forward and backward of the rows `chunk` (whole groups, sharing prompts as G says); the
+    gradients accumulate."""
     roll = batch.roll
-    G, device = roll.group_size, roll.input_ids.device
+    device = roll.input_ids.device
     ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
     cmask = attn[:, lp:]
     per_chunk = chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model))

@@ -3,13 +3,16 @@
 `rollout` samples G completions for each prompt on the trainer's own model (each prompt
 prefilled once, its KV cache copied to its G rows); `Rollouts` is the padded batch the trainer
 scores and trains on, whoever sampled it (train/sampling.py picks the sampler; a vLLM engine's
-Rollouts also carry its log-probs).
+Rollouts also carry its log-probs). G may differ per prompt (a list of sizes: per-prompt
+budgets, train/budgets.py): group g's rows then follow group g-1's, and `Rollouts.sizes` says
+how many each has.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -19,11 +22,17 @@ class Rollouts:
     attention_mask: torch.Tensor  # [B, Lp + Lc]: 0 on padding and after eos
     prompt_len: int  # Lp
     texts: list[str]  # [B] decoded completions
-    examples: list[dict]  # [B] each prompt's example, repeated G times
+    examples: list[dict]  # [B] each prompt's example, repeated for each of its group's rows
     num_prompts: int
-    group_size: int
+    group_size: int  # G; with per-group sizes, the largest
     prompts: list[str]  # [P] each group's prompt text as the model read it (a rendered chat template)
     sampler_logprobs: torch.Tensor | None = None  # [B, Lc] the engine's log-prob of each sampled token (vLLM)
+    sizes: list[int] | None = None  # [P] each group's rows when they differ (None: every group has G)
+
+    def group_sizes(self) -> np.ndarray:
+        """[P] each group's rows."""
+        return np.full(self.num_prompts, self.group_size, np.int64) if self.sizes is None \
+            else np.asarray(self.sizes, np.int64)
 
     @property
     def completion_mask(self) -> torch.Tensor:
@@ -79,7 +88,7 @@ def mode(model, training: bool):
 
 
 @torch.no_grad()
-def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *,
+def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int | list[int], *,
                   max_new_tokens: int, eos_ids: int | list[int], pad_id: int, temperature: float = 1.0,
                   top_p: float = 1.0, top_k: int = 0,
                   suppress_ids: list[int] | None = None, generators: list[torch.Generator] | None = None,
@@ -96,12 +105,18 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
 
     `generators` (one per prompt) draw each group's tokens from its own stream instead of
     torch's global one: a group's completions then do not depend on the other prompts of the
-    batch (the trainer seeds each group: ranks.group_seeds)."""
+    batch (the trainer seeds each group: ranks.group_seeds). `group_size` a list: prompt g gets
+    group_size[g] rows (its cache rows selected that many times)."""
     eos = torch.as_tensor(eos_ids, device=prompt_ids.device)
     pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
-    cache.batch_repeat_interleave(group_size)
+    if isinstance(group_size, int):
+        cache.batch_repeat_interleave(group_size)
+    else:
+        group_size = torch.as_tensor(group_size, device=prompt_ids.device)
+        rows = torch.arange(len(group_size), device=prompt_ids.device)
+        cache.batch_select_indices(rows.repeat_interleave(group_size))  # prompt g's cache rows, group_size[g] times
     logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # [B, V], B = P*G
     mask = prompt_mask.repeat_interleave(group_size, 0)
     nxt = pos[:, -1:].repeat_interleave(group_size, 0) + 1  # generate's positions: count of attended tokens - 1
@@ -143,15 +158,16 @@ def sample_tokens(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, gr
     return torch.stack(toks, 1)
 
 
-def _draw(probs: torch.Tensor, group_size: int, generators: list[torch.Generator] | None) -> torch.Tensor:
+def _draw(probs: torch.Tensor, group_size, generators: list[torch.Generator] | None) -> torch.Tensor:
     """One token per row [B] from probs [B, V]: from torch's generator, or each group's rows from its own."""
     if generators is None:
         return torch.multinomial(probs, 1).squeeze(1)
+    split = group_size if isinstance(group_size, int) else group_size.tolist()
     return torch.cat([torch.multinomial(rows, 1, generator=gen).squeeze(1)
-                      for rows, gen in zip(probs.split(group_size), generators)])
+                      for rows, gen in zip(probs.split(split), generators)])
 
 
-def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_tokens: int,
+def rollout(model, tokenizer, examples: list[dict], group_size: int | list[int], *, max_new_tokens: int,
             temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, suppress_ids: list[int] | None = None,
             batch_groups: int = 0, add_special_tokens: bool = True, prompts: list[str] | None = None,
             seeds: list[int] | None = None) -> Rollouts:
@@ -160,10 +176,13 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
     grouped: rows g*G .. g*G+G-1 are prompt g's group. `prompts`: the text each example is
     prompted with (default: its "prompt"); add_special_tokens=False when they are rendered chat
     templates, which hold the model's special tokens already. `seeds` (one per prompt): each
-    group drawn from its own generator, so its completions are the same in any batch."""
+    group drawn from its own generator, so its completions are the same in any batch. `group_size`
+    a list (one per prompt): groups of different sizes (Rollouts.sizes)."""
     prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
     if 0 < batch_groups < len(examples):
-        parts = [rollout(model, tokenizer, examples[i:i + batch_groups], group_size, max_new_tokens=max_new_tokens,
+        parts = [rollout(model, tokenizer, examples[i:i + batch_groups],
+                         group_size if isinstance(group_size, int) else group_size[i:i + batch_groups],
+                         max_new_tokens=max_new_tokens,
                          temperature=temperature, top_p=top_p, top_k=top_k, suppress_ids=suppress_ids,
                          add_special_tokens=add_special_tokens, prompts=prompts[i:i + batch_groups],
                          seeds=None if seeds is None else seeds[i:i + batch_groups])
@@ -182,17 +201,21 @@ def rollout(model, tokenizer, examples: list[dict], group_size: int, *, max_new_
     return assemble(tokenizer, enc, comp, completion_mask(comp, eos), examples, group_size, prompts)
 
 
-def assemble(tokenizer, enc, completion: torch.Tensor, cmask: torch.Tensor, examples: list[dict], group_size: int,
-             prompts: list[str], sampler_logprobs: torch.Tensor | None = None) -> Rollouts:
+def assemble(tokenizer, enc, completion: torch.Tensor, cmask: torch.Tensor, examples: list[dict],
+             group_size: int | list[int], prompts: list[str], sampler_logprobs: torch.Tensor | None = None) -> Rollouts:
     """Rollouts from the encoded prompts [P, Lp] and the completions [P*G, Lc] with their mask (any
     sampler's): each prompt repeated for its G rows, pad wherever the mask is 0, the texts decoded."""
     lp = enc["input_ids"].shape[1]
-    attn = torch.cat([enc["attention_mask"].repeat_interleave(group_size, 0), cmask], 1)
-    out = torch.cat([enc["input_ids"].repeat_interleave(group_size, 0), completion], 1).masked_fill(
+    sizes = [group_size] * len(examples) if isinstance(group_size, int) else [int(n) for n in group_size]
+    reps = group_size if isinstance(group_size, int) else torch.as_tensor(sizes, device=enc["input_ids"].device)
+    attn = torch.cat([enc["attention_mask"].repeat_interleave(reps, 0), cmask], 1)
+    out = torch.cat([enc["input_ids"].repeat_interleave(reps, 0), completion], 1).masked_fill(
         attn == 0, tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(out[:, lp:], skip_special_tokens=True)
-    rep = [e for e in examples for _ in range(group_size)]
-    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size, prompts, sampler_logprobs)
+    rep = [e for e, n in zip(examples, sizes) for _ in range(n)]
+    fixed = isinstance(group_size, int)
+    return Rollouts(out, attn, lp, texts, rep, len(examples), group_size if fixed else max(sizes, default=0), prompts,
+                    sampler_logprobs, None if fixed else sizes)
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -208,6 +231,9 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         masks.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
         if r.sampler_logprobs is not None:
             sampled.append(torch.nn.functional.pad(r.sampler_logprobs, (0, right), value=0.0))
+    varied = any(r.sizes is not None for r in parts)  # groups of different sizes: the sizes carried on
     return Rollouts(torch.cat(ids), torch.cat(masks), lp, sum((r.texts for r in parts), []),
-                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts), parts[0].group_size,
-                    sum((r.prompts for r in parts), []), torch.cat(sampled) if len(sampled) == len(parts) else None)
+                    sum((r.examples for r in parts), []), sum(r.num_prompts for r in parts),
+                    max(r.group_size for r in parts) if varied else parts[0].group_size,
+                    sum((r.prompts for r in parts), []), torch.cat(sampled) if len(sampled) == len(parts) else None,
+                    [int(n) for r in parts for n in r.group_sizes()] if varied else None)

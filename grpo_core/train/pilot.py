@@ -62,6 +62,7 @@ def cli_pilot(args) -> int:
     print(f"pilot {store.run_id}: {store.run_dir}", file=sys.stderr, flush=True)
     sampling = copy.deepcopy(cfg)
     sampling.grpo.beta = 0.0  # no update: a reference model would only cost memory
+    sampling.grpo.budget_pilot = 0  # the planner reads uniform groups of G: per-prompt budgets would skew them
     try:
         trainer = Trainer(sampling, store)
     except BaseException as e:
