@@ -32,7 +32,7 @@ def kinds(alerts):
 def test_the_builtin_rules_are_the_toml_file():
     assert [r.kind for r in alert_rules.BUILTIN] == ["zero_trainable", "low_ratio", "low_reward_std",
                                                      "declining_ratio", "near_zero", "noisy_verifier",
-                                                     "sampler_mismatch"]
+                                                     "sampler_mismatch", "template_collapse"]
     assert all(r.input in alert_rules.INPUTS or r.metric for r in alert_rules.BUILTIN)
 
 
