@@ -181,6 +181,7 @@ def steer():
     todo = request_view.pending_changes(cur, weights, thr, lvl, run)
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     what_if_line(wi, caps, lvl != cur["level"], todo, waiting)
+    flat_line(s, run.get("group_size") or cur.get("group_size"))
     buttons(s, caps, cur, keys, weights, thr, todo, waiting)
     suggestions_box(s, keys)
     if "set_autopilot" in caps["accepts"]:
@@ -233,6 +234,23 @@ def what_if_line(wi: dict | None, caps: dict, level_changed: bool, todo: list, w
     else:
         m[2].caption("Pending change: " + ("; ".join(live_settings.describe(k, p) for k, p in todo) if todo
                                            else "none (sliders equal the settings in force)"))
+
+
+def flat_line(s: live_view.LiveState, group_size):
+    """Flat groups in the what-if window: measured, and predicted at the G input from one pooled
+    success rate and from each prompt's own rate (prompts differ: the pooled one under-predicts)."""
+    if not group_size:
+        return  # an imported run that did not log its G
+    try:
+        f = advice.flat_forecast(s, int(group_size))
+    except (StoreError, ValueError) as e:
+        st.caption(f"Flat-group forecast unavailable: {e}")
+        return
+    if not f["available"] or f["measured"] is None or f["pooled"] is None:
+        return
+    st.caption(f"Flat groups ({f['metric']} all 0 or all 1), last {f['steps']} steps: measured **{f['measured']:.0%}**; "
+               f"predicted at G = {f['G']}: one pooled rate **{f['pooled']:.0%}**, each of the {f['prompts']} prompts "
+               f"at its own rate **{f['per_prompt']:.0%}**.")
 
 
 def buttons(s: live_view.LiveState, caps: dict, cur: dict, keys: widget_state.Keys, weights: dict, thr: float,

@@ -133,6 +133,17 @@ def planner(s: pilot.PilotSummary):
         g = f"G = {plan.g_needed}" if plan.g_needed else "no G up to 256"
         st.caption(f"{plan.metric} succeeds {plan.p:.0%} of the time: P(trainable) = 1 − p^G − (1−p)^G is "
                    f"{plan.current_p_trainable:.2f} at G = {plan.current_g}; target {s.target:.2f} needs {g}.")
+        flat = pilot.flat_shares(plan)
+        c = st.columns(3)
+        c[0].metric(f"Flat groups, measured (G = {plan.current_g})", f"{flat['measured']:.0%}",
+                    help=f"share of the pilot's groups in which {plan.metric} was all 0 or all 1")
+        c[1].metric("Predicted, one pooled rate", f"{flat['pooled']:.0%}", help="p^G + (1−p)^G: as if every "
+                    "prompt were equally hard; prompts that differ leave more groups flat than this")
+        if flat["per_prompt"] is not None:
+            c[2].metric("Predicted, per prompt", f"{flat['per_prompt']:.0%}", help=f"each of the {plan.prompts} "
+                        "prompts at its own rate, shrunk toward the pooled one (Beta prior fitted to the pilot)")
+            gp = f"G = {plan.prompts_g_needed}" if plan.prompts_g_needed else f"no G up to {pilot.PLANNER_G_MAX}"
+            st.caption(f"Counting each prompt's own rate, the target needs {gp}: the group-size advice follows this.")
         st.plotly_chart(charts.pilot_planner(plan, s.target), width="stretch")
 
 

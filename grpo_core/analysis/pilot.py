@@ -5,8 +5,11 @@ same composite reward, logged into a run store of kind "pilot" in exactly the fo
 trainer logs (steps = batches of prompts), so every chart and report reads it. From it,
 `pilot_summary` says whether training would get a learning signal: the measured trainable
 ratio (the prediction for the first training steps), which metrics are uniform inside
-groups, how large G must be for a binary metric to vary (1 - p^G - (1-p)^G), which
-weights would do better, and a verdict: ready to train, or what to change first.
+groups, how large G must be for a binary metric to vary (1 - p^G - (1-p)^G at the pooled
+rate, and from each prompt's own rate shrunk toward it: planner.prompt_flat_curve, which the
+group-size advice follows, since prompts that differ leave more groups flat than one pooled
+rate predicts), which weights would do better, and a verdict: ready to train, or what to
+change first.
 
 Pure numpy/pandas over the store: the pilot process is grpo_core/train/pilot.py, starting one
 from the dashboard grpo_core/dashboard/pilot_start.py.
@@ -18,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from grpo_core.analysis.planner import min_group_size, p_trainable_binary
+from grpo_core.analysis import prompt_history
+from grpo_core.analysis.planner import beta_prior, min_group_size, p_trainable_binary, prompt_flat_curve
 from grpo_core.analysis.reweighting import suggest_weights
 from grpo_core.analysis.rollout_stats import metric_columns, per_metric_group_std, rollout_arrays, uniform_fraction
 from grpo_core.analysis.run_tables import MOST_GROUPS
@@ -47,7 +51,12 @@ class Plan:
     current_p_trainable: float  # 1 - p^G - (1-p)^G at the pilot's G
     measured_vary: float  # share of pilot groups in which the metric varied
     g_needed: int | None  # smallest G with P(trainable) >= target (None: none up to 256)
-    curve: pd.DataFrame  # columns G, p_trainable (G = 2 .. PLANNER_G_MAX)
+    curve: pd.DataFrame  # columns G, p_trainable, p_trainable_prompts (G = 2 .. PLANNER_G_MAX)
+    # The planner that knows prompts differ (planner.prompt_flat_curve): each prompt's own rate,
+    # shrunk toward p; the pooled formula above under-predicts the flat groups when prompts differ.
+    prompts: int = 0  # prompts with rollouts of this metric
+    prompts_p_trainable: float | None = None  # per-prompt predicted P(trainable) at current_g
+    prompts_g_needed: int | None = None  # smallest G the per-prompt curve brings to the target (None: none <= 64)
 
 
 @dataclass
@@ -118,6 +127,22 @@ def planner_curve(p: float, g_max: int = PLANNER_G_MAX) -> pd.DataFrame:
     """P(a group of G has both outcomes) for G = 2 .. g_max, from planner.p_trainable_binary."""
     g = np.arange(2, g_max + 1)
     return pd.DataFrame({"G": g, "p_trainable": np.asarray(p_trainable_binary(p, g), dtype=float)})
+
+
+def prompt_plan(groups: pd.DataFrame, rollouts: pd.DataFrame, metric: str, curve: pd.DataFrame,
+                group_size: int, target: float) -> dict:
+    """The per-prompt fields of a Plan, from each prompt's successes of `metric` in the pilot; the
+    curve gets p_trainable_prompts, 1 - the per-prompt predicted flat share at each G."""
+    counts = prompt_history.prompt_counts(prompt_history.group_successes(groups, rollouts, metric))
+    if counts.empty:
+        curve["p_trainable_prompts"] = np.nan
+        return {}
+    s, n = counts["successes"].to_numpy(float), counts["trials"].to_numpy(float)
+    prior = beta_prior(s, n)
+    curve["p_trainable_prompts"] = 1.0 - prompt_flat_curve(s, n, curve["G"].to_numpy(), prior)
+    reach = curve.loc[curve["p_trainable_prompts"] >= target, "G"]
+    return {"prompts": int(len(counts)), "prompts_g_needed": int(reach.iloc[0]) if len(reach) else None,
+            "prompts_p_trainable": float(1.0 - prompt_flat_curve(s, n, [group_size], prior)[0])}
 
 
 def _group_shares(rollouts: pd.DataFrame, metric: str) -> tuple[float, float]:
@@ -192,9 +217,11 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
         if not binary[k]:
             continue
         p = float(table.at[m, "success_rate"])
+        curve = planner_curve(p, g_max)
         out.plans.append(Plan(m, p, weights.get(m, 0.0), group_size,
                               float(p_trainable_binary(p, group_size)), float(1.0 - ufrac[k]),
-                              min_group_size(p, target), planner_curve(p, g_max)))
+                              min_group_size(p, target), curve,
+                              **prompt_plan(groups, rollouts, m, curve, group_size, target)))
     weighted_binary = [pl for pl in out.plans if pl.weight > 0]
     outcome = reward.get("outcome_metric") or ""
     key = next((pl for pl in weighted_binary if pl.metric == outcome), None) or \
@@ -259,6 +286,22 @@ def _temperature(s: PilotSummary) -> Action | None:
                   f"the completions in a group are distinct, so rewards cannot differ", {"temperature": new_t})
 
 
+def _g_needed(pl: Plan) -> int | None:
+    """The G the plan asks for: the per-prompt planner's when the pilot has per-prompt counts."""
+    return pl.prompts_g_needed if pl.prompts else pl.g_needed
+
+
+def _p_at(pl: Plan, g: int) -> float:
+    """P(trainable) at G = g: the per-prompt curve's when there is one, else the pooled formula."""
+    if pl.prompts:
+        at = pl.curve.loc[pl.curve["G"] == g, "p_trainable_prompts"]
+        if len(at):
+            return float(at.iloc[0])
+        if g == pl.current_g and pl.prompts_p_trainable is not None:
+            return pl.prompts_p_trainable
+    return float(p_trainable_binary(pl.p, g))
+
+
 def _ratio_actions(s: PilotSummary) -> list[Action]:
     """Too few trainable groups: weights (free) when a suggestion reaches the target, then the
     group size (binary planner), the difficulty (success rate extreme, or decided by the
@@ -272,22 +315,26 @@ def _ratio_actions(s: PilotSummary) -> list[Action]:
         (first if best["predicted_ratio"] >= s.target else later).append(a)
 
     G = s.group_size
-    cands = [pl for pl in s.plans if pl.weight > 0 and 0 < pl.p < 1 and pl.g_needed
-             and G < pl.g_needed <= PLANNER_G_MAX]
+    cands = [pl for pl in s.plans if pl.weight > 0 and 0 < pl.p < 1 and _g_needed(pl)
+             and G < _g_needed(pl) <= PLANNER_G_MAX]
     hetero = False
     if cands:
-        pl = min(cands, key=lambda x: x.g_needed)
-        new = float(p_trainable_binary(pl.p, pl.g_needed))
-        text = (f"raise grpo.group_size from {G} to {pl.g_needed}: {pl.metric} succeeds {pl.p:.0%} of the time, "
-                f"so a group of {G} has both outcomes with probability {pl.current_p_trainable:.2f}, a group of "
-                f"{pl.g_needed} with {new:.2f} (target {s.target:.2f}); it costs {pl.g_needed / G:.1f}x the "
+        pl = min(cands, key=_g_needed)
+        g_new = _g_needed(pl)
+        now, new = _p_at(pl, G), _p_at(pl, g_new)
+        text = (f"raise grpo.group_size from {G} to {g_new}: {pl.metric} succeeds {pl.p:.0%} of the time, "
+                f"so a group of {G} has both outcomes with probability {now:.2f}, a group of "
+                f"{g_new} with {new:.2f} (target {s.target:.2f}); it costs {g_new / G:.1f}x the "
                 f"rollouts per prompt")
+        if pl.prompts and abs(now - pl.current_p_trainable) >= 0.05:
+            text += (f" (each of the {pl.prompts} prompts at its own rate; one pooled rate would promise "
+                     f"{pl.current_p_trainable:.2f} at G = {G})")
         hetero = pl.measured_vary < 0.5 * pl.current_p_trainable
         if hetero:
             text += (f"; but {pl.metric} varied in only {pl.measured_vary:.0%} of the pilot's groups against "
                      f"{pl.current_p_trainable:.0%} expected: success depends on the prompt, so a larger group "
                      f"helps less than the formula says")
-        (later if hetero else first).append(Action("group_size", text, {"group_size": pl.g_needed}, new, pl.metric))
+        (later if hetero else first).append(Action("group_size", text, {"group_size": g_new}, new, pl.metric))
 
     # Difficulty, about the key binary metric: a success rate so extreme that no G up to
     # PLANNER_G_MAX reaches the target, or far more groups all-solved/all-failed than a
@@ -343,6 +390,13 @@ def _std_actions(s: PilotSummary, min_std: float) -> list[Action]:
                       + f"): the mean group reward std {s.reward_std:.3f} is at or below {min_std:g}, and it is "
                       "measured on the weighted total", {}))
     return out
+
+
+def flat_shares(plan: Plan) -> dict:
+    """The share of flat groups (the metric all 0 or all 1) at the pilot's G: measured, predicted
+    from one pooled rate, predicted from each prompt's own rate (None without prompt counts)."""
+    per = None if plan.prompts_p_trainable is None else 1.0 - plan.prompts_p_trainable
+    return {"measured": 1.0 - plan.measured_vary, "pooled": 1.0 - plan.current_p_trainable, "per_prompt": per}
 
 
 def planner_focus(s: PilotSummary) -> str | None:
