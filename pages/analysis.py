@@ -67,6 +67,9 @@ with tab_tr:
         st.caption("Zero trainable groups at steps: " + formatting.fmt(s["zero_trainable_steps"][:50])
                    + (" …" if len(s["zero_trainable_steps"]) > 50 else ""))
     st.plotly_chart(charts.trainability_chart(rep.steps, rep.ledger), key="an_ratio")
+    st.markdown(f"**Why groups were flat**: {report.flat_text(rep)}")  # one cause per flat group (flat_causes)
+    if rep.flat is not None:
+        st.plotly_chart(charts.flat_causes_chart(rep.data.wide, rep.ledger), key="an_flat")
     st.markdown(f"**Reward trend**: whole run {rep.trend['run_text']}; last {rep.window} steps "
                 f"{rep.trend['last_text']}.")
     st.plotly_chart(charts.reward_trend_chart(rep.steps, rep.trend, rep.ledger), key="an_reward")

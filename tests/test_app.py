@@ -65,7 +65,7 @@ def test_live_page_shows_a_finished_real_run_once(trained):
     assert m["Groups trainable / submitted"] == (f"{int(last[names.CUM_GROUPS_TRAINABLE])} / "
                                                  f"{int(last[names.CUM_GROUPS_SUBMITTED])}")
     specs = chart_specs(at)
-    assert len(specs) == 6
+    assert len(specs) == 7 and any(s["layout"]["title"]["text"] == "Why groups were flat" for s in specs)
     ratio = next(s for s in specs if s["layout"]["title"]["text"] == "Trainable ratio")
     # the per-step ratio as faint raw points under its smoothed line, the cumulative ratio as is
     assert [t["name"] for t in ratio["data"]] == ["per step (raw)", "per step", "cumulative"]
@@ -183,7 +183,7 @@ def test_runs_page_lists_a_real_run_with_progress(trained):
     assert any(rid in md and "finished" in md for md in texts(at.markdown))
     assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
     at.button(key=f"open_{rid}").click().run()
-    assert at.session_state["run_id"] == rid and len(at.get("plotly_chart")) == 6
+    assert at.session_state["run_id"] == rid and len(at.get("plotly_chart")) == 7  # the live page's charts
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -30,6 +30,8 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
     figs = dict(charts.live_charts(wide, live_view.run_metrics(run.get_meta()), run.changes(), smoothing=0.6))
     assert figs.pop("eval") is None  # the run evaluated nothing (eval.every = 0)
     assert figs.pop("sampler") is None  # sampled natively: no sampler/trainer mismatch logged
+    assert figs.pop("flat") is None  # synthetic steps log no flat-group causes (tests/test_flat_causes.py)
+    assert figs.pop("collapse") is None  # nor a collapse check (tests/test_collapse_check.py)
     assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
     assert all(isinstance(f, go.Figure) for f in figs.values())
     # A measured series: its raw values as faint points ("<label> (raw)"), its EMA as the line ("<label>").
@@ -102,7 +104,7 @@ def _plain(x):
 
 def test_every_chart_marks_every_applied_change(run):
     figs = charts.live_charts(run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
-    for key, fig in [(k, f) for k, f in figs if k not in ("eval", "sampler")]:  # not evaluated, sampled natively
+    for key, fig in [(k, f) for k, f in figs if k not in ("eval", "sampler", "flat", "collapse")]:  # not logged
         marks = [s for s in fig.layout.shapes if (s.name or "").startswith("change:")]
         assert [(m.x0, m.name) for m in marks] == [(12, "change:set_weights"), (30, "change:set_weights")], key
         notes = [a for a in fig.layout.annotations if (a.name or "").startswith("change:")]
@@ -256,8 +258,9 @@ def test_pilot_metric_std_marks_the_uniform_metric_red(coin_pilot):
 def test_pilot_planner_curve_target_measured_point_and_the_g_needed(coin_pilot):
     plan = coin_pilot.plans[0]
     fig = charts.pilot_planner(plan, coin_pilot.target)
-    curve, point = fig.data
+    curve, per_prompt, point = fig.data  # the pooled curve, each prompt at its own rate, the pilot
     np.testing.assert_allclose(curve.y, plan.curve["p_trainable"])
+    np.testing.assert_allclose(per_prompt.y, plan.curve["p_trainable_prompts"])
     assert (list(point.x), list(point.y)) == ([plan.current_g], [plan.measured_vary])
     lines = {(s.type, s.x0 if s.x0 == s.x1 else None, s.y0 if s.y0 == s.y1 else None) for s in fig.layout.shapes}
     assert ("line", None, 0.3) in lines and ("line", plan.g_needed, None) in lines

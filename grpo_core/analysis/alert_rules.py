@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_core.errors import ConfigError
+from grpo_core.runs.names import CAUSE_SOLVED, CAUSE_UNSOLVED
 
 COMPARATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
 STATS = ("mean", "last", "min", "max", "slope")
@@ -63,12 +64,16 @@ def parse_rule(d: dict, where: str) -> Rule:
     return Rule(**{**defaults, **d})
 
 
+def _toml() -> dict:
+    return tomllib.loads((Path(__file__).parent / "alert_rules.toml").read_text(encoding="utf-8"))
+
+
 def builtin() -> list[Rule]:
-    data = tomllib.loads((Path(__file__).parent / "alert_rules.toml").read_text(encoding="utf-8"))
-    return [parse_rule(r, f"alert_rules.toml rule {i + 1}") for i, r in enumerate(data["rule"])]
+    return [parse_rule(r, f"alert_rules.toml rule {i + 1}") for i, r in enumerate(_toml()["rule"])]
 
 
 BUILTIN = builtin()
+CAUSE_ADVICE = _toml().get("flat_cause_advice", {})  # flat-group cause -> advice (names.FLAT_CAUSES' keys)
 
 
 def user_rules(cfg) -> list[Rule]:
@@ -102,10 +107,14 @@ def metric_value(wide: pd.DataFrame | None, rule: Rule, cfg) -> tuple[float | No
 
 
 def advice_for(rule: Rule, split: str | None) -> str:
-    if split == "solved" and rule.advice_solved:
+    """split: the dominant cause of the window's flat groups (flat_causes.dominant), or "solved" /
+    "unsolved" (a run that logged only those two)."""
+    if split in ("solved", CAUSE_SOLVED) and rule.advice_solved:
         return rule.advice_solved
-    if split == "unsolved" and rule.advice_unsolved:
+    if split in ("unsolved", CAUSE_UNSOLVED) and rule.advice_unsolved:
         return rule.advice_unsolved
+    if split in CAUSE_ADVICE and (rule.advice_solved or rule.advice_unsolved):  # a rule about flat groups
+        return CAUSE_ADVICE[split]
     return rule.advice
 
 

@@ -22,9 +22,12 @@ import plotly.graph_objects as go
 
 from grpo_core.runs import live_settings
 from grpo_core.runs.names import (
+    COLLAPSE_CHANCE,
+    COLLAPSE_RETRIEVAL,
     CUM_TRAINABLE_RATIO,
     EVAL_PASS,
     EVAL_REWARD,
+    FLAT_CAUSES,
     FRAC_REWARD_ZERO_STD,
     GROUPS_SOLVED,
     GROUPS_SUBMITTED,
@@ -210,6 +213,26 @@ def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
                    changes=changes)
 
 
+# One colour per flat-group cause (names.FLAT_CAUSES' keys), stable across the live page and the report.
+CAUSE_COLOURS = dict(zip(FLAT_CAUSES, ["#A50F15", PALETTE[0], PALETTE[3], PALETTE[4], PALETTE[1], PALETTE[5],
+                                       PALETTE[7], "#BBBBBB", "#777777"]))
+
+
+def flat_causes_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
+    """Why the flat groups were flat, per step: one stacked band per cause (analysis.flat_causes), so
+    the stack's top is the step's flat groups (submitted - trainable). A run that logged only all
+    solved / none solved (or no causes) gets None: the groups chart draws those two."""
+    have = [(c, n) for c, n in FLAT_CAUSES.items() if _has(df, n)]
+    if not any(n not in (GROUPS_SOLVED, GROUPS_UNSOLVED) for _, n in have):
+        return None
+    traces = [{"type": "scatter", "mode": "lines", "x": df.index.to_numpy(), "name": c, "stackgroup": "flat",
+               "y": ema(df[n].fillna(0.0).to_numpy(np.float64), smoothing),
+               "line": {"color": CAUSE_COLOURS[c], "width": 0.8}}
+              for c, n in have if df[n].fillna(0.0).any()]  # a cause no step had: no band (the legend stays short)
+    top = max(1.0, float(df[[n for _, n in have]].sum(axis=1).max()) * 1.1)
+    return _figure(traces, "Why groups were flat", "flat groups per step", [0, top], key="flat", changes=changes)
+
+
 def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3,
                      smoothing: float = 0.0) -> go.Figure | None:
     """Per-metric within-group std: a line near 0 is a uniform metric (a variance bottleneck)."""
@@ -281,6 +304,24 @@ def eval_chart(df, changes=None) -> go.Figure | None:
     return _figure(traces, "Held-out evaluation", "reward / pass@1", key="eval", changes=changes)
 
 
+def collapse_chart(df, changes=None) -> go.Figure | None:
+    """The template-collapse check (health.collapse_every): the share of sampled completions their own
+    prompt scores best, a point per check, over the chance line 1/N (completions that ignore their
+    prompt). Falling to the chance line is collapse the trainable ratio does not show."""
+    if not _has(df, COLLAPSE_RETRIEVAL):
+        return None
+    checked = df[[n for n in (COLLAPSE_RETRIEVAL, COLLAPSE_CHANCE) if n in df.columns]].dropna(subset=[COLLAPSE_RETRIEVAL])
+    x = checked.index.to_numpy()
+    traces = [{"type": "scatter", "mode": "lines+markers", "x": x, "y": checked[COLLAPSE_RETRIEVAL].to_numpy(),
+               "name": "retrieval accuracy", "line": {"color": PALETTE[0], "width": 1.8}, "marker": {"size": 6}}]
+    if COLLAPSE_CHANCE in checked.columns:  # a line, not a constant: N is the step's distinct prompts (up to the knob)
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": checked[COLLAPSE_CHANCE].to_numpy(),
+                       "name": "chance (1/N): completions ignore their prompt",
+                       "line": {"color": "#C0392B", "dash": "dash", "width": 1.2, "shape": "hv"}})
+    return _figure(traces, "Template collapse: does a completion find its prompt?", "retrieval accuracy",
+                   [0, 1.05], key="collapse", changes=changes)
+
+
 def sampler_chart(df, changes=None, max_diff: float = 0.1, smoothing: float = 0.0) -> go.Figure | None:
     """grpo.engine=vllm: how far the sampling engine's token log-probs are from the trainer's
     (mean and max |difference|): ~0 while the engine holds the trainer's weights."""
@@ -303,11 +344,13 @@ def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=N
     sm = smoothing
     return [("ratio", ratio_chart(df, changes, min_ratio, sm)),
             ("groups", groups_chart(df, changes, sm)),
+            ("flat", flat_causes_chart(df, changes, sm)),
             ("metric_std", metric_std_chart(df, metrics, changes, uni, sm)),
             ("reward", reward_chart(df, metrics, changes, sm)),
             ("reward_std", reward_std_chart(df, changes, min_std, sm)),
             ("phantom", phantom_chart(df, changes, outcome_metric, sm)),
             ("eval", eval_chart(df, changes)),
+            ("collapse", collapse_chart(df, changes)),
             ("sampler", sampler_chart(df, changes, getattr(health_cfg, "max_sampler_logp_diff", 0.1), sm))]
 
 
@@ -315,10 +358,16 @@ CHART_HELP = {
     "ratio": "Share of groups whose rewards differ enough to give a gradient (per step and cumulative).",
     "groups": "Groups sampled per step (compute spent) vs groups that carried a learning signal, and why the "
               "others did not: every completion right (all solved) or none (none solved).",
+    "flat": "Why each flat group taught nothing, one cause per group (the first that holds: all errored, all "
+            "solved, identical completions, all truncated at max_new_tokens, none solved, shaping terms only, below "
+            "the threshold, float noise, other uniform), stacked: the top is the step's flat groups.",
     "metric_std": "Per metric, the mean std of its raw score inside a group; ~0 = uniform = bottleneck.",
     "reward": "Weighted total reward and each metric's raw mean.",
     "reward_std": "Mean within-group std of the total reward; GRPO's advantages are made of it.",
     "eval": "Reward and pass@1 on held-out prompts the policy never trains on (eval.every > 0).",
+    "collapse": "Template collapse (health.collapse_every > 0): each of N sampled completions scored under every "
+                "prompt of the sample; the share whose own prompt scores it best. Near 1: completions depend on "
+                "their prompt; at the dashed chance line (1/N): they no longer do, whatever the trainable ratio says.",
     "sampler": "grpo.engine=vllm: the mean and max |trainer - sampler| log-prob of the sampled tokens; near 0 "
                "while the engine holds the trainer's weights, high when a weight sync failed or went stale.",
     "phantom": "Groups trainable only through shaping terms while the outcome metric is uniform, and groups "
@@ -429,7 +478,9 @@ def pilot_planner(plan, target: float) -> go.Figure:
     """P(group trainable) against the group size for one binary metric (a pilot.Plan), the
     target line, the pilot's measured share and the G the target needs."""
     c = plan.curve
-    fig = go.Figure(go.Scatter(x=c["G"], y=c["p_trainable"], mode="lines", name=f"p = {plan.p:.2f}"))
+    fig = go.Figure(go.Scatter(x=c["G"], y=c["p_trainable"], mode="lines", name=f"pooled p = {plan.p:.2f}"))
+    if "p_trainable_prompts" in c and c["p_trainable_prompts"].notna().any():  # each prompt at its own rate
+        fig.add_trace(go.Scatter(x=c["G"], y=c["p_trainable_prompts"], mode="lines", name="per prompt"))
     fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:.2f}")
     fig.add_trace(go.Scatter(x=[plan.current_g], y=[plan.measured_vary], mode="markers",
                              name=f"pilot: varied in {plan.measured_vary:.0%} of groups"))

@@ -13,11 +13,13 @@ import numpy as np
 import pandas as pd
 
 from grpo_core.analysis import alert_rules as rules
+from grpo_core.analysis import flat_causes
 from grpo_core.analysis.trend_stats import Trend, reward_trend
 from grpo_core.analysis.windows import column, dense, in_window, last_steps, ratio_series, trailing_steps, window_ratio
 from grpo_core.runs.names import (
     CUM_GROUPS_SUBMITTED,
     CUM_GROUPS_TRAINABLE,
+    FLAT_CAUSES,
     FRAC_REWARD_ZERO_STD,
     GROUPS_SOLVED,
     GROUPS_SUBMITTED,
@@ -77,6 +79,7 @@ class AlertInputs:
     outcome: str | None = None  # the outcome metric, and its mean per step over the window
     outcome_window: pd.Series | np.ndarray | None = None
     wide: pd.DataFrame | None = None  # the window's scalars (a run's own rules read any metric)
+    causes: dict | None = None  # cause -> flat groups over the window (flat_causes; None: not logged)
 
 
 
@@ -128,7 +131,7 @@ def alert_rules(x: AlertInputs, cfg) -> list[Alert]:
     """The alerts at the window's last step: the built-in rules (alert_rules.toml) and the
     run's own (health.rules), one evaluator (alert_rules.evaluate); cfg: HealthConfig."""
     fired = rules.evaluate(rules.BUILTIN + rules.user_rules(cfg), rule_inputs(x, cfg), cfg, wide=x.wide,
-                           split=_split(x.solved, x.unsolved))
+                           split=flat_causes.dominant(x.causes) if x.causes else _split(x.solved, x.unsolved))
     return [Alert(rule.kind, rule.severity, message, x.last) for rule, message in fired]
 
 
@@ -166,13 +169,15 @@ def alert_kinds(history: list[dict], h, outcome_metric: str | None = None) -> se
                          None if np.isnan(solved) else float(solved), None if np.isnan(unsolved) else float(unsolved),
                          outcome_metric, None if outcome is None else pd.Series(outcome, index=x),
                          metric_frame(history, steps))
+    inputs.causes = flat_causes.history_counts(history, keep)
     return {alert.kind for alert in alert_rules(inputs, h)}
 
 
 def metric_frame(history: list[dict], steps: np.ndarray) -> pd.DataFrame | None:
-    """The logged scalars the built-in metric rules read (the sampler mismatch), as a frame; None
-    when the steps logged none of them (the usual case: no frame to build)."""
-    read = [r.metric for r in rules.BUILTIN if r.metric and r.metric in history[-1]]
+    """The logged scalars the built-in metric rules read (the sampler mismatch, the collapse check's
+    skill: logged every health.collapse_every steps, so any step of the window counts), as a frame;
+    None when the steps logged none of them (the usual case: no frame to build)."""
+    read = [r.metric for r in rules.BUILTIN if r.metric and any(r.metric in row for row in history)]
     if not read:
         return None
     return pd.DataFrame({n: [row.get(n, np.nan) for row in history] for n in read},
@@ -182,7 +187,7 @@ def metric_frame(history: list[dict], steps: np.ndarray) -> pd.DataFrame | None:
 def alert_columns(cfg, outcome_metric: str | None = None) -> list[str]:
     """The scalars alerts() reads: the built-in rules' inputs, the outcome metric's mean and
     the metrics of the run's own rules."""
-    extra = [GROUPS_SOLVED, GROUPS_UNSOLVED] + ([metric_mean(outcome_metric)] if outcome_metric else [])
+    extra = list(FLAT_CAUSES.values()) + ([metric_mean(outcome_metric)] if outcome_metric else [])
     extra += [r.metric for r in rules.BUILTIN if r.metric]
     extra += [r["metric"] for r in getattr(cfg, "rules", None) or [] if r.get("metric")]
     return list(dict.fromkeys(ALERT_INPUTS + tuple(extra)))
@@ -217,6 +222,7 @@ def alerts(wide: pd.DataFrame, cfg, outcome_metric: str | None = None) -> list[A
     if outcome is not None:
         inputs.outcome, inputs.outcome_window = outcome_metric, last_steps(outcome.dropna(), cfg.trend_window)
     inputs.wide = wide
+    inputs.causes = flat_causes.window_counts(wide, cfg.trend_window)
     return alert_rules(inputs, cfg)
 
 

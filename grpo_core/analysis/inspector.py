@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from grpo_core.analysis.flat_causes import MEANING
 from grpo_core.analysis.run_data import ReportError, RunData
 from grpo_core.analysis.step_stats import STD_EPS
 from grpo_core.analysis.windows import column
@@ -27,6 +28,7 @@ class GroupView:
     varied: dict  # metric -> within-group std, for metrics that varied
     explanation: str
     prompt: str | None = None  # the prompt as the model read it (the store's prompts table), if kept
+    cause: str | None = None  # why a flat group was flat, as recorded (flat_causes; None: not recorded)
 
 
 def _threshold_at(data: RunData, step: int) -> float:
@@ -71,8 +73,9 @@ def inspect_group(data: RunData, step: int, group: int) -> GroupView:
     if r.empty:
         expl = (f"No rollouts were recorded for step {step}, group {group}: the group was "
                 f"{'trainable' if rec_tr else 'not trainable'} (recorded std {grow['reward_std'].iloc[0]:.4f}), "
-                "but its completions cannot be shown.")
-        return GroupView(step, group, prompt, pd.DataFrame(), None, thr, rec_tr, rec_ph, {}, expl, text.get(prompt))
+                "but its completions cannot be shown.") + _cause_text(grow, rec_tr)
+        return GroupView(step, group, prompt, pd.DataFrame(), None, thr, rec_tr, rec_ph, {}, expl, text.get(prompt),
+                         _cause(grow))
     metrics = [m for m in data.metrics if m in r.columns]
     table = r.sort_values("total", ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", np.arange(1, len(table) + 1))
@@ -90,7 +93,22 @@ def inspect_group(data: RunData, step: int, group: int) -> GroupView:
     if rec_tr is not None and rec_tr != bool(passes and outcome_varies):
         expl += (f" (Recorded as {'trainable' if rec_tr else 'not trainable'} by the trainer; recomputing from "
                  "the stored rollouts gives the opposite: the threshold or the rollouts kept may differ.)")
-    return GroupView(step, group, prompt, table, std, thr, trainable, phantom, varied, expl, text.get(prompt))
+    expl += _cause_text(grow, trainable)
+    return GroupView(step, group, prompt, table, std, thr, trainable, phantom, varied, expl, text.get(prompt),
+                     _cause(grow))
+
+
+def _cause(grow: pd.DataFrame) -> str | None:
+    cause = grow["outcome"].iloc[0] if len(grow) and "outcome" in grow else None
+    return None if cause is None or pd.isna(cause) else str(cause)
+
+
+def _cause_text(grow: pd.DataFrame, trainable: bool | None) -> str:
+    """The recorded cause of a flat group, in words (flat_causes.MEANING); nothing for a trainable one."""
+    cause = _cause(grow)
+    if trainable or cause is None or cause == names.CAUSE_MIXED:  # not recorded (an import): the numbers above say it
+        return ""
+    return f" Why it was flat: {cause}: {MEANING.get(cause, 'a cause this version does not know')}."
 
 
 def _explain(n, totals, std, thr, varied, metrics, outcome, table, trainable, phantom) -> str:

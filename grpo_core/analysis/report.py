@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpo_core.analysis import charts, health
+from grpo_core.analysis import charts, flat_causes, health
 from grpo_core.analysis.formatting import cell, fmt
 from grpo_core.analysis.inspector import GroupView, inspect_group
 from grpo_core.analysis.ledger import change_ledger
@@ -34,6 +34,7 @@ from grpo_core.analysis.run_tables import (
 )
 from grpo_core.errors import ConfigError
 from grpo_core.runs.config import HealthConfig, from_dict
+from grpo_core.runs.names import FLAT_CAUSES, GROUPS_SOLVED
 from grpo_core.runs.schema import DB_NAME
 
 
@@ -51,6 +52,7 @@ class Report:
     verdict: object | None
     examples: list[GroupView] = field(default_factory=list)
     evaluation: pd.DataFrame = field(default_factory=pd.DataFrame)  # eval_table(data)
+    flat: pd.DataFrame | None = None  # flat_causes.summary: why the flat groups were flat (None: not recorded)
 
 
 def build_report(run, window: int = DEFAULT_WINDOW, examples: bool = True) -> Report:
@@ -69,6 +71,7 @@ def build_report(run, window: int = DEFAULT_WINDOW, examples: bool = True) -> Re
     if examples:
         rep.examples = _example_groups(data)
     rep.evaluation = eval_table(data)
+    rep.flat = flat_causes.summary(data.wide, window)
     return rep
 
 
@@ -154,6 +157,29 @@ def summary_rows(rep: Report) -> list[tuple[str, str, str]]:
     return rows
 
 
+FLAT_HEADER = ["cause", "groups", "share of flat groups", "last window", "what it means"]
+
+
+def flat_text(rep: Report) -> str:
+    """Why the run's flat groups were flat, in a sentence: the dominant cause, or unknown."""
+    flat = rep.flat
+    if flat is None:
+        return "unknown (the run did not record why each flat group was flat" + (
+            ": it logged only all solved / none solved)" if GROUPS_SOLVED in rep.data.wide.columns else ")")
+    total = flat["groups"].sum()
+    if not total:
+        return "No flat groups: every group the run submitted could train."
+    top = flat.iloc[0]
+    return (f"{fmt(total)} flat groups over the run; the most, {top['share']:.0%}, were {top['cause']}: "
+            f"{top['meaning']}. One cause per group: the first that holds, in the order "
+            + " > ".join(FLAT_CAUSES) + ".")
+
+
+def _flat_rows(flat) -> list[list[str]]:
+    return [[r["cause"], fmt(r["groups"]), f"{r['share']:.0%}", fmt(r["last_window"]), r["meaning"]]
+            for _, r in flat.iterrows()]
+
+
 def no_changes_text(rep: Report) -> str:
     """An imported run's source records no setting changes: unknown, not 'no changes'."""
     if rep.data.imported:
@@ -193,6 +219,9 @@ def to_markdown(rep: Report) -> str:
     if rep.verdict is not None:
         out += [f"- {c.text}" for c in rep.verdict.checks] + [f"- alert ({a.severity}): {a.message}"
                                                               for a in rep.verdict.alerts] + [""]
+    out += ["## Why groups were flat", "", flat_text(rep), ""]
+    if rep.flat is not None:
+        out += [_md_table(FLAT_HEADER, _flat_rows(rep.flat)), ""]
     out += ["## Variance bottlenecks", "", rep.bottleneck_text, ""]
     if len(rep.bottlenecks):
         out += [_md_table(BOTTLENECK_COLS + ["why"], [[cell(c, r[c]) for c in BOTTLENECK_COLS] + [r["why"]]
@@ -268,6 +297,10 @@ def to_html(rep: Report) -> str:
                          + "".join(f"<li><b>{e(a.severity)}</b>: {e(a.message)}</li>" for a in rep.verdict.alerts)
                          + "</ul>")
         parts.append(_fig_html(charts.trainability_chart(rep.steps, rep.ledger), "fig-ratio", True))
+        parts += ["<h2>Why groups were flat</h2>", f"<p id='flat-text'>{e(flat_text(rep))}</p>"]
+        if rep.flat is not None:
+            parts += [_html_table("flat-causes", FLAT_HEADER, _flat_rows(rep.flat), list(rep.flat["cause"])),
+                      _fig_html(charts.flat_causes_chart(d.wide, rep.ledger), "fig-flat", False)]
         parts += ["<h2>Variance bottlenecks</h2>", f"<p id='bottleneck-text'>{e(rep.bottleneck_text)}</p>"]
         if len(rep.bottlenecks):
             parts.append(_html_table("bottlenecks", BOTTLENECK_COLS + ["why"],

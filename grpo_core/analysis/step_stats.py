@@ -15,6 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_core.runs.names import (
+    CAUSE_MIXED,
+    CAUSE_SOLVED,
+    CAUSE_UNRECORDED,
+    CAUSE_UNSOLVED,
     CUM_GROUPS_SUBMITTED,
     CUM_GROUPS_TRAINABLE,
     CUM_SAMPLED_TOKENS,
@@ -133,15 +137,15 @@ def step_scalars(stats: GroupStats, scores: np.ndarray, metric_names: list[str],
     return out
 
 
-# A non-trainable group, split by why it teaches nothing: every completion right (the prompt is
+# A non-trainable group, judged by its outcome's range: every completion right (the prompt is
 # too easy: harder prompts or the curriculum) or every one wrong (too hard: easier prompts, a
-# larger G, a higher temperature); "uniform" is the same middling reward for all.
-MIXED, SOLVED, UNSOLVED, UNIFORM = "mixed", "all solved", "none solved", "uniform"
+# larger G, a higher temperature); "uniform" is neither (flat_causes splits it further).
+MIXED, SOLVED, UNSOLVED, UNIFORM = CAUSE_MIXED, CAUSE_SOLVED, CAUSE_UNSOLVED, CAUSE_UNRECORDED
 KIND_RANGES = {"binary": (0.0, 1.0), "continuous": (0.0, 1.0), "penalty": (-1.0, 0.0)}  # rewards.KINDS' ranges
 OUTCOME_TOL = 1e-6
 
 
-def _at(values: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def at_ends(values: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     """[P, G] -> ([P] every value at the top, [P] every value at the bottom); NaN rows left out."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -165,7 +169,7 @@ def group_outcomes(trainable: np.ndarray, totals: np.ndarray, scores: np.ndarray
             sum(weights[m] * KIND_RANGES[kinds[m]][i] for m in metric_names if weights.get(m, 0.0)) for i in (0, 1))
         values = totals
     if bounds is not None:
-        top, bottom = _at(np.asarray(values, np.float64), *bounds)
+        top, bottom = at_ends(np.asarray(values, np.float64), *bounds)
         out[top] = SOLVED
         out[bottom & ~top] = UNSOLVED
     out[np.asarray(trainable, bool)] = MIXED

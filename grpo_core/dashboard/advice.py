@@ -1,18 +1,24 @@
 """What to do now: the what-if, weight suggestions and the top alert's fix as one request.
 
-All over the recent rollouts; the fixes are judged by the autopilot's own move functions."""
+All over the recent rollouts (the share of flat groups too, measured and predicted at any G,
+pooled and per prompt); the fixes are judged by the autopilot's own move functions."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from grpo_core.analysis import autopilot, reweighting, rollout_stats, windows
+from grpo_core.analysis import autopilot, flat_causes, prompt_history, reweighting, rollout_stats, windows
 from grpo_core.dashboard.live_cards import Cards, cards
 from grpo_core.dashboard.live_view import LiveState, current_settings, health_config
+from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import AutopilotConfig
 from grpo_core.runs.run_meta import RunMeta
+from grpo_core.runs.store import RunStore
+from grpo_core.tasks.rewards import KINDS
 
 
 def rollout_arrays(state: LiveState):
@@ -55,7 +61,14 @@ ALERT_FIXES = {"zero_trainable": ("group_size", "weights", "temperature"),
                "low_ratio": ("difficulty", "group_size", "weights", "temperature"),
                "declining_ratio": ("difficulty", "group_size", "temperature"),
                "near_zero": ("difficulty", "group_size", "weights", "temperature"),
-               "low_reward_std": ("temperature", "group_size", "weights")}
+               "low_reward_std": ("temperature", "group_size", "weights"),
+               "template_collapse": ("temperature",)}  # completions that ignore their prompt: sample wider
+# The moves tried first when most of the window's flat groups share a cause (flat_causes.dominant): the
+# fix the cause asks for ahead of the alert's own order. Truncated and errored groups ask for what no
+# autopilot move does: a longer max_new_tokens (offered as its request), a fixed reward function (said).
+CAUSE_FIXES = {names.CAUSE_SOLVED: ("difficulty",), names.CAUSE_UNSOLVED: ("group_size", "temperature"),
+               names.CAUSE_IDENTICAL: ("temperature",), names.CAUSE_SHAPING: ("group_size", "temperature"),
+               names.CAUSE_BELOW_GATE: ("weights",)}
 UNPREDICTABLE = {"difficulty": "not predictable: a new level changes the prompts themselves",
                  "temperature": "not predictable from past rollouts: wider sampling changes the completions"}
 
@@ -134,10 +147,31 @@ def what_to_do(state: LiveState, c: Cards | None = None) -> dict | None:
     out = None
     if c.alerts:
         top = sorted(c.alerts, key=lambda x: x.severity != "critical")[0]
-        found, why_not = fixes(state, ALERT_FIXES.get(top.kind, ("group_size", "weights")))
-        out = {"alert": top, "fixes": found, "why_not": why_not}
+        moves = ALERT_FIXES.get(top.kind, ("group_size", "weights"))
+        window = health_config(state.meta).trend_window
+        counts = flat_causes.window_counts(state.recent, window) if top.kind in ALERT_FIXES else None
+        cause = flat_causes.dominant(counts)
+        found, why_not = fixes(state, tuple(dict.fromkeys(CAUSE_FIXES.get(cause, ()) + moves)))
+        found = _cause_fix(state, cause, counts, window) + found
+        if cause == names.CAUSE_ERRORED:
+            why_not.insert(0, f"{counts[cause]:g} flat groups over the last {window} steps failed to score: no "
+                              "setting fixes that; fix the reward function (the group inspector shows each error)")
+        out = {"alert": top, "fixes": found, "why_not": why_not, "cause": cause}
     state.advice_cache = (key, out)
     return out
+
+
+def _cause_fix(state: LiveState, cause: str | None, counts: dict | None, window: int) -> list[Fix]:
+    """Most flat groups cut at max_new_tokens: the request that doubles it (within the setting's bounds)."""
+    cur = current_settings(state).get("max_new_tokens")
+    setting = live_settings.BY_KIND[live_settings.SET_MAX_NEW_TOKENS]
+    if cause != names.CAUSE_TRUNCATED or not cur or int(cur) >= setting.hi:
+        return []
+    new = min(2 * int(cur), int(setting.hi))
+    reason = (f"{counts[cause]:g} of {sum(counts.values()):g} flat groups over the last {window} steps had every "
+              f"completion cut at max_new_tokens {int(cur)}")
+    return [Fix("max_new_tokens", f"max_new_tokens {int(cur)} -> {new}", setting.kind, setting.payload(new), None, None,
+                "not predictable from past rollouts: longer completions change what is scored", reason)]
 
 
 def what_would_help(state: LiveState) -> str:
@@ -147,3 +181,37 @@ def what_would_help(state: LiveState) -> str:
     if found:
         return "What would help instead: " + "; ".join(f"**{f.label}** ({f.note})" for f in found) + "."
     return "Nothing else applies now either: " + "; ".join(why_not) + "."
+
+
+# ---- flat groups: measured, and predicted pooled and per prompt (analysis/planner.py) ---------------
+@functools.lru_cache(maxsize=8)
+def _window_prompts(db: str, lo: int, hi: int) -> pd.DataFrame:
+    """(step, group, prompt_id) of the window's groups (read once per window: steps are committed whole)."""
+    with RunStore.open(db, readonly=True) as s:
+        return s.groups(since_step=lo, until_step=hi)[["step", "group", "prompt_id"]]
+
+
+def binary_metric(state: LiveState) -> str | None:
+    """The metric flat groups are judged by: the outcome metric, else the heaviest-weighted binary one."""
+    cur = current_settings(state)
+    if cur["outcome_metric"] in state.metrics:
+        return cur["outcome_metric"]
+    binary = [m for m in state.metrics if KINDS.get(m) == "binary" and cur["weights"].get(m, 0.0) > 0]
+    return max(binary, key=lambda m: cur["weights"][m], default=None)
+
+
+def flat_forecast(state: LiveState, group_size: int) -> dict:
+    """Over the what-if window: the share of groups whose binary metric was flat (all 0 or all 1),
+    and the share predicted at group_size from one pooled rate and from each prompt's own rate
+    (prompt_history.flat_forecast, for the window's prompts). available False without rollouts or
+    a binary metric."""
+    metric = binary_metric(state)
+    if metric is None or state.rollouts.empty or metric not in state.rollouts.columns:
+        return {"available": False, "metric": metric}
+    steps = state.rollouts["step"]
+    ids = _window_prompts(state.db, int(steps.min()) - 1, int(steps.max()))
+    per_group = prompt_history.group_successes(ids, state.rollouts, metric)
+    f = prompt_history.flat_forecast(per_group, int(group_size), prompts=list(per_group["prompt_id"].unique()))
+    return {"available": True, "metric": metric, "steps": int(steps.nunique()), "G": int(group_size),
+            "measured": prompt_history.measured_flat(per_group), "pooled": f["pooled"],
+            "per_prompt": f["per_prompt"], "prompts": f["prompts"]}

@@ -36,6 +36,7 @@ from grpo_core.runs.names import (
     DIFFICULTY,
     EVAL_PASS,
     EVAL_REWARD,
+    FLAT_CAUSES,
     FRAC_REWARD_ZERO_STD,
     GROUPS_SOLVED,
     GROUPS_SUBMITTED,
@@ -66,11 +67,11 @@ WHATIF_STEPS = 50  # rollouts window behind the what-if and the weight suggestio
 REFRESH_S = 2.0  # the live page's refresh period while a run is live
 MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
 
-BASE_NAMES = (TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
+BASE_NAMES = tuple(dict.fromkeys((TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
               CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
               FRAC_REWARD_ZERO_STD, MIN_GROUP_STD, DIFFICULTY, TIME_STEP, EVAL_REWARD, EVAL_PASS,
               GROUPS_SOLVED, GROUPS_UNSOLVED, WASTED_SHARE, CUM_SAMPLED_TOKENS, CUM_WASTED_TOKENS,
-              SAMPLER_LOGP_DIFF_MEAN, SAMPLER_LOGP_DIFF_MAX)
+              SAMPLER_LOGP_DIFF_MEAN, SAMPLER_LOGP_DIFF_MAX) + tuple(FLAT_CAUSES.values())))  # + the flat chart's
 
 
 def run_metrics(meta: dict, names: list[str] = ()) -> list[str]:

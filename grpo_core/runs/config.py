@@ -118,6 +118,8 @@ class GRPOConfig:
     skip_explore: float = knob(0.5, "Skipping: keep probability of a prompt after one non-trainable group (squared after two, ...), in (0, 1]")
     skip_min_explore: float = knob(0.05, "Skipping: floor on that keep probability, so a long-solved prompt is still drawn now and then")
     skip_max_extra: int = knob(32, "Skipping: cap on prompts drawn per batch beyond prompts_per_step; past it skipped prompts fill the batch")
+    budget_pilot: int = knob(0, "Per-prompt budgets (0 = off): a pilot of this many completions per prompt (>= 2, below group_size), then the rest of the step's prompts_per_step x group_size completions committed to the prompts whose pilot and history predict a signal (Pilot-Commit; train/budgets.py), so groups differ in size; native engine, no dynamic sampling")
+    budget_max_group: int = knob(0, "Per-prompt budgets: the most completions one group may get (0 = 2 x group_size)")
     engine: str = knob("auto", "Who samples the completions: native (our KV-cache sampler) | vllm (vLLM in the trainer's process, its weights synced after every update: TRL's use_vllm colocate mode) | auto (vllm when it is installed and the run is on CUDA, else native)")
     vllm_gpu_memory_utilization: float = knob(0.3, "vLLM on CUDA: the share of GPU memory its engine may take (weights and KV cache), as TRL's vllm_gpu_memory_utilization")
     vllm_sleep: bool = knob(True, "vLLM on CUDA: free the engine's memory while the trainer updates (sleep, then wake_up before sampling), as TRL's vllm_enable_sleep_mode")
@@ -147,6 +149,9 @@ class HealthConfig:
     near_zero_steps: int = knob(20, "Suggest stopping after this many near-zero steps in a row")
     uniform_std: float = knob(1e-3, "A metric whose within-group std is <= this in a group is uniform there")
     max_sampler_logp_diff: float = knob(0.1, "grpo.engine=vllm: alert when the mean |trainer - sampler| token log-prob difference exceeds this (a failed or stale weight sync)")
+    collapse_every: int = knob(20, "Every N steps, the template-collapse check (RAGEN-2): each sampled completion scored under every prompt of a sample; retrieval accuracy near chance (1/N) = completions no longer depend on their prompt (0 = off; each check costs ~15-25% of a step on CPU: docs/benchmarks.md)")
+    collapse_prompts: int = knob(8, "The collapse check's sample: N distinct prompts of the step, one completion each (N x N scored; chance = 1/N; >= 2)")
+    collapse_min_skill: float = knob(0.2, "Alert when the collapse check's retrieval skill above chance, (acc - 1/N)/(1 - 1/N), averages below this over the checks in health.trend_window steps")
     rules: list = knob([], "Your own alert rules, [[health.rules]] tables: kind, metric, stat (mean|last|min|max|slope), window, comparator, threshold, severity, message, advice (grpo_core/analysis/alert_rules.toml holds the built-in ones in this format)")
 
 
@@ -436,6 +441,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     validate_autopilot(cfg)
     validate_eval(cfg)
     validate_engine(g)
+    need(g.budget_max_group >= 0, f"grpo.budget_max_group must be >= 0 (0 = 2 x group_size), got {g.budget_max_group}")
+    why = live_settings.BUDGET.problem(g.budget_pilot, g, g.engine)  # the live request's rule, one definition
+    need(why is None, why or "")
     need(isinstance(h.rules, list) and all(isinstance(r, dict) for r in h.rules),
          f"health.rules must be a list of rule tables ([[health.rules]]), got {h.rules!r}")
     for name, target in cfg.reward.custom.items():
@@ -460,6 +468,10 @@ def validate_health(h: HealthConfig):
         need(math.isfinite(v) and v >= 0, f"health.{key} must be a finite number >= 0, got {v}")
     need(math.isfinite(h.near_zero_ratio) and 0 <= h.near_zero_ratio <= 1,
          f"health.near_zero_ratio must be in [0, 1], got {h.near_zero_ratio}")
+    need(h.collapse_every >= 0, f"health.collapse_every must be >= 0 (0 = off), got {h.collapse_every}")
+    need(h.collapse_prompts >= 2, f"health.collapse_prompts must be >= 2 (prompts to tell apart), got {h.collapse_prompts}")
+    need(math.isfinite(h.collapse_min_skill) and 0 <= h.collapse_min_skill <= 1,
+         f"health.collapse_min_skill must be in [0, 1], got {h.collapse_min_skill}")
     for key in ("zero_trainable_steps", "near_zero_steps", "min_trend_points"):
         need(getattr(h, key) >= 1, f"health.{key} must be >= 1, got {getattr(h, key)}")
 

@@ -14,6 +14,8 @@ SCORING_ERRORS = "data/scoring_errors"  # rollouts whose metric raised or gave N
 SAMPLING_BATCHES = "data/sampling_batches"  # prompt batches drawn (dynamic sampling)
 SKIPPED_PROMPTS = "data/skipped_prompts"  # drawn, skipped before sampling (grpo.skip_zero_variance)
 CUM_SKIPPED_PROMPTS = "data/cum/skipped_prompts"
+BUDGET_ROLLOUTS = "data/budget/rollouts"  # completions sampled, pilots and committed (grpo.budget_pilot)
+BUDGET_PILOT_SIGNAL = "data/budget/pilot_signal"  # prompts whose pilot group already varied (grpo.budget_pilot)
 # Dynamic sampling in another trainer (verl's algorithm.filter_groups, DAPO): groups sampled, then dropped.
 GROUPS_FILTERED = "data/step_num_groups_filtered"  # scores all equal (no signal): dropped, more sampled
 GROUPS_SURPLUS = "data/step_num_groups_surplus"  # groups with signal beyond the batch: sampled, unused
@@ -24,9 +26,34 @@ GROUPS_STALE = "data/step_num_groups_stale"  # sampled by a policy too many upda
 CUM_GROUPS_STALE = "data/cum/num_groups_stale"  # GROUPS_STALE summed over the run so far
 
 # --- health -------------------------------------------------------------------
-# Non-trainable groups split by why (step_stats.group_outcomes): every completion right / every one wrong.
-GROUPS_SOLVED = "health/groups_all_solved"
-GROUPS_UNSOLVED = "health/groups_none_solved"
+# Non-trainable (flat) groups split by why, one cause per group (analysis.flat_causes, which says why
+# this order): the per-step count of each cause. They add up to submitted - trainable at every step.
+GROUPS_SOLVED = "health/groups_all_solved"  # every completion right (the outcome at the top of its range)
+GROUPS_UNSOLVED = "health/groups_none_solved"  # every completion wrong (the outcome at the bottom)
+FLAT_ERRORED = "health/flat_all_errored"  # every rollout's scoring raised or gave NaN/inf
+FLAT_TRUNCATED = "health/flat_all_truncated"  # every completion cut at grpo.max_new_tokens
+FLAT_IDENTICAL = "health/flat_identical"  # every completion the same text
+FLAT_SHAPING = "health/flat_shaping_only"  # the outcome uniform; only shaping terms varied, below the gate
+FLAT_BELOW_GATE = "health/flat_below_threshold"  # the rewards varied, the outcome too, std <= min_group_std
+FLAT_NOISE = "health/flat_float_noise"  # the totals differ by float rounding only
+FLAT_OTHER = "health/flat_other_uniform"  # the same middling total for every completion (or no range to judge)
+# Each cause as stored per group (the group_outcomes table's outcome column), and "mixed": trainable.
+CAUSE_MIXED = "mixed"  # a trainable group: its rewards vary (no cause)
+CAUSE_ERRORED = "all errored"  # 1st in precedence: counted under FLAT_ERRORED
+CAUSE_SOLVED = "all solved"  # 2nd: GROUPS_SOLVED
+CAUSE_IDENTICAL = "identical"  # 3rd: FLAT_IDENTICAL
+CAUSE_TRUNCATED = "all truncated"  # 4th: FLAT_TRUNCATED
+CAUSE_UNSOLVED = "none solved"  # 5th: GROUPS_UNSOLVED
+CAUSE_SHAPING = "shaping only"  # 6th: FLAT_SHAPING
+CAUSE_BELOW_GATE = "below threshold"  # 7th: FLAT_BELOW_GATE
+CAUSE_NOISE = "float noise"  # 8th: FLAT_NOISE
+CAUSE_OTHER = "other uniform"  # 9th, the rest: FLAT_OTHER
+CAUSE_UNRECORDED = "uniform"  # a run from before the causes: flat, neither all solved nor none solved
+# cause -> its per-step count, in precedence order (the first cause that holds names the group)
+FLAT_CAUSES = {CAUSE_ERRORED: FLAT_ERRORED, CAUSE_SOLVED: GROUPS_SOLVED, CAUSE_IDENTICAL: FLAT_IDENTICAL,
+               CAUSE_TRUNCATED: FLAT_TRUNCATED, CAUSE_UNSOLVED: GROUPS_UNSOLVED, CAUSE_SHAPING: FLAT_SHAPING,
+               CAUSE_BELOW_GATE: FLAT_BELOW_GATE, CAUSE_NOISE: FLAT_NOISE, CAUSE_OTHER: FLAT_OTHER}
+
 TRAINABLE_RATIO = "health/trainable_ratio"
 CUM_TRAINABLE_RATIO = "health/cum_trainable_ratio"
 PHANTOM_GROUPS = "health/phantom_groups"
@@ -40,6 +67,12 @@ SHARE_NONE_SOLVED = "health/share_none_solved"  # share of the step's groups: ev
 SHARE_ALL_SOLVED = "health/share_all_solved"  # share of the step's groups: every reward 1 (prime-rl)
 MIN_GROUP_STD = "health/min_group_std"  # the threshold in force at this step
 DIFFICULTY = "health/difficulty"  # the task level in force at this step
+# Template collapse (train/collapse_check.py, every health.collapse_every steps): N distinct prompts of the
+# step, one completion each, every completion scored under every prompt (RAGEN-2, arXiv 2604.06268).
+COLLAPSE_RETRIEVAL = "health/collapse/retrieval_acc"  # share of completions their own prompt scores best (ties share)
+COLLAPSE_CHANCE = "health/collapse/chance"  # 1/N: the retrieval accuracy of completions that ignore their prompt
+COLLAPSE_SKILL = "health/collapse/retrieval_skill"  # (acc - chance) / (1 - chance): 0 at chance, 1 = all retrieved
+COLLAPSE_MI = "health/collapse/mi_nats"  # InfoNCE lower bound on I(prompt; completion), nats, at most log N
 
 # --- compute: sampling spent on groups that taught nothing (step_stats.wasted_compute) -----
 WASTED_TOKENS = "compute/wasted_tokens"  # completion tokens of the step's non-trainable groups
@@ -84,6 +117,7 @@ def parse_metric_name(name: str) -> tuple[str, str] | None:
 EVAL_REWARD = "eval/reward"  # mean weighted total over the held-out completions, the weights in force
 EVAL_PASS = "eval/pass@1"  # share of held-out completions whose pass metric scored 1 (greedy: of prompts)
 TIME_EVAL = "time/eval_s"
+TIME_COLLAPSE = "time/collapse_check_s"  # the template-collapse check (health.collapse_every)
 
 
 def eval_metric_mean(metric: str) -> str:

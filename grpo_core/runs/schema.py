@@ -35,8 +35,8 @@ ROLLOUTS_TABLE = ("CREATE TABLE IF NOT EXISTS rollouts (\n"
 # after version 2 without a version bump: an older reader ignores the table, and a writable open
 # of a store without it adds it.
 PROMPTS_TABLE = "CREATE TABLE IF NOT EXISTS prompts (prompt_id TEXT PRIMARY KEY, text TEXT) WITHOUT ROWID"
-# Why each non-trainable group taught nothing (step_stats.group_outcomes: all solved / none solved /
-# uniform; mixed = trainable), added the same way.
+# Why each non-trainable group taught nothing (analysis.flat_causes: names.FLAT_CAUSES' keys; mixed =
+# trainable; "uniform" in a run from before the causes), added the same way.
 OUTCOMES_TABLE = ("CREATE TABLE IF NOT EXISTS group_outcomes (step INTEGER NOT NULL, grp INTEGER NOT NULL, "
                   "outcome TEXT, PRIMARY KEY (step, grp)) WITHOUT ROWID")
 ADDED_TABLES = {"prompts": PROMPTS_TABLE, "group_outcomes": OUTCOMES_TABLE}

@@ -41,7 +41,7 @@ class StepGroups:
         self.prompt_text = None if prompt_text is None else [str(p) for p in prompt_text]
         if self.prompt_text is not None and len(self.prompt_text) != n:
             raise ValueError(f"StepGroups: {len(self.prompt_text)} prompt texts for {n} groups")
-        self.outcome = None if outcome is None else [str(o) for o in outcome]  # step_stats.group_outcomes
+        self.outcome = None if outcome is None else [str(o) for o in outcome]  # flat_causes' cause, or mixed
         lengths = {c: len(self[c]) for c in GROUP_COLUMNS}
         if set(lengths.values()) != {n}:
             raise ValueError(f"StepGroups: columns of different lengths {lengths}")

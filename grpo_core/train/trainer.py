@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_core.analysis import autopilot, step_stats
+from grpo_core.analysis import autopilot, flat_causes, step_stats
 from grpo_core.errors import ConfigError
 from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import RunConfig
@@ -38,8 +38,8 @@ from grpo_core.runs.store import APPLIED, EV_CHECKPOINT, EV_MEMORY, RunStore
 from grpo_core.runs.writer import BatchedWrites
 from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
-from grpo_core.train import (checkpoints, evaluation, gpu_memory, grpo, models, out_of_memory, rank_failure, ranks,
-                             sampling, step_batch)
+from grpo_core.train import (budgets, checkpoints, collapse_check, evaluation, gpu_memory, grpo, models, out_of_memory,
+                             rank_failure, ranks, sampling, step_batch)
 from grpo_core.train.native_sampling import Rollouts
 from grpo_core.train.ranks import SINGLE, Ranks, group_seeds
 from grpo_core.train.skipping import PromptSkipper
@@ -80,6 +80,7 @@ class Trainer:
         self.stop_source: str | None = None  # source of the stop request (meta stop_reason); None: a signal
         self.writer: BatchedWrites | None = None  # during run(): how steps reach the store
         self.skipper = PromptSkipper.from_config(g)  # grpo.skip_zero_variance (skipping.py)
+        self.history = budgets.BudgetHistory()  # each prompt's groups so far: grpo.budget_pilot's prediction
 
         torch.manual_seed(g.seed)
         np.random.seed(g.seed)
@@ -114,6 +115,7 @@ class Trainer:
         self.sampler = sampling.make_sampler(self.model, self.tokenizer, cfg, self.model_info, self.run_dir,
                                              self.device, self.compute_dtype)
         self.model_info["engine"] = self.sampler.name
+        budgets.check_engine(g, self.sampler.name)
 
     def prepare_model(self):
         """LoRA adapters and activation checkpointing on the loaded policy, and the optimizer
@@ -136,6 +138,8 @@ class Trainer:
         share, each group from its own seed; the scores of every rank are gathered."""
         g = self.cfg.grpo
         rolls, scored, mine, examples, t_gen, t_score = [], [], [], [], 0.0, 0.0
+        if g.budget_pilot:  # per-prompt budgets: a pilot, then the rest where it saw signal
+            return budgets.sample_step(self)
         trainable_so_far = 0
         while True:
             drawn = self.skipper.draw(self.task.batch, g.prompts_per_step)
@@ -218,14 +222,15 @@ class Trainer:
         g = self.cfg.grpo
         t_start = time.perf_counter()
         sample = self.sample()  # this rank's rollouts; the step's scores, every rank's
+        self.last_roll = sample.roll  # the collapse check's sample (one_step)
         done, raw, t_gen, t_score = sample.scored, sample.scored.raw, sample.generate_s, sample.score_s
-        P, G, K = len(sample.examples), g.group_size, raw.shape[1]
+        P, G = len(sample.examples), g.group_size  # groups of different sizes (budgets.py): padded to the largest
         t0 = time.perf_counter()
-        totals = self.reward.totals(raw).reshape(P, G)
-        scores = raw.reshape(P, G, K)
+        totals = sample.grouped(self.reward.totals(raw), G)
+        scores = sample.grouped(raw, G)
         stats = step_stats.group_stats(totals, scores, min_group_std=g.min_group_std,
                                    outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
-        adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std)
+        adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std, sizes=sample.sizes)
         t_score += time.perf_counter() - t0
         t0 = time.perf_counter()
         lr = g.lr * grpo.lr_factor(self.step, g.warmup_steps, g.steps, g.lr_schedule)
@@ -244,11 +249,15 @@ class Trainer:
                                       self.cum_submitted, self.cum_trainable)
         self.cum_submitted, self.cum_trainable = (int(scalars[names.CUM_GROUPS_SUBMITTED]),
                                                   int(scalars[names.CUM_GROUPS_TRAINABLE]))
-        outcomes = step_stats.group_outcomes(stats.trainable, totals, scores, self.reward.names, self.metric_kinds,
-                                         self.reward.weights, self.cfg.reward.outcome_metric or None)
-        scalars.update(step_stats.outcome_counts(outcomes))
+        errors, lengths, texts = sample.padded_rows(done.errors, done.lengths, done.texts)  # [P x largest group]
+        sampled = flat_causes.Sampled(errors, lengths, g.max_new_tokens, texts)
+        outcomes = flat_causes.flat_causes(stats, totals, scores, self.reward.names, self.metric_kinds,
+                                           self.reward.weights, self.cfg.reward.outcome_metric or None, sampled,
+                                           self.cfg.health.uniform_std)  # why each flat group is flat
+        scalars.update(flat_causes.cause_counts(outcomes))
         scalars.update(self.skipper.after_step(sample.examples, stats.trainable))
-        scalars.update(step_stats.wasted_compute(done.lengths.reshape(P, G), stats.trainable, t_gen, self.cum_tokens))
+        self.history.after_step(sample.examples, stats.trainable)  # per-prompt budgets' history (budgets.py)
+        scalars.update(step_stats.wasted_compute(sample.grouped(done.lengths, G, 0), stats.trainable, t_gen, self.cum_tokens))
         self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
         n_tokens = int(done.lengths.sum())
         step_s = time.perf_counter() - t_start
@@ -260,7 +269,7 @@ class Trainer:
             names.TIME_LOG: self.last_log_s, names.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
             names.MIN_GROUP_STD: g.min_group_std, names.DIFFICULTY: float(self.task.level),
             names.SCORING_ERRORS: float(sum(e is not None for e in done.errors)),
-            names.SAMPLING_BATCHES: float(sample.batches),
+            names.SAMPLING_BATCHES: float(sample.batches), **sample.scalars,
         })
         scalars.update(loss.get("mismatch") or {})  # an engine-sampled step: sampler vs trainer log-probs
         scalars.update(gpu_memory.step_scalars(self.device))  # CUDA only: absent on CPU
@@ -270,15 +279,9 @@ class Trainer:
             for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO,
                       names.LEARNING_RATE):
                 scalars.pop(k)
-        groups = StepGroups(np.arange(P), [e.get("prompt_id", str(i)) for i, e in enumerate(sample.examples)],
-                            G, stats.mean, stats.std, stats.trainable, stats.phantom, prompt_text=done.prompts,
-                            outcome=outcomes)
-        keep_all = self.cfg.log.keep_text == "all"
-        n_text = P if keep_all else min(P, self.cfg.log.text_sample_groups)
-        n = P * G
-        rollouts = StepRollouts(self.reward.names, np.arange(n) // G, np.arange(n) % G, totals.reshape(-1), raw,
-                                done.texts[:n_text * G] + [None] * (n - n_text * G), done.errors)
-        return scalars, groups, rollouts
+        n_text = P if self.cfg.log.keep_text == "all" else min(P, self.cfg.log.text_sample_groups)
+        return (scalars, *step_batch.store_columns(sample, G, self.reward.names, self.reward.totals(raw), stats,
+                                                   outcomes, n_text))
 
     # ---- control requests -------------------------------------------------------------------
     def poll_control(self):
@@ -495,6 +498,8 @@ class Trainer:
         self.step += 1
         if main and self.held_out is not None and self.held_out.due(self.step, cfg.grpo.steps):
             scalars.update(self.evaluate())
+        if main and collapse_check.due(cfg.health, self.step):  # rank 0's share, as the held-out eval
+            scalars.update(collapse_check.check(self, self.last_roll))
         events = [e for rank_events in self.ranks.gather(self.pending_events) for e in rank_events]
         events += (self.alerts.new_alerts(self.step, scalars) if main else []) + \
             self.curriculum.after_step(self.step, scalars)
