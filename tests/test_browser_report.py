@@ -129,7 +129,7 @@ def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, 
     page.goto(out.as_uri())
     page.wait_for_function(  # a static file: drawn as soon as plotly has run, ceiling only
         "() => { const p = document.querySelectorAll('.js-plotly-plot');"
-        " return p.length >= 3 && Array.from(p).every(d => d.querySelector('svg.main-svg')); }",
+        " return p.length >= 4 && Array.from(p).every(d => d.querySelector('svg.main-svg')); }",
         timeout=STALL_S * 1000)
     n_plots = page.locator(".js-plotly-plot").count()
     traces = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
@@ -140,7 +140,7 @@ def test_html_report_opens_offline_with_charts_and_the_report_numbers(runs_dir, 
 
     assert attempted == [], f"the report tried to load: {attempted[:5]}"
     assert errors == []
-    assert n_plots == 3 and all(t > 0 for t in traces)  # ratio, bottlenecks, reward: each drew its traces
+    assert n_plots == 4 and all(t > 0 for t in traces)  # ratio, why flat, bottlenecks, reward: each drew its traces
     assert status == "finished"
     assert summary == [[label, value] for _, label, value in report.summary_rows(rep)]
     bn = rep.bottlenecks
