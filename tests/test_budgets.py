@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import zlib
 
 import numpy as np
 import pytest
@@ -29,14 +28,6 @@ from grpo_core.train.trainer import Trainer
 
 TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "model.warm_start_steps=0", "grpo.max_new_tokens=6", "log.progress=false", "log.checkpoint_every=0"]
-
-
-def fixed_or_coin(completion: str, example: dict) -> float:
-    """Rows marked "fixed" score 1 whatever the completion (every group flat, all solved); the
-    others a coin from a hash of the completion (their groups nearly always vary)."""
-    if example.get("fixed"):
-        return 1.0
-    return float(zlib.crc32((example["prompt"] + completion).encode()) % 2)
 
 
 def _ex(pid):
@@ -266,7 +257,7 @@ def _jsonl_trainer(tmp_path, extra=(), run_id="r"):
     data.write_text("\n".join(rows) + "\n")
     toml = tmp_path / "run.toml"
     toml.write_text(f"[task]\nname = 'jsonl'\ndataset = '{data}'\n[reward.weights]\nmine = 1.0\n"
-                    "[reward.custom]\nmine = 'tests.test_budgets:fixed_or_coin'\n")
+                    "[reward.custom]\nmine = 'tests.test_skipping:fixed_or_coin'\n")
     cfg = load_config(toml, TINY + ["grpo.prompts_per_step=3", "grpo.group_size=4"] + list(extra))
     store = RunStore.create(run_id, cfg.to_dict(), root=tmp_path / "runs", exist_ok=True)
     return Trainer(cfg, store, log=lambda m: None), store
