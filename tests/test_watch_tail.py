@@ -6,6 +6,8 @@ new step costs its own bytes (and the probe before the offset), not the old ones
 is in tests/test_verl.py."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from grpo_core.integrations import follow, source_tail, tensorboard_logs, wandb_file
@@ -109,3 +111,26 @@ def test_a_rewritten_file_is_read_again_from_its_start(tmp_path):
     path.write_bytes(b"b" * 100 + b"\nmore\n")  # appended: only the new bytes (and the probe)
     before = reads.bytes
     assert tail.read() == (b"more\n", False) and reads.bytes - before == len(b"more\n") + source_tail.PROBE
+
+
+def test_numbered_files_are_found_by_probing_not_by_listing_a_growing_folder(tmp_path):
+    """TRL's completions folder: one file per logging step. After the first listing each new
+    file is found by probing the next names; a file out of sequence lists the folder again."""
+    folder, reads = tmp_path / "completions", source_tail.Reads()
+    folder.mkdir()
+
+    def write(step: int):
+        (folder / f"completions_{step:05d}.parquet").write_bytes(b"x")
+        os.utime(folder, ns=(step * 10**9, step * 10**9))  # the folder's mtime moves, as on a real write
+
+    files = source_tail.NumberedFiles(folder, reads, r"completions_(\d+)\.parquet", lambda s: f"completions_{s:05d}.parquet")
+    for step in (5, 10):
+        write(step)
+    assert [p.name for p in files.poll()] == ["completions_00005.parquet", "completions_00010.parquet"]
+    assert reads.listings == 1 and files.poll() == []  # nothing new: not even a probe
+    for step in range(15, 105, 5):
+        write(step)
+        assert [p.name for p in files.poll()] == [f"completions_{step:05d}.parquet"]
+    assert reads.listings == 1  # every later file found by probing
+    write(1000)  # far out of sequence: the probe misses it, the folder is listed again
+    assert [p.name for p in files.poll()] == ["completions_01000.parquet"] and reads.listings == 2

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -101,8 +102,9 @@ class NewFiles:
     """Files appearing under a folder (and its subfolders), each given once, in path order. A
     folder is listed again only when its mtime changed, i.e. an entry was added or removed."""
 
-    def __init__(self, root: Path, reads: Reads, wanted: Callable[[Path], bool]):
-        self.root, self.reads, self.wanted = Path(root), reads, wanted
+    def __init__(self, root: Path, reads: Reads, wanted: Callable[[Path], bool],
+                 descend: Callable[[Path], bool] = lambda folder: True):
+        self.root, self.reads, self.wanted, self.descend = Path(root), reads, wanted, descend
         self.folders: dict[Path, int | None] = {self.root: None}
         self.seen: set[str] = set()
 
@@ -124,13 +126,67 @@ class NewFiles:
         with os.scandir(folder) as entries:
             for e in entries:
                 if e.is_dir():
-                    if Path(e.path) not in self.folders:
+                    if Path(e.path) not in self.folders and self.descend(Path(e.path)):
                         self.folders[Path(e.path)] = os.stat(e.path).st_mtime_ns
                         new += self._list(Path(e.path))
                 elif e.path not in self.seen and self.wanted(Path(e.path)):
                     self.seen.add(e.path)
                     new.append(Path(e.path))
         return new
+
+
+class NumberedFiles:
+    """Files a trainer writes one per step into one folder, named by the step (TRL's
+    completions_{step:05d}.parquet). The folder is listed once; after that a change of its
+    mtime is answered by probing the names after the newest one (a few stats), not by listing
+    a folder that holds thousands of them. A change the probe cannot explain (a file out of
+    sequence) lists the folder again."""
+
+    def __init__(self, folder: Path, reads: Reads, pattern: str, name: Callable[[int], str]):
+        self.folder, self.reads, self.name = Path(folder), reads, name
+        self.pattern = re.compile(pattern)
+        self.mtime: int | None = None
+        self.seen: set[str] = set()
+        self.newest: int | None = None
+        self.stride: int | None = None  # the smallest gap between two numbers seen: how far the probe looks
+
+    def poll(self) -> list[Path]:
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except FileNotFoundError:
+            return []
+        if mtime == self.mtime:
+            return []
+        self.mtime = mtime
+        new = self._probe() if self.newest is not None else []
+        return new or self._list()
+
+    def _take(self, paths: list[Path]) -> list[Path]:
+        numbers = sorted(int(self.pattern.fullmatch(p.name).group(1)) for p in paths)
+        known = ([self.newest] if self.newest is not None else []) + numbers
+        gaps = [b - a for a, b in zip(known, known[1:]) if b > a]
+        self.stride = min([self.stride] + gaps if self.stride else gaps) if gaps else self.stride
+        self.newest = known[-1] if known else None
+        self.seen |= {p.name for p in paths}
+        return sorted(paths)
+
+    def _probe(self) -> list[Path]:
+        found, number, misses = [], self.newest, 0
+        while misses < 2 * (self.stride or 1):  # two logging intervals' worth of names past the newest
+            number += 1
+            path = self.folder / self.name(number)
+            if path.name not in self.seen and path.exists():
+                found.append(path)
+                misses = 0
+            else:
+                misses += 1
+        return self._take(found) if found else []
+
+    def _list(self) -> list[Path]:
+        self.reads.listings += 1
+        with os.scandir(self.folder) as entries:
+            paths = [Path(e.path) for e in entries if e.name not in self.seen and self.pattern.fullmatch(e.name)]
+        return self._take(paths)
 
 
 class LayeredRows:

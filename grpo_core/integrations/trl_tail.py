@@ -4,7 +4,9 @@ TRL writes two things while it trains (trl_state.read_trl_path reads both once, 
 trainer_state.json, rewritten whole at each checkpoint (checkpoint-N/) and at the end (the
 dir itself), and completions/completions_{step}.parquet, a new file at each logging step
 (log_completions=True). So a poll re-reads the newest trainer_state only when its size or
-mtime changed, and reads each parquet file once, with the same parsers as `import`
+mtime changed, finds new parquet files by probing the names after the newest one
+(source_tail.NumberedFiles: the folder holds one per logging step, thousands on a long run),
+and reads each once, with the same parsers as `import`
 (trl_state.parse_trl_state, trl_completions.parse_completions); the cumulative group counts
 run on from file to file. Steps whose values changed are the ones written again.
 """
@@ -17,7 +19,7 @@ from grpo_core.analysis.step_stats import trainable_ratio
 from grpo_core.errors import ConfigError
 from grpo_core.integrations.base import ImportReport, SourceRun
 from grpo_core.integrations.scalar_history import merge_report
-from grpo_core.integrations.source_tail import LayeredRows, NewFiles, Reads, SourceTail, Stamp
+from grpo_core.integrations.source_tail import LayeredRows, NewFiles, NumberedFiles, Reads, SourceTail, Stamp
 from grpo_core.integrations.trl_completions import parse_completions, read_frame
 from grpo_core.integrations.trl_state import parse_trl_state
 from grpo_core.runs import names
@@ -26,8 +28,7 @@ CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
 
 def _wanted(p: Path) -> bool:
-    return p.name == "trainer_state.json" or (p.parent.name == "completions" and p.name.startswith("completions_")
-                                              and p.suffix == ".parquet")
+    return p.name == "trainer_state.json"
 
 
 def state_rank(p: Path) -> int:
@@ -39,7 +40,10 @@ def state_rank(p: Path) -> int:
 class TrlReader(SourceTail):
     def __init__(self, path: Path, groups_per_step: int | None = None):
         self.path, self.gps, self.reads = Path(path), groups_per_step, Reads()
-        self.found = NewFiles(self.path, self.reads, _wanted) if self.path.is_dir() else None
+        is_dir = self.path.is_dir()
+        self.found = NewFiles(self.path, self.reads, _wanted, lambda d: d.name != "completions") if is_dir else None
+        self.completions = NumberedFiles(self.path / "completions", self.reads, r"completions_(\d+)\.parquet",
+                                         lambda step: f"completions_{step:05d}.parquet") if is_dir else None
         self.state_path: Path | None = None if self.found else self.path
         self.stamp = Stamp(self.state_path) if self.state_path else None
         self.rows = LayeredRows(("state", "completions"))  # the groups' own counts and means win
@@ -51,12 +55,10 @@ class TrlReader(SourceTail):
 
     def poll(self, final: bool = False) -> bool:
         before = len(self.rows.touched)
-        for p in self.found.poll() if self.found else []:
-            if p.name == "trainer_state.json":
-                if self.state_path is None or state_rank(p) > state_rank(self.state_path):
-                    self.state_path, self.stamp = p, Stamp(p)
-            else:
-                self.parquets.append((p, Stamp(p)))
+        for p in self.found.poll() if self.found else []:  # trainer_state.json files (checkpoints too)
+            if self.state_path is None or state_rank(p) > state_rank(self.state_path):
+                self.state_path, self.stamp = p, Stamp(p)
+        self.parquets += [(p, Stamp(p)) for p in (self.completions.poll() if self.completions else [])]
         if self.stamp is not None and self.stamp.changed():
             self._read_state()
         self._read_parquets(final)
