@@ -414,3 +414,22 @@ def test_a_folder_of_another_kind_is_named_on_the_error_path(runs, tmp_path):
     (tmp_path / "out" / "trainer_state.json").write_bytes(FIXTURE.read_bytes())
     with pytest.raises(ConfigError, match=r"this is a TRL output dir: use `import trl`"):
         import_path("tensorboard", tmp_path / "out")
+
+
+def test_watch_names_the_right_kind_too_and_creates_no_run(runs, tmp_path):
+    from grpo_core.integrations.follow import follow
+    sources = _sources(tmp_path)
+    for name, (kind, path) in sources.items():
+        use = "watch" if kind in kinds.watch_kinds() else "import"
+        for other in kinds.watch_kinds():
+            if other == kind:
+                continue
+            with pytest.raises(ConfigError) as e:
+                follow(other, path, root=runs, every_s=0.01, max_polls=1)
+            msg = str(e.value)
+            assert f"use `{use} {kind}`" in msg and f"(watch {other} reads" in msg and "\n" not in msg, (name, other, msg)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trainer_state.json").write_bytes(FIXTURE.read_bytes())
+    with pytest.raises(ConfigError, match=r"this is a TRL output dir: use `watch trl`"):
+        follow("verl", tmp_path / "out", root=runs, every_s=0.01, max_polls=1)
+    assert not runs.exists() or not any(runs.iterdir())  # nothing half-created

@@ -65,9 +65,16 @@ def follow(kind: str, path, *, run_id: str | None = None, root=None, every_s: fl
     source = locate(path) if locate else Path(path).expanduser()
     if not source.exists():
         raise ConfigError(f"{source}: no such file or folder to watch")
+    if source.is_file():
+        kinds.check_kind(kind, kinds.sniff_path(source), str(source), verb="watch")
     tail = open_tail(kind, source, read, **kinds.source_kind(kind).check_options(options))
-    tail.poll()
-    run = tail.run()
+    try:
+        tail.poll()
+        run = tail.run()
+    except ConfigError:
+        if source.is_dir():  # another trainer's folder: say whose, not only what is missing
+            kinds.check_kind(kind, kinds.sniff_folder(source), str(source), verb="watch")
+        raise
     store = open_store(kind, source, run, run_id, root)
     grouped: set = set()
     polls, grew = 0, True

@@ -203,11 +203,19 @@ def sniff_folder(p: Path) -> tuple[str, str] | None:
     return None
 
 
-def check_kind(kind: str, found: tuple[str, str] | None, label: str):
+def sniff_path(p: Path) -> tuple[str, str] | None:
+    """sniff() of a file on disk, reading only its head (a parquet file: its schema, at the end)."""
+    with open(p, "rb") as f:
+        head = f.read(HEAD)
+    return sniff(p.read_bytes() if head[:4] == b"PAR1" else head)
+
+
+def check_kind(kind: str, found: tuple[str, str] | None, label: str, verb: str = "import"):
     """Refuse a source that is another kind's, naming that kind."""
     if found and found[0] != kind:
-        raise ConfigError(f"{label}: this is {found[1]}: use `import {found[0]}` "
-                          f"(import {kind} reads {KINDS[kind].reads})")
+        use = verb if found[0] in watch_kinds() or verb == "import" else "import"  # watch follows only some kinds
+        raise ConfigError(f"{label}: this is {found[1]}: use `{use} {found[0]}` "
+                          f"({verb} {kind} reads {KINDS[kind].reads})")
 
 
 def parse(kind: str, data: bytes, filename: str, groups_per_step: int | None = None, **options) -> SourceRun:
@@ -229,7 +237,7 @@ def read(kind: str, path, groups_per_step: int | None = None, **options) -> Sour
     p = Path(path)
     if source.read_path is not None and (p.is_dir() or source.parse is None):
         if p.is_file():
-            check_kind(kind, sniff(p.read_bytes()), str(p))
+            check_kind(kind, sniff_path(p), str(p))
         try:
             return source.read_path(p, **source.check_options({"groups_per_step": groups_per_step, **options}))
         except ConfigError:
