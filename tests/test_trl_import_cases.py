@@ -433,3 +433,21 @@ def test_watch_names_the_right_kind_too_and_creates_no_run(runs, tmp_path):
     with pytest.raises(ConfigError, match=r"this is a TRL output dir: use `watch trl`"):
         follow("verl", tmp_path / "out", root=runs, every_s=0.01, max_polls=1)
     assert not runs.exists() or not any(runs.iterdir())  # nothing half-created
+
+
+def test_a_source_with_no_end_record_is_never_finished(runs, tmp_path):
+    """Finished only on an end record (TRL's run totals) or the planned last step reached;
+    a log that simply stops is 'stopped at step N', whether it finished unknown."""
+    from grpo_core.runs.run_meta import FINISHED
+
+    def status(rid):
+        meta = _load(runs, rid)[1]
+        return meta["status"], meta.get("status_detail")
+
+    hist = json.loads(FIXTURE.read_text())["log_history"]
+    bare = import_run("trl", json.dumps(hist[:5]).encode(), "bare.json")  # no max_steps, no totals
+    assert status(bare) == ("unknown", "stopped at step 25: the source records no end, so whether the run "
+                                       "finished is unknown")
+    assert status(import_path("trl", FIXTURE))[0] == FINISHED  # its max_steps reached
+    tb = _sources(tmp_path)["events"][1]  # an event file: no end record, no max_steps
+    assert status(import_path("tensorboard", tb))[0] == "unknown"

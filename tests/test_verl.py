@@ -160,8 +160,8 @@ def test_a_verl_import_works_on_the_live_page_with_what_if(tmp_path):
 
 def test_import_verl_is_finished_only_on_verls_end_record(tmp_path):
     """verl's file logger writes no end record (finish() closes the file): a job's file log alone
-    is incomplete at its last step; its console says the total (incomplete: step N of M) and,
-    after the last step, `Final validation metrics` (finished)."""
+    stopped at its last step, whether it finished unknown; its console says the total (incomplete:
+    step N of M) and, after the last step, `Final validation metrics` (finished)."""
     from grpo_core.__main__ import main
     root, console = make_outputs(tmp_path / "job")
     runs = tmp_path / "runs"
@@ -173,7 +173,8 @@ def test_import_verl_is_finished_only_on_verls_end_record(tmp_path):
             assert s.last_step() == STEPS and len(s.groups()) == STEPS * PROMPTS
             return meta["status"], meta.get("status_detail")
 
-    assert status("alone") == ("incomplete", f"incomplete: last step {STEPS} (the source has no end record)")
+    assert status("alone") == ("unknown", f"stopped at step {STEPS}: the source records no end, so whether the run "
+                                          "finished is unknown")
     (root / "train.log").write_text(ray_console(console, total=STEPS + 2))
     assert status("short") == ("incomplete", f"incomplete: step {STEPS} of {STEPS + 2}")
     (root / "train.log").write_text(ray_console(console, total=STEPS, final=True))

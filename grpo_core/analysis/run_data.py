@@ -20,6 +20,7 @@ from grpo_core.runs.run_meta import FAILED, FINISHED, STALE, STOPPED, RunMeta, d
 from grpo_core.runs.store import RunStore
 
 INCOMPLETE = "incomplete"  # an imported run whose source stopped before its planned last step
+UNKNOWN_END = "unknown"  # an imported run whose source records no end: whether it finished is unknown
 DEFAULT_WINDOW = 20
 
 
@@ -159,6 +160,9 @@ def notices(data: RunData) -> list[Notice]:
         out.append(Notice("warning", f"{data.meta.get('status_detail') or INCOMPLETE}: the source stopped before "
                                      "its planned last step (killed, crashed or still running when it was "
                                      "imported). The analysis covers the steps logged."))
+    elif data.status == UNKNOWN_END:
+        out.append(Notice("info", f"{data.meta.get('status_detail') or UNKNOWN_END}. The analysis covers the "
+                                  "steps logged."))
     elif data.status not in (FINISHED, STOPPED) and not data.imported:
         where = f"step {last}{of}" if last is not None else "no step logged yet"
         out.append(Notice("info", f"Run still in progress ({data.status}, {where}): the analysis "

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from grpo_core.analysis.run_data import INCOMPLETE
+from grpo_core.analysis.run_data import INCOMPLETE, UNKNOWN_END
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.integrations import kinds
 from grpo_core.integrations.base import ImportReport, SourceRun, write_steps
@@ -54,19 +54,21 @@ def default_run_id(kind: str, filename: str) -> str:
 
 
 def source_status(run: SourceRun) -> tuple[str, str | None]:
-    """(status, detail) from how the source ended: failed where it crashed (a W&B exit code
-    != 0), incomplete where it stopped before its planned last step ('incomplete: step 200
-    of 350'; 'incomplete: last step 200' where max_steps is unknown but the source says it
-    did not end), else finished. An imported run must not read 'finished' when it was not."""
+    """(status, detail) from how the source ended, never guessed: failed where it crashed (a
+    W&B exit code != 0); incomplete where it stopped before its planned last step ('incomplete:
+    step 200 of 350'); finished where it says it ended (an end record: a W&B exit record, TRL's
+    run totals, verl's final line) or reached its planned last step; else unknown ('stopped at
+    step 200: ... whether it finished is unknown'), since a log that simply stops may be a run
+    killed, crashed, or still running."""
     last = run.last_step if run.last_step is not None else (max(run.scalars) if run.scalars else None)
-    planned = run.planned or (run.config.get("grpo") or {}).get("steps")
     if run.error:
         return FAILED, f"failed at step {last}: {run.error}"
-    if isinstance(planned, (int, float)) and last is not None and last < planned and run.planned is not None:
-        return INCOMPLETE, f"incomplete: step {last} of {int(planned)}"
-    if run.finished is False:
-        return INCOMPLETE, f"incomplete: last step {last} (the source has no end record)"
-    return FINISHED, None
+    if run.planned is not None and last is not None and last < run.planned:
+        return INCOMPLETE, f"incomplete: step {last} of {int(run.planned)}"
+    if run.finished or (run.planned is not None and last is not None and last >= run.planned):
+        return FINISHED, None
+    return UNKNOWN_END, (f"stopped at step {last}: the source records no end, so whether the run finished "
+                         "is unknown")
 
 
 def new_store(run: SourceRun, kind: str, run_id: str | None, root) -> RunStore:
