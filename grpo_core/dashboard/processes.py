@@ -228,19 +228,26 @@ def log_tail(run_id: str, n: int = 50, root=None) -> str:
 # ---- the built-in demo -------------------------------------------------------------------------
 UNTIL_STOPPED = 1_000_000  # the demo's step budget: it trains until stopped (months at CPU pace)
 # The demo's story, told live (docs/demo.md has its timeline): level 1 is learned, groups turn
-# uniform and the trainable ratio falls below the healthy line (0.3); the low-ratio alert fires;
-# the autopilot, acting at that same line rather than its default 0.6 so that the alert shows
-# first, doubles G (8 -> 16 -> 32 -> 64 as each plateau decays, within 8x the rollouts the run
-# started with) and then widens sampling, and the ratio recovers after each move, a marker on
-# every chart. No difficulty move: level 2 needs a key lookup the built-in 2-layer model does
-# not learn, so a raised level only falls back ("too big a step"). No stop move: the demo runs
-# until stopped, so a page opened at any time finds it running and steerable. A larger G also
-# paces the demo: each step costs more as the story goes on.
+# uniform (all solved) and the trainable ratio falls below the demo's line (0.4); the low-ratio
+# alert fires; the autopilot, acting at that same line so that the alert shows first, raises the
+# level, doubles G (8 -> 16 -> 32 -> 64, within 8x the rollouts the run started with) and widens
+# sampling as each plateau decays; the ratio recovers after each move, a marker on every chart.
+# Left running, it stays healthy (docs/demo.md, 30 minutes): the demo's line sits above the
+# default 0.3 so that each later move comes before the ratio reaches 0.3, not after; the level
+# move is allowed (level 2's reward is about half of a solved level 1's: level_keep_reward 0.2
+# keeps it), and a KL term to the warm-started model (grpo.beta) keeps sampling varied: without
+# it the policy collapses on level 2 to one answer per prompt, 64 identical completions even at
+# temperature 1.25 (health/flat_identical), and the ratio sinks to ~0.3 with no move left. Without
+# the level move, level 1 ends all solved at G = 64 (ratio ~0.15 by step ~900, 0.00 at 15
+# minutes). No stop move: the demo runs until stopped, so a page opened at any time finds it
+# running and steerable. A larger G also paces the demo: each step costs more as the story goes on.
 DEMO_SETTINGS = {
-    "grpo": {"steps": UNTIL_STOPPED},
+    "grpo": {"steps": UNTIL_STOPPED, "beta": 0.1},
+    "health": {"min_trainable_ratio": 0.4},
     "log": {"progress": False, "keep_text": "sample", "checkpoint_every": 500},
-    "autopilot": {"enabled": True, "target_ratio": 0.3, "window": 20, "moves": ["weights", "group_size", "temperature"],
-                  "rollout_budget": 8.0},
+    "autopilot": {"enabled": True, "target_ratio": 0.4, "window": 20,
+                  "moves": ["weights", "group_size", "temperature", "difficulty"], "rollout_budget": 8.0,
+                  "level_keep_reward": 0.2, "max_temperature": 2.0},
 }
 
 
