@@ -16,6 +16,14 @@ still learns rather than after the signal is gone). It then tries,
 in the order practice recommends (cheapest and least intrusive first):
   1. weights     - move weight toward metrics that vary inside groups (reweighting.suggest_weights
                    on the window, floors honoured), if the what-if ratio gains >= min_gain;
+  1b. budgets    - (opt-in: not in the default autopilot.moves until budgets meet their benchmark)
+                   turn per-prompt budgets on (grpo.budget_pilot, train/budgets.py) when most of the
+                   window's flat groups are all solved or none solved, and both kinds are there: the
+                   prompts differ (some learned, some out of reach), so no global lever fits (a larger
+                   G is spent on the solved ones, a harder level on the unsolved ones) while a budget
+                   per prompt moves the same rollouts to the prompts whose pilot varies. Judged on the
+                   share of sampled tokens that went to trainable groups, not the ratio (a pilot-only
+                   group stays flat by design);
   2. group_size  - raise G (x group_size_factor, capped by max_group_size), if the binary
                    planner predicts a gain, within a compute budget: G x prompts stays within
                    rollout_budget x what the user set (and max_rollouts_per_step);
@@ -51,12 +59,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from grpo_core.analysis import health, planner, reweighting, rollout_stats, step_stats, windows
+from grpo_core.analysis import flat_causes, health, planner, reweighting, rollout_stats, step_stats, windows
 from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import AutopilotConfig, HealthConfig
 from grpo_core.runs.live_settings import (
     CHECKPOINT,
     SET_AUTOPILOT,
+    SET_BUDGET_PILOT,
     SET_DIFFICULTY,
     SET_GROUP_SIZE,
     SET_PROMPTS,
@@ -74,8 +83,11 @@ TEMPERATURE_FACTOR = 1.25  # each temperature move multiplies it by this, up to 
 # the level it knew (docs/benchmarks.md, "Behind the code"): no level raise with fewer than
 # this many windows left.
 LEVEL_WINDOWS_LEFT = 5
-MOVE_KINDS = {"weights": SET_WEIGHTS, "group_size": SET_GROUP_SIZE, "temperature": SET_TEMPERATURE,
-              "difficulty": SET_DIFFICULTY}
+BUDGET_PILOT = 2  # the pilot the budgets move turns on: the benchmark's (docs/benchmarks.md, "Per-prompt budgets")
+BUDGET_EXTREME_SHARE = 2 / 3  # budgets: at least this share of the window's flat groups all solved or none solved,
+BUDGET_MIXED_SHARE = 0.2  # ... and each of the two at least this share of those: the prompts differ
+MOVE_KINDS = {"weights": SET_WEIGHTS, "budgets": SET_BUDGET_PILOT, "group_size": SET_GROUP_SIZE,
+              "temperature": SET_TEMPERATURE, "difficulty": SET_DIFFICULTY}
 # Requests that leave what a step measures as it was: evidence from before them still holds
 # (any other applied request restarts the evidence window).
 NO_EVIDENCE_RESET = (SET_STEPS, SET_AUTOPILOT, STOP, CHECKPOINT, "pause", "resume")
@@ -194,7 +206,8 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
                 and len(ev) >= min(LEVEL_CHECK_STEPS, cfg.window) and rew < cfg.level_keep_reward * trial["reward"])
     if len(ev) < cfg.window and not too_hard:
         return None
-    after, _, _, k = windows.window_ratio(ev, cfg.window)
+    after, _, _, k = (useful_share(ev, cfg.window) if trial["move"] == "budgets"
+                      else windows.window_ratio(ev, cfg.window))
     need = trial["ratio"] + cfg.min_gain / 2
     if after is None or (after >= need and not too_hard):
         return None
@@ -205,7 +218,8 @@ def review(ev: pd.DataFrame, trial: dict, cfg: AutopilotConfig) -> Move | None:
     back = live_settings.describe(kind, payload)
     why = (f"reward {trial['reward']:.2f} -> {rew:.2f} over {len(ev.tail(cfg.window))} steps at the new level "
            f"(< {cfg.level_keep_reward:.0%} of before: too big a step)" if too_hard else
-           f"ratio {trial['ratio']:.2f} -> {after:.2f} over {k} steps (needed >= {need:.2f})")
+           f"{'useful token share' if trial['move'] == 'budgets' else 'ratio'} {trial['ratio']:.2f} -> {after:.2f} "
+           f"over {k} steps (needed >= {need:.2f})")
     reason = f"autopilot move #{trial['request_id']} did not help: {why}: back to {back}"
     return Move("revert", kind, {**payload, "reason": reason}, reason, dict(trial.get("after") or {}), None, after)
 
@@ -408,7 +422,50 @@ def try_difficulty(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence
                 None, ratio, reward if reward == reward else None), ""
 
 
-TRIES = {"weights": try_weights, "group_size": try_group_size, "temperature": try_temperature,
+def useful_share(ev: pd.DataFrame, window: int) -> tuple[float | None, None, None, int]:
+    """(share of the sampled completion tokens that went to trainable groups over the last `window`
+    steps, None, None, steps counted), shaped as windows.window_ratio: what per-prompt budgets aim
+    at (a flat group's tokens are wasted compute), from the stored token counts."""
+    if names.CUM_SAMPLED_TOKENS not in ev.columns or names.WASTED_TOKENS not in ev.columns:
+        return None, None, None, 0
+    tail = ev[[names.CUM_SAMPLED_TOKENS, names.WASTED_TOKENS]].dropna().tail(window + 1)
+    sampled = tail[names.CUM_SAMPLED_TOKENS].diff().iloc[1:]  # the first row is the step before the window's
+    total = float(sampled.sum())
+    if total <= 0:
+        return None, None, None, 0
+    return 1.0 - float(tail[names.WASTED_TOKENS].iloc[1:].sum()) / total, None, None, len(sampled)
+
+
+def try_budgets(ro, ev, s: dict, cfg: AutopilotConfig, ratio: float, evidence: str):
+    """Per-prompt budgets on (grpo.budget_pilot = BUDGET_PILOT) when the window's flat groups are
+    mostly all solved or none solved, both kinds at least BUDGET_MIXED_SHARE of them (the flat
+    causes, analysis/flat_causes.py): the prompts differ, so the same rollouts per step are better
+    spent per prompt. Not when the run cannot take it (the settings' budget_refusal: the engine,
+    dynamic sampling, G too small) or has it on already."""
+    if int(s.get("budget_pilot") or 0):
+        return None, f"per-prompt budgets already on (pilot {s['budget_pilot']})"
+    if s.get("budget_refusal"):
+        return None, str(s["budget_refusal"])
+    counts = flat_causes.window_counts(ev, cfg.window)
+    if counts is None:
+        return None, "no flat-cause counts in the window"
+    solved, unsolved = counts.get(names.CAUSE_SOLVED, 0.0), counts.get(names.CAUSE_UNSOLVED, 0.0)
+    flat, extreme = sum(counts.values()), solved + unsolved
+    if flat <= 0 or extreme < BUDGET_EXTREME_SHARE * flat:
+        return None, f"{extreme:.0f} of {flat:.0f} flat groups all solved or none solved (< {BUDGET_EXTREME_SHARE:.0%})"
+    if min(solved, unsolved) < BUDGET_MIXED_SHARE * extreme:
+        return None, (f"flat groups not mixed across prompts ({solved:.0f} all solved, {unsolved:.0f} none solved): "
+                      "a global lever fits")
+    useful = useful_share(ev, cfg.window)[0]
+    reason = (f"{evidence}, flat groups mixed across prompts ({solved:.0f} all solved, {unsolved:.0f} none solved "
+              f"of {flat:.0f} flat): per-prompt budgets on, a pilot of {BUDGET_PILOT} per prompt and the rest of "
+              "the step's rollouts where a pilot varies"
+              + (f" (useful token share {useful:.2f})" if useful is not None else ""))
+    return Move("budgets", SET_BUDGET_PILOT, {"budget_pilot": BUDGET_PILOT, "reason": reason}, reason,
+                {"budget_pilot": 0}, None, useful), ""
+
+
+TRIES = {"weights": try_weights, "budgets": try_budgets, "group_size": try_group_size, "temperature": try_temperature,
          "difficulty": try_difficulty}
 
 
@@ -488,6 +545,6 @@ def undo_request(event_payload: dict) -> tuple[str, dict] | None:
     """(kind, payload) that restores the setting before an autopilot move, or None (a stop or
     checkpoint cannot be undone)."""
     kind, before, rid = event_payload.get("kind"), event_payload.get("before") or {}, event_payload.get("request_id")
-    if kind not in (SET_WEIGHTS, SET_GROUP_SIZE, SET_TEMPERATURE, SET_DIFFICULTY) or not before:
+    if kind not in MOVE_KINDS.values() or not before:
         return None
     return kind, {**before, "undo_of": int(rid), "reason": f"undo of autopilot move #{rid}"}

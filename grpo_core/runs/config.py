@@ -164,7 +164,9 @@ class CurriculumConfig:
     max_level: int = knob(4, "auto: highest level it may reach")
 
 
-AUTOPILOT_MOVES = ("weights", "group_size", "temperature", "difficulty", "stop")  # in the order the autopilot tries them
+AUTOPILOT_MOVES = ("weights", "budgets", "group_size", "temperature", "difficulty", "stop")  # in the order the autopilot tries them
+# budgets (per-prompt budgets on) is opt-in until they meet their benchmark (docs/benchmarks.md, "Per-prompt budgets")
+DEFAULT_AUTOPILOT_MOVES = tuple(m for m in AUTOPILOT_MOVES if m != "budgets")
 
 
 @dataclass
@@ -175,9 +177,10 @@ class AutopilotConfig:
     target_ratio: float = knob(0.6, "It acts when the window's trainable ratio is below this (the verdict's "
                                     "ratio check with this line instead of health.min_trainable_ratio)")
     min_gain: float = knob(0.05, "A reweight or group-size move needs a predicted ratio gain of at least this")
-    moves: list = knob(list(AUTOPILOT_MOVES), "Moves it may make, tried in this order: weights, group_size, "
-                                               "temperature, difficulty; stop on the verdict's near-zero alert "
-                                               "(health.near_zero_*)")
+    moves: list = knob(list(DEFAULT_AUTOPILOT_MOVES), "Moves it may make, tried in this order: weights, budgets "
+                                                       "(per-prompt budgets on; opt-in), group_size, temperature, "
+                                                       "difficulty; stop on the verdict's near-zero alert "
+                                                       "(health.near_zero_*)")
     weight_floor: float = knob(0.05, "Each metric keeps at least this share of the total weight")
     min_weights: dict = knob({}, "Per-metric weight floors (metric -> lowest weight the autopilot may set)")
     weight_band: float = knob(2.0, "Each weight stays within the user's weight / this .. x this (a metric the "

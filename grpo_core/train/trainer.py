@@ -375,7 +375,8 @@ class Trainer:
     def settings(self) -> dict:
         return {**{s.key: s.current(self) for s in live_settings.SETTINGS}, "max_level": self.task.levels,
                 "outcome_metric": self.cfg.reward.outcome_metric or None, "uniform_std": self.cfg.health.uniform_std,
-                "metric_max": autopilot.metric_max(self.metric_kinds)}
+                "metric_max": autopilot.metric_max(self.metric_kinds),
+                "budget_refusal": live_settings.BUDGET.refusal(self, autopilot.BUDGET_PILOT)}
 
     def publish_settings(self):
         """Meta "settings": what is in force now (the live page and the runs list read it)."""
