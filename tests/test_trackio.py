@@ -94,7 +94,7 @@ def test_a_trl_run_logged_through_transformers_trackio_callback_imports_with_trl
     assert rep["skipped"]["row without train/global_step: its trackio step counts log calls, not trainer steps"] == 5
     assert "train_runtime" not in json.dumps(wide.columns.tolist())
     # trackio records no end: not "finished", although the last step is max_steps
-    assert meta["status"] != "finished" and "no end record" in meta["status_detail"]
+    assert meta["status"] != "finished" and "records no end" in meta["status_detail"]
     cfg = meta["config"]
     assert cfg["source"] == "trackio" and cfg["trackio"]["run"] == "grpo-run" and cfg["trackio"]["style"] == "trl"
     assert cfg["grpo"]["steps"] == 5 and cfg["trackio"]["config"]["logging_steps"] == 2

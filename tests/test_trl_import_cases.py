@@ -436,7 +436,7 @@ def test_watch_names_the_right_kind_too_and_creates_no_run(runs, tmp_path):
 
 
 def test_a_source_with_no_end_record_is_never_finished(runs, tmp_path):
-    """Finished only on an end record (TRL's run totals) or the planned last step reached;
+    """Finished only on an end record (TRL's run totals, or its trainer state at max_steps);
     a log that simply stops is 'stopped at step N', whether it finished unknown."""
     from grpo_core.runs.run_meta import FINISHED
 
@@ -448,6 +448,6 @@ def test_a_source_with_no_end_record_is_never_finished(runs, tmp_path):
     bare = import_run("trl", json.dumps(hist[:5]).encode(), "bare.json")  # no max_steps, no totals
     assert status(bare) == ("unknown", "stopped at step 25: the source records no end, so whether the run "
                                        "finished is unknown")
-    assert status(import_path("trl", FIXTURE))[0] == FINISHED  # its max_steps reached
+    assert status(import_path("trl", FIXTURE))[0] == FINISHED  # its trainer state: global_step = max_steps
     tb = _sources(tmp_path)["events"][1]  # an event file: no end record, no max_steps
     assert status(import_path("tensorboard", tb))[0] == "unknown"

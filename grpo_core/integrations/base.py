@@ -54,9 +54,9 @@ class SourceRun:
     summary: dict = field(default_factory=dict)  # run totals (TRL's train_runtime, ...): not a step
     groups: dict = field(default_factory=dict)  # step -> (StepGroups, StepRollouts)
     lacks: list = field(default_factory=lambda: list(LACKS))  # what the source never has
-    # How the source ended: error (crashed: the run is failed), finished True (an end record:
-    # finished), False or None (no end record: finished only where the last step reaches
-    # `planned`, else unknown: importers.source_status).
+    # How the source ended: error (crashed: the run is failed), finished True (the reader found
+    # an end record: finished), False or None (no end record: incomplete where the last step is
+    # before `planned`, else unknown: importers.source_status).
     error: str | None = None
     finished: bool | None = None
     last_step: int | None = None  # the source's last trainer step (may be past the last logged one)

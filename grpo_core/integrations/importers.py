@@ -56,16 +56,16 @@ def default_run_id(kind: str, filename: str) -> str:
 def source_status(run: SourceRun) -> tuple[str, str | None]:
     """(status, detail) from how the source ended, never guessed: failed where it crashed (a
     W&B exit code != 0); incomplete where it stopped before its planned last step ('incomplete:
-    step 200 of 350'); finished where it says it ended (an end record: a W&B exit record, TRL's
-    run totals, verl's final line) or reached its planned last step; else unknown ('stopped at
-    step 200: ... whether it finished is unknown'), since a log that simply stops may be a run
-    killed, crashed, or still running."""
+    step 200 of 350'); finished only where the source says it ended (its reader found an end
+    record: a W&B exit record, TRL's run totals or its trainer state at max_steps, verl's final
+    line); else unknown ('stopped at step 200: ... whether it finished is unknown'), since a
+    log that simply stops may be a run killed, crashed, or still running."""
     last = run.last_step if run.last_step is not None else (max(run.scalars) if run.scalars else None)
     if run.error:
         return FAILED, f"failed at step {last}: {run.error}"
     if run.planned is not None and last is not None and last < run.planned:
         return INCOMPLETE, f"incomplete: step {last} of {int(run.planned)}"
-    if run.finished or (run.planned is not None and last is not None and last >= run.planned):
+    if run.finished:
         return FINISHED, None
     return UNKNOWN_END, (f"stopped at step {last}: the source records no end, so whether the run finished "
                          "is unknown")

@@ -300,7 +300,10 @@ def parse_trl_history(history: list, top: dict, report: ImportReport, groups_per
         config["grpo"]["group_size"] = group_size
     last, planned = (top.get(k) if isinstance(top.get(k), int) and not isinstance(top.get(k), bool) else None
                      for k in ("global_step", "max_steps"))
-    return SourceRun(rows, config, report, summary, finished=True if summary else None, last_step=last,
+    # The end record: the run totals TRL logs when train() returns, or the trainer's own state
+    # (global_step, max_steps: not a log that stops) saying every planned step was taken.
+    done = bool(summary) or (last is not None and planned is not None and last >= planned)
+    return SourceRun(rows, config, report, summary, finished=True if done else None, last_step=last,
                      planned=planned)
 
 
