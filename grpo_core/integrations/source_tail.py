@@ -165,7 +165,8 @@ class NumberedFiles:
         numbers = sorted(int(self.pattern.fullmatch(p.name).group(1)) for p in paths)
         known = ([self.newest] if self.newest is not None else []) + numbers
         gaps = [b - a for a, b in zip(known, known[1:]) if b > a]
-        self.stride = min([self.stride] + gaps if self.stride else gaps) if gaps else self.stride
+        if gaps:
+            self.stride = min(gaps + ([self.stride] if self.stride else []))
         self.newest = known[-1] if known else None
         self.seen |= {p.name for p in paths}
         return sorted(paths)

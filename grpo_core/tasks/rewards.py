@@ -31,7 +31,7 @@ import numpy as np
 
 from grpo_core.errors import ConfigError, suggest
 from grpo_core.runs.live_settings import check_weights
-from grpo_core.tasks.trl_rewards import TrlState, as_metric, completion_id_lists
+from grpo_core.tasks.trl_rewards import TrainerStateView, as_metric, completion_id_lists
 
 MetricFn = Callable[[str, dict], float]
 
@@ -307,7 +307,7 @@ class CompositeReward:
         self.metrics = dict(metrics)
         self.names = list(self.metrics)
         self.set_weights(weights)
-        self.state = TrlState()  # the step TRL-style functions see as trainer_state (at_step)
+        self.state = TrainerStateView()  # the step TRL-style functions see as trainer_state (at_step)
         self.rollouts = None  # the Rollouts scored next: TRL-style functions' completion_ids come from them
 
     def at_step(self, step: int, max_steps: int, rollouts=None):

@@ -22,8 +22,7 @@ scoring error and 0, as a metric that raises does for one completion.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import dataclasses
 import inspect
 import logging
 import math
@@ -52,7 +51,7 @@ def is_trl_style(fn: Callable, name: str = "") -> bool:
         return False
 
 
-@dataclass
+@dataclasses.dataclass
 class TrainerStateView:
     """The fields of transformers' TrainerState a reward function reads (global_step,
     max_steps, epoch). Not TrainerState itself: tasks/ sits below the trainer and never
@@ -60,16 +59,6 @@ class TrainerStateView:
     global_step: int = 0
     max_steps: int = 0
     epoch: float | None = None
-
-
-class TrlState:
-    """What a TRL reward function gets as trainer_state: the step it is scored at."""
-
-    def __init__(self):
-        self.global_step, self.max_steps = 0, 0
-
-    def as_trainer_state(self) -> TrainerStateView:
-        return TrainerStateView(global_step=self.global_step, max_steps=self.max_steps)
 
 
 class TrlRewardFunction:
@@ -82,7 +71,7 @@ class TrlRewardFunction:
     def __repr__(self):
         return f"TrlRewardFunction({self.target!r})"
 
-    def kwargs(self, completions: list[str], examples: list[dict], completion_ids, state: TrlState) -> dict:
+    def kwargs(self, completions: list[str], examples: list[dict], completion_ids, state: TrainerStateView) -> dict:
         prompts = [e.get("prompt") for e in examples]
         chat = [isinstance(p, list) for p in prompts]
         columns = dict.fromkeys(k for e in examples for k in e if k not in NOT_PASSED)
@@ -91,17 +80,18 @@ class TrlRewardFunction:
                                for c, is_chat in zip(completions, chat)],
                "completion_ids": completion_ids if completion_ids is not None else [None] * len(completions)}
         out.update({k: [e.get(k) for e in examples] for k in columns})
-        out.update(trainer_state=state.as_trainer_state(), log_extra=self._log, log_metric=self._log)
+        out.update(trainer_state=dataclasses.replace(state),  # a copy: the function may write to it
+                   log_extra=self._log, log_metric=self._log)
         return out
 
     def _log(self, *args, **kwargs):
         logger.debug("reward function %s logged %r %r (not stored)", self.target, args, kwargs)
 
     def __call__(self, completions: list[str], examples: list[dict], completion_ids=None,
-                 state: TrlState | None = None) -> np.ndarray:
+                 state: TrainerStateView | None = None) -> np.ndarray:
         """[N] float64 scores, NaN where the function returned None. Raises ConfigError for a
         wrong return; lets the function's own exception through (the caller records it)."""
-        out = self.fn(**self.kwargs(completions, examples, completion_ids, state or TrlState()))
+        out = self.fn(**self.kwargs(completions, examples, completion_ids, state or TrainerStateView()))
         return self.check(out, len(completions))
 
     def check(self, out, n: int) -> np.ndarray:
