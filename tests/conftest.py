@@ -26,6 +26,21 @@ def _isolated_runs_dir(tmp_path, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _fresh_live_reads(request, monkeypatch):
+    """An in-process page run (AppTest) sees what its test just wrote: the shared live view's probe
+    throttle (at most one "anything new?" read per PROBE_S; tests/test_live_cache.py pins it there)
+    is off, and no run is remembered from another test."""
+    from grpo_core.dashboard import live_cache
+    if request.module.__name__.endswith("test_live_cache"):
+        yield
+        return
+    monkeypatch.setattr(live_cache, "PROBE_S", 0.0)
+    live_cache.clear()
+    yield
+    live_cache.clear()
+
+
 @pytest.fixture
 def runs_dir(tmp_path) -> Path:
     return Path(os.environ["GRPO_HEALTH_RUNS_DIR"])

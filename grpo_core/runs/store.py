@@ -313,6 +313,18 @@ class RunStore(RunReads):
         ask every step without waiting behind another writer's transaction)."""
         return self.conn.execute("SELECT 1 FROM control WHERE status = ? LIMIT 1", (PENDING,)).fetchone() is not None
 
+    def probe(self) -> tuple:
+        """The cheapest "anything new?" read, for the live page's readers: (last scalar step, last
+        event id, last control id, the open requests' ids and statuses, every meta row). It
+        changes whenever something a LiveState holds changes (a step, an event, a request sent or
+        moving pending -> applying -> resolved, a status, heartbeat or settings change). One
+        statement (its own short read transaction in autocommit): index lookups and the few meta rows."""
+        row = self.conn.execute(
+            "SELECT (SELECT MAX(step) FROM scalars), (SELECT MAX(id) FROM events), (SELECT MAX(id) FROM control), "
+            "(SELECT group_concat(id || ':' || status) FROM control WHERE status IN (?, ?)), "
+            "(SELECT group_concat(key || '=' || value, char(10)) FROM meta)", (PENDING, APPLYING)).fetchone()
+        return tuple(row)
+
     def claim_pending(self) -> list[dict]:
         """Take every pending request (in id order) for applying. Two claimers racing for
         the same rows: the conditional UPDATE lets exactly one of them have each row."""

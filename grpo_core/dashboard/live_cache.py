@@ -1,0 +1,236 @@
+"""One shared view of each live run for every viewer of the dashboard process.
+
+Streamlit runs each browser session as a thread of one process. Without this module every
+session read the store and rebuilt its own LiveState at every refresh; with it, `current(run_dir)`
+asks the store "anything new?" (RunStore.probe: one short indexed read, no transaction left
+open) at most once per PROBE_S per run however many viewers ask, calls live_view.load only when
+the probe changed, and gives every session the same LiveState.
+
+Snapshots: a LiveState handed out is never changed by a later refresh. The refresh works on a
+shallow copy (its lists and dicts copied; live_view.load assigns new frames, it never edits one in
+place), so a session drawing one version while another session's call refreshes sees one
+consistent version. Sessions treat it as read-only, except LiveState's own caches (frame_cache,
+arrays_cache, advice_cache), which live_view and advice fill with the same value for the same
+version whichever session fills them.
+
+`memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once.
+`refresh_interval(state)`: the live page's poll period, from the run's step rate. `expire(run_dir)`:
+the next call probes at once (after the page sent a request).
+Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
+is dropped.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import sqlite3
+import statistics
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_core.dashboard import live_view
+from grpo_core.dashboard.live_view import LiveState
+from grpo_core.errors import StoreError
+from grpo_core.runs.names import TIME_STEP
+from grpo_core.runs.run_meta import RUNNING, STALE
+from grpo_core.runs.schema import DB_NAME
+from grpo_core.runs.store import RunStore
+
+logger = logging.getLogger(__name__)
+
+PROBE_S = 0.5  # at most one "anything new?" read per run this often, whatever the number of viewers
+MAX_RUNS = 16  # runs kept at once (each: one LiveState, ~1 MB on a long run, and its memo)
+EVICT_S = 300.0  # a run no viewer asked for in this long is dropped
+MEMO_SIZE = 4  # derived values (figure sets) kept per run: the last version or two x the views asked for
+MIN_REFRESH_S = 2.0  # the live page's poll period for a fast run (the page's period before it adapted)
+MAX_REFRESH_S = 10.0  # ... for a slow one: a change still shows within 2 periods
+STALE_REFRESH_S = 5.0  # a stale run (no heartbeat) may come back
+RATE_WINDOW_S = 120.0  # the step rate is measured over the steps seen in this window
+RATE_SAMPLES = 32  # (time, last step) samples kept per run for the rate
+
+
+@dataclass
+class _Run:
+    """One run's shared state; `lock` guards state/probe/error, `memo_lock` the memo."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    memo_lock: threading.Lock = field(default_factory=threading.Lock)
+    state: LiveState | None = None
+    probe: tuple | None = None
+    probed_at: float = -math.inf  # time.monotonic() of the last probe
+    error: str | None = None  # the last probe's or load's StoreError, raised again until the next probe
+    asked_at: float = 0.0
+    memo: OrderedDict = field(default_factory=OrderedDict)
+    steps: deque = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))  # (time.time(), last_step)
+    loads: int = 0  # live_view.load calls (tests and the bench count them)
+
+
+_runs: OrderedDict[str, _Run] = OrderedDict()
+_lock = threading.Lock()  # guards _runs
+
+
+def _db(run_dir) -> Path:
+    p = Path(run_dir)
+    return p if p.suffix == ".db" else p / DB_NAME
+
+
+def _entry(run_dir) -> _Run:
+    """The run's entry (made on first ask), after dropping runs unasked-for too long or too many."""
+    key = str(_db(run_dir))
+    now = time.monotonic()
+    with _lock:
+        run = _runs.get(key)
+        if run is None:
+            run = _runs[key] = _Run()
+        run.asked_at = now
+        _runs.move_to_end(key)
+        for k in [k for k, r in _runs.items() if now - r.asked_at > EVICT_S]:
+            del _runs[k]
+        while len(_runs) > MAX_RUNS:
+            _runs.popitem(last=False)  # the least recently asked for
+        return run
+
+
+def current(run_dir: str | Path) -> LiveState:
+    """The run's LiveState, up to date within PROBE_S, shared by every caller: read-only.
+    A store that cannot be read (deleted, corrupt) raises StoreError, at every call."""
+    run = _entry(run_dir)
+    with run.lock:
+        now = time.monotonic()
+        if now - run.probed_at >= PROBE_S:
+            run.probed_at = now
+            try:
+                _update(run_dir, run)
+                run.error = None
+            except StoreError as e:  # never cached as a success: the next probe tries again
+                run.state, run.probe, run.error = None, None, str(e)
+                run.memo.clear()
+        if run.error is not None:
+            raise StoreError(run.error)
+        return run.state
+
+
+def _update(run_dir, run: _Run):
+    """Probe; load only what changed: nothing, the meta alone, or live_view's incremental load."""
+    try:
+        with RunStore(_db(run_dir), readonly=True) as store:
+            probe = store.probe()
+            if run.state is not None and probe == run.probe:
+                return
+            if run.state is not None and probe[:-1] == run.probe[:-1]:  # a heartbeat or a status: no rows to read
+                new = _snapshot(run.state)
+                new.meta, new.rows_read, new.loaded_at = store.get_meta(), 0, time.time()
+                run.state, run.probe = new, probe
+                return
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"run {Path(run_dir).name} cannot be read: {e}") from None
+    old = run.state
+    mine = _snapshot(old) if old is not None else None
+    new = live_view.load(run_dir, mine)
+    run.loads += 1
+    if old is not None and new is not mine:  # a fresh first load (a resumed run redid steps)
+        new.version = old.version + 1  # versions stay monotone: memo keys never meet an old value
+        run.steps.clear()
+    if old is None or new.last_step != old.last_step:
+        run.steps.append((time.time(), new.last_step))
+    run.state, run.probe = new, probe  # the probe from before the load: a change meanwhile is read next time
+
+
+def _snapshot(state: LiveState) -> LiveState:
+    """A copy the next load may change without touching `state` (frames are replaced, not edited)."""
+    new = copy.copy(state)
+    for f in dataclasses.fields(state):
+        v = getattr(state, f.name)
+        if isinstance(v, (list, dict)):
+            setattr(new, f.name, copy.copy(v))
+    return new
+
+
+def memo(run_dir: str | Path, key, fn):
+    """fn() computed once per key for this run and shared by every session (the last MEMO_SIZE
+    keys kept). The key must hold all the value depends on, e.g. (state.version, smoothing, raw).
+    An exception from fn propagates and nothing is kept."""
+    run = _entry(run_dir)
+    with run.memo_lock:  # a second viewer asking for the same key waits for the first one's value
+        if key in run.memo:
+            run.memo.move_to_end(key)
+            return run.memo[key]
+        value = fn()
+        run.memo[key] = value
+        while len(run.memo) > MEMO_SIZE:
+            run.memo.popitem(last=False)
+        return value
+
+
+def expire(run_dir: str | Path):
+    """The next current() probes at once (the page sent a request: it shows it pending on its rerun)."""
+    run = _entry(run_dir)
+    with run.lock:
+        run.probed_at = -math.inf
+
+
+def loads(run_dir: str | Path) -> int:
+    """live_view.load calls made for this run since it entered the cache."""
+    with _lock:
+        run = _runs.get(str(_db(run_dir)))
+    return run.loads if run is not None else 0
+
+
+def clear():
+    """Forget every run (tests; a runs dir switched)."""
+    with _lock:
+        _runs.clear()
+
+
+# ---- how often the page asks -----------------------------------------------------------------------
+def refresh_interval(state: LiveState) -> float | None:
+    """Poll period: half a step (from the step rate seen, else the logged step time) within
+    MIN..MAX_REFRESH_S, so a slow run is not polled 15 times per step and a step shows within
+    2 periods; None for a run that has ended."""
+    status = state.status
+    if status == STALE:
+        return STALE_REFRESH_S
+    if not state.is_live:
+        return None
+    if status != RUNNING:  # starting or paused: its first step or its resume may come any moment
+        return MIN_REFRESH_S
+    period = _seen_period(state)
+    if period is None:
+        period = _logged_period(state)
+    if period is None:
+        return MIN_REFRESH_S
+    return min(MAX_REFRESH_S, max(MIN_REFRESH_S, period / 2))
+
+
+def refresh_changed(period: float | None, state: LiveState) -> bool:
+    """Whether the page's poll period (fixed per script run by st.fragment) is off the run's pace by
+    more than half: then the page reruns to take the new one (not on every small wobble)."""
+    now = refresh_interval(state)
+    if period is None or now is None:
+        return period != now
+    return abs(now - period) > 0.5 * period
+
+
+def _seen_period(state: LiveState) -> float | None:
+    """Seconds per step over the steps the cache saw arrive in the last RATE_WINDOW_S (includes
+    what the logged step time leaves out: evals, checkpoints, commit batching)."""
+    with _lock:
+        run = _runs.get(state.db)
+        samples = list(run.steps) if run is not None else []
+    recent = [s for s in samples if samples and samples[-1][0] - s[0] <= RATE_WINDOW_S]
+    if len(recent) < 2 or recent[-1][1] <= recent[0][1]:
+        return None
+    return (recent[-1][0] - recent[0][0]) / (recent[-1][1] - recent[0][1])
+
+
+def _logged_period(state: LiveState) -> float | None:
+    """The median logged step time of the last 20 steps (a run's own measure, before any step was seen)."""
+    if TIME_STEP not in state.recent.columns:
+        return None
+    t = state.recent[TIME_STEP].dropna().tail(20)
+    t = [float(x) for x in t if x > 0]
+    return statistics.median(t) if t else None
