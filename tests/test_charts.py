@@ -34,7 +34,7 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
     assert figs.pop("collapse") is None  # nor a collapse check (tests/test_collapse_check.py)
     assert set(figs) == {"ratio", "groups", "metric_std", "reward", "reward_std", "phantom"}
     assert all(isinstance(f, go.Figure) for f in figs.values())
-    # A measured series: its raw values as faint points ("<label> (raw)"), its EMA as the line ("<label>").
+    # A measured series: its raw values as a faint line ("<label> (raw)"), its EMA as the line ("<label>").
     for key, label, name in (("ratio", "per step", names.TRAINABLE_RATIO),
                              ("groups", "trainable", names.GROUPS_TRAINABLE),
                              ("metric_std", "length", names.metric_group_std("length")),
@@ -43,7 +43,7 @@ def test_every_live_chart_is_valid_plotly_and_carries_the_store_values(run, monk
         raw, line = _trace(figs[key], f"{label} (raw)"), _trace(figs[key], label)
         np.testing.assert_array_equal(raw.x, wide.index.to_numpy())
         np.testing.assert_allclose(raw.y, wide[name].to_numpy())
-        assert raw.mode == "markers" and raw.showlegend is False and line.mode == "lines"
+        assert raw.mode == "lines" and raw.opacity < 1 and raw.showlegend is False and line.mode == "lines"
         np.testing.assert_allclose(line.y, charts.ema(wide[name].to_numpy(), 0.6))
     # Running totals and settings are drawn as they are, no raw points under them.
     np.testing.assert_allclose(_trace(figs["ratio"], "cumulative").y, wide[names.CUM_TRAINABLE_RATIO].to_numpy())
@@ -268,10 +268,10 @@ def test_pilot_planner_curve_target_measured_point_and_the_g_needed(coin_pilot):
     assert tuple(fig.layout.yaxis.range) == (0, 1.02)
 
 
-def test_raw_points_only_for_the_recent_raw_steps_the_line_over_all():
-    from grpo_core.dashboard import live_view as live_mod
+def test_the_raw_line_and_the_smoothed_line_cover_every_step_below_the_cap():
     wide = pd.DataFrame({names.TRAINABLE_RATIO: np.linspace(0, 1, 1200)}, index=pd.Index(range(1, 1201), name="step"))
     fig = charts.ratio_chart(wide, None, smoothing=0.5)
     raw, line = _trace(fig, "per step (raw)"), _trace(fig, "per step")
-    assert charts.RAW_POINTS <= live_mod.RECENT_STEPS and len(line.x) == 1200  # raw points: of raw steps only
-    np.testing.assert_array_equal(raw.x, np.arange(1201 - charts.RAW_POINTS, 1201))
+    assert 1200 < charts.MAX_POINTS  # beyond it both are cut by min/max per bucket (tests/test_downsample.py)
+    np.testing.assert_array_equal(raw.x, np.arange(1, 1201))
+    np.testing.assert_array_equal(line.x, np.arange(1, 1201))

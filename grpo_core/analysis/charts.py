@@ -6,9 +6,13 @@ or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and ret
 imported run has no group counts: the page says so instead of drawing an empty chart).
 Every applied weight/threshold/difficulty change is a dotted vertical line on every
 chart, labelled at the top, so a change in a curve can be read against its cause.
-A measured series is drawn as faint raw points under a smoothed line (`smoothing`, W&B's
+A measured series is drawn as a faint raw line under a smoothed line (`smoothing`, W&B's
 debiased EMA, `ema`): a per-step ratio over 8 groups jumps by 1/8 from step to step, and the
-trend is what a reader acts on; the raw points stay so that no smoothing hides a step.
+trend is what a reader acts on; the raw line stays so that no smoothing hides a step. Where a
+chart frame's old history arrives binned, the faint line runs through each bin's minimum and
+maximum (its envelope columns, downsample.envelope_names), so a spike inside a bin still shows.
+Every line is cut to at most MAX_POINTS points by min/max per bucket (downsample.m4), which
+keeps its shape: a frame of every step of a long run (live_view.raw_frame) draws as it is.
 The analysis page's and the report's figures take a run's tables (run_tables.py) and its
 change ledger; the pilot page's (at the end) a pilot.PilotSummary's tables and plans.
 """
@@ -20,6 +24,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from grpo_core.analysis.downsample import envelope_names, m4
 from grpo_core.runs import live_settings
 from grpo_core.runs.names import (
     COLLAPSE_CHANCE,
@@ -56,6 +61,9 @@ MARKED = tuple(s.kind for s in _MARKED)
 MARKER_COLOURS = {s.kind: s.colour for s in _MARKED}
 MARKER_LABELS = {s.kind: s.marker for s in _MARKED}
 HEIGHT = 300
+# Points per line at most (min/max per bucket beyond): a live chart frame has ~2,000 rows, a frame
+# of every step ("every step" on the live page) has the run's steps; a 20,000-step run draws whole.
+MAX_POINTS = 20_000
 
 
 def metric_colour(metrics: list[str], m: str) -> str:
@@ -68,8 +76,8 @@ def _has(df: pd.DataFrame, *names: str) -> bool:
 
 def _line(df: pd.DataFrame, name: str, label: str, colour: str | None = None, dash: str | None = None,
           width: float = 1.6) -> dict:
-    s = df[name]
-    return {"type": "scatter", "mode": "lines", "x": s.index.to_numpy(), "y": s.to_numpy(), "name": label,
+    x, y = _points(df.index.to_numpy(), df[name].to_numpy(np.float64))
+    return {"type": "scatter", "mode": "lines", "x": x, "y": y, "name": label,
             "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
 
 
@@ -95,26 +103,63 @@ def ema(values, smoothing: float) -> np.ndarray:
 
 def _series(df: pd.DataFrame, name: str, label: str, colour: str | None, smoothing: float,
             dash: str | None = None, width: float = 1.6) -> list[dict]:
-    """A measured series: its raw values as faint points (named '<label> (raw)', hidden from the
-    legend, toggled with the line) under the smoothed line (named `label`). Points for the last
-    RAW_POINTS entries only: that is what live.LiveState keeps raw (older history arrives as bin
-    means, drawn by the line), and a point is an SVG element the browser redraws every refresh."""
-    s = df[name]
-    x, y = s.index.to_numpy(), s.to_numpy(np.float64)
-    raw = {"type": "scatter", "mode": "markers", "x": x[-RAW_POINTS:], "y": y[-RAW_POINTS:],
-           "name": f"{label} (raw)", "legendgroup": label,
-           "showlegend": False, "marker": {"color": colour, "size": 3, "opacity": RAW_OPACITY},
-           "hoverinfo": "skip"}
-    line = {"type": "scatter", "mode": "lines", "x": x, "y": ema(y, smoothing), "name": label, "legendgroup": label,
+    """A measured series: its raw values as a faint line (named '<label> (raw)', hidden from the
+    legend, toggled with the line; through each bin's min and max where the frame is binned,
+    `_extremes`) under the smoothed line (named `label`), both cut to MAX_POINTS by min/max
+    per bucket. A line, not markers: one SVG path however many points, where each marker is an
+    element the browser redraws at every refresh."""
+    x, y = df.index.to_numpy(), df[name].to_numpy(np.float64)
+    rx, ry = _points(*_extremes(df, name))
+    raw = {"type": "scatter", "mode": "lines", "x": rx, "y": ry, "name": f"{label} (raw)", "legendgroup": label,
+           "showlegend": False, "opacity": RAW_OPACITY, "line": {"color": colour, "width": 1},
+           "connectgaps": True, "hoverinfo": "skip"}
+    lx, ly = _points(x, ema(y, smoothing))
+    line = {"type": "scatter", "mode": "lines", "x": lx, "y": ly, "name": label, "legendgroup": label,
             "line": {"color": colour, "dash": dash, "width": width}, "connectgaps": True}
     return [raw, line]
 
 
+def _points(x, y) -> tuple[np.ndarray, np.ndarray]:
+    """A line's points as sent to the browser: at most MAX_POINTS (min/max per bucket), as float32:
+    plotly sends numpy arrays as base64 typed arrays, so 4 bytes a number instead of 8 halve every
+    refresh's message, and 7 digits are more than a chart or its hover shows (steps stay exact
+    up to 16 million)."""
+    x, y = m4(x, y, MAX_POINTS)
+    return x.astype(np.float32), y.astype(np.float32)
+
+
+def _extremes(df: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The raw line's points in step order: a raw row's value; a binned row's (a chart frame's
+    old history) minimum then maximum, both at the bin's mid step: at a pixel's width, what
+    drawing every step would show."""
+    x, y = df.index.to_numpy(), df[name].to_numpy(np.float64)
+    low_name, high_name = envelope_names(name)
+    if low_name not in df.columns or high_name not in df.columns:
+        return x, y
+    low, high = df[low_name].to_numpy(np.float64), df[high_name].to_numpy(np.float64)
+    spread = np.isfinite(low) & np.isfinite(high) & (low != high)  # two points; else the value alone
+    first = np.where(spread, low, y)
+    keep = np.column_stack([np.ones(len(x), bool), spread]).ravel()
+    return np.repeat(x, 2)[keep], np.column_stack([first, high]).ravel()[keep]
+
+
+def _top(df: pd.DataFrame, names: list[str]) -> float:
+    """The largest value of `names` drawn (bin maxima included), for a y range from 0."""
+    cols = [c for n in names for c in (n, envelope_names(n)[1]) if c in df.columns]
+    top = df[cols].max().max() if cols else float("nan")
+    return max(1.0, float(top) * 1.1) if np.isfinite(top) else 1.0
+
+
+def _complement(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """1 - a series, as a frame with its envelope (a bin's minimum is 1 - its maximum)."""
+    low, high = envelope_names(name)
+    out = pd.DataFrame({"r": 1.0 - df[name]})
+    if low in df.columns and high in df.columns:
+        out[envelope_names("r")[0]], out[envelope_names("r")[1]] = 1.0 - df[high], 1.0 - df[low]
+    return out
+
+
 RAW_OPACITY = 0.3
-# The last steps drawn as raw points (at most live.RECENT_STEPS, the steps the page keeps raw).
-# Each point is an SVG element every chart redraws at every refresh, so they are few: enough
-# to read the recent scatter, not so many that the browser lags a slider (docs/benchmarks.md).
-RAW_POINTS = 100
 DEFAULT_SMOOTHING = 0.6  # the live page's slider starts here (TensorBoard's default)
 
 
@@ -188,8 +233,8 @@ def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0
     if _has(df, TRAINABLE_RATIO):
         traces += _series(df, TRAINABLE_RATIO, "per step", PALETTE[0], smoothing)
     elif _has(df, FRAC_REWARD_ZERO_STD):  # TRL logs only the complement
-        d = pd.DataFrame({"r": 1.0 - df[FRAC_REWARD_ZERO_STD]})
-        traces += _series(d, "r", "per step (1 − frac_reward_zero_std)", PALETTE[0], smoothing)
+        traces += _series(_complement(df, FRAC_REWARD_ZERO_STD), "r", "per step (1 − frac_reward_zero_std)",
+                          PALETTE[0], smoothing)
     if _has(df, CUM_TRAINABLE_RATIO):
         traces.append(_line(df, CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
     if not traces:
@@ -208,7 +253,7 @@ def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
     for name, label, colour in ((GROUPS_SOLVED, "all solved", PALETTE[0]), (GROUPS_UNSOLVED, "none solved", PALETTE[1])):
         if _has(df, name):  # why the others taught nothing (step_stats.group_outcomes)
             traces += _series(df, name, label, colour, smoothing, dash="dot")
-    top = max(1.0, float(df[GROUPS_SUBMITTED].max()) * 1.1)
+    top = _top(df, [GROUPS_SUBMITTED, GROUPS_TRAINABLE])
     return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
                    changes=changes)
 
@@ -270,7 +315,7 @@ def phantom_chart(df, changes=None, outcome_metric: str | None = None, smoothing
     if not _has(df, PHANTOM_GROUPS):
         return None
     have = [n for n in (PHANTOM_GROUPS, NOISE_GROUPS) if _has(df, n)]
-    top = max(1.0, float(df[have].max().max()) * 1.1)
+    top = _top(df, have)
     title = (f"Phantom groups (pass the std gate, {outcome_metric} uniform)" if outcome_metric else
              "Phantom groups (no outcome gate set: reward.outcome_metric)")
     traces = _series(df, PHANTOM_GROUPS, "phantom groups", PALETTE[4], smoothing)

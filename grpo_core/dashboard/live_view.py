@@ -3,10 +3,12 @@
 It holds the run's chart history and gives the settings in force. `load(run, state)` makes a session's LiveState current: scalars of new steps, new change
 events, control rows that were still open, rollouts of new steps. Memory stays bounded
 however long the run: the last `RECENT_STEPS` steps are kept raw (every health window fits
-in them), older steps as bin means whose width doubles whenever there are more than
-`MAX_BINS` bins; the what-if window keeps the rollouts of the last `WHATIF_STEPS` steps
-only. The first load of a long run reads the old part already binned by SQLite
-(`RunStore.scalars_binned`), so it never materialises every step.
+in them), older steps as bins (sum, count, min and max per name) whose width doubles
+whenever there are more than `MAX_BINS` bins, so a chart draws their means and their extremes
+(a one-step collapse inside a bin stays visible); the what-if window keeps the rollouts of the
+last `WHATIF_STEPS` steps only. The first load of a long run reads the old part already binned by SQLite
+(`RunStore.scalars_binned`), so it never materialises every step. `raw_frame` reads every
+step of the chart names, for the page's "every step" view.
 
 The pages' other view models read a LiveState: live_cards (the header and cards),
 advice (what-if, suggestions, what to do now), request_view (requests and autopilot
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grpo_core.analysis.downsample import envelope_names
 from grpo_core.errors import StoreError
 from grpo_core.runs import live_settings
 from grpo_core.runs.config import HealthConfig
@@ -108,6 +111,8 @@ class LiveState:
     bin_size: int = 1
     bin_sum: pd.DataFrame = field(default_factory=pd.DataFrame)  # index bin, columns names
     bin_cnt: pd.DataFrame = field(default_factory=pd.DataFrame)
+    bin_min: pd.DataFrame = field(default_factory=pd.DataFrame)  # NaN: no value in the bin
+    bin_max: pd.DataFrame = field(default_factory=pd.DataFrame)
     folded_upto: int = -1  # steps <= this live in the bins
     event_id: int = 0
     changes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
@@ -179,15 +184,14 @@ def _first_load(store: RunStore) -> LiveState:
     state.metrics = run_metrics(meta, store.scalar_names(last) if last is not None else [])
     state.names = chart_names(state.metrics)
     state.recent = pd.DataFrame(index=pd.Index([], name="step", dtype="int64"), columns=state.names, dtype=float)
-    state.bin_sum = pd.DataFrame(columns=state.names, dtype=float)
-    state.bin_cnt = pd.DataFrame(columns=state.names, dtype=float)
+    empty = pd.DataFrame(columns=state.names, dtype=float)
+    state.bin_sum, state.bin_cnt, state.bin_min, state.bin_max = empty, empty.copy(), empty.copy(), empty.copy()
     if last is not None:
         split = last - RECENT_STEPS
         if split >= 0:  # the old part arrives binned: SQLite aggregates, pandas never sees every step
             state.bin_size = 1 << max(0, math.ceil(math.log2(max(1, (split + 1) / MAX_BINS))))
             long = store.scalars_binned(state.names, state.bin_size, until_step=split)
-            state.bin_sum = _pivot(long, "total", state.names)
-            state.bin_cnt = _pivot(long, "count", state.names)
+            state.bin_sum, state.bin_cnt, state.bin_min, state.bin_max = _pivot(long, state.names)
             state.folded_upto = split
             state.rows_read += len(long)  # rows that reach Python: one per (bin, name)
         state.recent = _wide(store, max(split, -1), state.names)
@@ -225,11 +229,16 @@ def _wide(store: RunStore, since: int, names: list[str]) -> pd.DataFrame:
     return w.reindex(columns=names).astype(float)
 
 
-def _pivot(long: pd.DataFrame, value: str, names: list[str]) -> pd.DataFrame:
+BIN_AGGREGATES = (("total", 0.0), ("count", 0.0), ("low", np.nan), ("high", np.nan))  # scalars_binned's
+
+
+def _pivot(long: pd.DataFrame, names: list[str]) -> list[pd.DataFrame]:
+    """scalars_binned's sum, count, min and max as frames (index bin, columns names), in one pivot;
+    where a name had no value in a bin: 0 for a sum or count, NaN for a min or max."""
     if long.empty:
-        return pd.DataFrame(columns=names, dtype=float)
-    p = long.pivot(index="bin", columns="name", values=value).reindex(columns=names).astype(float)
-    return p.fillna(0.0)
+        return [pd.DataFrame(columns=names, dtype=float) for _ in BIN_AGGREGATES]
+    p = long.pivot(index="bin", columns="name", values=[v for v, _ in BIN_AGGREGATES])
+    return [p[v].reindex(columns=names).astype(float).fillna(empty) for v, empty in BIN_AGGREGATES]
 
 
 def _fold(state: LiveState):
@@ -242,11 +251,24 @@ def _fold(state: LiveState):
     sums, cnts = old.fillna(0.0).groupby(key).sum(), old.notna().astype(float).groupby(key).sum()
     state.bin_sum = sums if state.bin_sum.empty else state.bin_sum.add(sums, fill_value=0.0)
     state.bin_cnt = cnts if state.bin_cnt.empty else state.bin_cnt.add(cnts, fill_value=0.0)
+    # The first new bin can be the last old one (a bin cut in two by an earlier fold): merge by bin.
+    grouped = old.groupby(key)
+    state.bin_min = _merge(state.bin_min, grouped.min(), "min")
+    state.bin_max = _merge(state.bin_max, grouped.max(), "max")
     state.folded_upto = cut
     while len(state.bin_sum) > MAX_BINS:  # twice as wide bins: memory stays bounded forever
         state.bin_size *= 2
         state.bin_sum = state.bin_sum.groupby(state.bin_sum.index // 2).sum()
         state.bin_cnt = state.bin_cnt.groupby(state.bin_cnt.index // 2).sum()
+        state.bin_min = state.bin_min.groupby(state.bin_min.index // 2).min()
+        state.bin_max = state.bin_max.groupby(state.bin_max.index // 2).max()
+
+
+def _merge(bins: pd.DataFrame, new: pd.DataFrame, how: str) -> pd.DataFrame:
+    """Per bin and name the min (or max) of both frames; NaN (no value) never wins."""
+    if bins.empty:
+        return new
+    return getattr(pd.concat([bins, new]).groupby(level=0), how)()
 
 
 def _read_events(store: RunStore, state: LiveState) -> bool:
@@ -302,22 +324,66 @@ def _read_rollouts(store: RunStore, state: LiveState):
 
 # ---- what the pages show -------------------------------------------------------------------------
 def chart_frame(state: LiveState) -> pd.DataFrame:
-    """History for the charts: bin means (x = the bin's mean step) then the raw recent steps."""
+    """History for the charts: bin means (x = the bin's mid step) then the raw recent steps, one
+    column per name; and for the binned rows each name's smallest and largest value in the bin
+    (columns downsample.envelope_names(name), NaN on the raw rows), so a chart draws the spikes
+    the means smooth away. At most MAX_BINS + 2 x RECENT_STEPS rows."""
     if state.frame_cache is not None and state.frame_cache[0] == state.version:
         return state.frame_cache[1]
-    parts = []
-    if not state.bin_sum.empty:
-        mean = state.bin_sum / state.bin_cnt.where(state.bin_cnt > 0)
-        b = state.bin_sum.index.to_numpy()
-        lo, hi = b * state.bin_size, np.minimum(b * state.bin_size + state.bin_size - 1, state.folded_upto)
-        mean.index = pd.Index((lo + hi) / 2.0, name="step")
-        parts.append(mean)
-    if not state.recent.empty:
-        parts.append(state.recent)
-    df = pd.concat(parts) if len(parts) > 1 else (parts[0] if parts else state.recent)
-    df = df.dropna(axis=1, how="all")
+    if state.bin_sum.empty:
+        df = state.recent.dropna(axis=1, how="all")
+    else:
+        df = _binned_frame(state)
     state.frame_cache = (state.version, df)
     return df
+
+
+def _binned_frame(state: LiveState) -> pd.DataFrame:
+    """chart_frame of a state with bins, assembled in numpy: pandas' concat would align the
+    three column sets of every row block (a few ms at each new step)."""
+    names, bins = list(state.names), state.bin_sum.index
+
+    def block(f: pd.DataFrame, index=bins) -> np.ndarray:
+        return f.reindex(index=index, columns=names).to_numpy(np.float64)
+
+    total, count = block(state.bin_sum), block(state.bin_cnt)
+    mean = np.divide(total, count, out=np.full_like(total, np.nan), where=count > 0)
+    rows = [np.hstack([mean, block(state.bin_min), block(state.bin_max)])]
+    b = bins.to_numpy()
+    lo, hi = b * state.bin_size, np.minimum(b * state.bin_size + state.bin_size - 1, state.folded_upto)
+    steps = [(lo + hi) / 2.0]
+    if not state.recent.empty:
+        raw = block(state.recent, state.recent.index)
+        rows.append(np.hstack([raw, np.full((len(raw), 2 * len(names)), np.nan)]))
+        steps.append(state.recent.index.to_numpy(np.float64))
+    values = np.vstack(rows)
+    cols = names + [envelope_names(n)[0] for n in names] + [envelope_names(n)[1] for n in names]
+    logged = ~np.isnan(values).all(axis=0)  # a name no step logged: no column (as dropna)
+    return pd.DataFrame(values[:, logged], index=pd.Index(np.concatenate(steps), name="step"),
+                        columns=[c for c, k in zip(cols, logged) if k])
+
+
+def raw_frame(run: str | Path, names: list[str], since: int | None = None,
+              prev: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every logged step of `names` (index step, one column per name; the page's "every step"
+    view, drawn by charts.live_charts like a chart frame): steps after `since` only, or, given
+    `prev` (an earlier answer), prev with the steps after its last appended; a run that redid
+    steps since (resumed from a checkpoint) is read again whole. A 20,000-step run of 40 names
+    is 6 MB: the page reads it when asked, not at every refresh."""
+    try:
+        with _open(run) as store:
+            if prev is not None and len(prev):
+                last = store.last_step()
+                if last is None or last < prev.index[-1]:  # a resumed run redid steps: start over
+                    prev, since = None, None
+                else:
+                    since = int(prev.index[-1])
+            new = _wide(store, -1 if since is None else since, names)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"run {Path(run).name} cannot be read: {e}") from None
+    if prev is None or prev.empty or new.empty:
+        return new if prev is None or prev.empty else prev
+    return pd.concat([prev, new])
 
 
 def last_value(state: LiveState, name: str):

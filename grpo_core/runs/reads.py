@@ -194,21 +194,22 @@ class RunReads:
 
     def scalars_binned(self, names: list[str], bin_size: int, until_step: int,
                        since_step: int = -1) -> pd.DataFrame:
-        """Long frame (bin, name, total, count): SUM and COUNT of non-null values per
-        bin = step // bin_size over since_step < step <= until_step, one (name, step) index
-        range per name. Lets a chart show a long history with bounded memory. Per name, not
-        one GROUP BY name, bin: SQLite sorts the groups in a temp b-tree either way, and many
-        small ones cost less than one big one (docs/benchmarks.md)."""
-        cols = ["bin", "name", "total", "count"]
+        """Long frame (bin, name, total, count, low, high): SUM, COUNT, MIN and MAX of non-null
+        values per bin = step // bin_size over since_step < step <= until_step, one (name, step)
+        index range per name. Lets a chart show a long history with bounded memory, its spikes
+        kept (low, high). Per name, not one GROUP BY name, bin: SQLite sorts the groups in a temp
+        b-tree either way, and many small ones cost less than one big one (docs/benchmarks.md)."""
+        cols = ["bin", "name", "total", "count", "low", "high"]
         if not names:
             return pd.DataFrame(columns=cols)
-        q = ("SELECT step / ? AS bin, SUM(value), COUNT(value) FROM scalars "
+        q = ("SELECT step / ? AS bin, SUM(value), COUNT(value), MIN(value), MAX(value) FROM scalars "
              "WHERE name = ? AND step > ? AND step <= ? GROUP BY bin")
-        rows = [(b, name, t, c) for name in sorted(set(names))
-                for b, t, c in self.conn.execute(q, (int(bin_size), name, since_step, until_step))]
+        rows = [(b, name, *agg) for name in sorted(set(names))
+                for b, *agg in self.conn.execute(q, (int(bin_size), name, since_step, until_step))]
         if not rows:
             return pd.DataFrame(columns=cols)
-        b, name, t, c = zip(*rows)
+        b, name, t, c, lo, hi = zip(*rows)
         return pd.DataFrame({"bin": np.array(b, np.int64), "name": list(name), "total": np.array(t, np.float64),
-                             "count": np.array(c, np.int64)})
+                             "count": np.array(c, np.int64), "low": np.array(lo, np.float64),
+                             "high": np.array(hi, np.float64)})
 
