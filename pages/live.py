@@ -1,16 +1,20 @@
 """Live monitor: health cards, charts, alerts and the weight sliders of one run.
 
-Layout and widgets only: grpo_core.dashboard.live_view reads the store incrementally, live_cards,
-advice and request_view compute what is shown, grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in step with the run
-(and gives their bounds), grpo_core.analysis.charts draws (smoothed by the page's EMA slider), and
-advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh
-every 2 s while the run is live (a fragment, so the sliders below are not disturbed); a
-finished run is drawn once.
+Layout and widgets only: grpo_core.dashboard.live_cache gives every viewer the same view of the run
+(live_view's incremental read, done once per change, behind one cheap "anything new?" probe) and
+the same figures per version, live_cards, advice and request_view compute what is shown,
+grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in step with the run
+(and gives their bounds), grpo_core.analysis.charts draws (smoothed by the page's EMA slider; long
+history by bins with their min and max, every step on request), and advice.what_to_do gives the top
+alert's fix, offered here as one button. The charts refresh at the run's pace (2-10 s while it is
+live: live_cache.refresh_interval; a fragment, so the sliders below are not disturbed); a finished
+run is drawn once.
 """
 import streamlit as st
 
 from grpo_core.analysis import charts
-from grpo_core.dashboard import advice, frame, live_cards, live_view, processes, request_view, run_list, widget_state
+from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_view, processes, request_view, run_list,
+                                 widget_state)
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import live_settings, presets, requests
 from grpo_core.runs.locations import runs_dir
@@ -34,9 +38,9 @@ RUN_DIR = runs_dir() / run_id
 
 
 def state() -> live_view.LiveState:
-    """This session's view of the run, brought up to date (reads only what changed)."""
-    ss["live_state"] = live_view.load(RUN_DIR, ss.get("live_state"))
-    return ss["live_state"]
+    """The run as every viewer of this dashboard sees it (live_cache: one cheap "anything new?"
+    probe per run and period, one incremental read per change, shared by all sessions; read-only)."""
+    return live_cache.current(RUN_DIR)
 
 
 def my_requests() -> list[int]:
@@ -46,6 +50,7 @@ def my_requests() -> list[int]:
 def send(kind: str, payload: dict) -> bool:
     try:
         my_requests().append(requests.send(RUN_DIR, kind, payload, source="ui"))
+        live_cache.expire(RUN_DIR)  # the rerun that follows shows the request as pending at once
         return True
     except (ConfigError, StoreError) as e:
         st.error(str(e))
@@ -58,7 +63,7 @@ except StoreError as e:
     st.error(str(e))
     st.stop()
 
-REFRESH = live_view.REFRESH_S if first.is_live else (5.0 if first.status == "stale" else None)
+REFRESH = live_cache.refresh_interval(first)  # adapts to the run's step rate; None once it ended
 
 
 @st.fragment(run_every=REFRESH)
@@ -68,13 +73,13 @@ def monitor():
     except StoreError as e:  # the run was deleted or damaged while we watched
         st.error(str(e))
         return
-    if s.is_live != first.is_live:  # the run ended (or came back): redraw all, refresh on/off
+    if s.is_live != first.is_live or live_cache.refresh_changed(REFRESH, s):  # ended, came back, or a new pace
         st.rerun()
     c = live_cards.cards(s)
     caps = live_cards.capabilities(s)
 
     top = st.columns([3, 2])
-    top[0].markdown(f"**{run_id}** · {live_cards.status_badge(c.status)} · {run_list.config_summary(s.meta)}")
+    top[0].markdown(f"**{run_id}** · {live_cards.status_badge(c.status)} · {run_list.config_summary(s.meta, live_view.current_settings(s))}")
     if c.steps:
         eta = "runs until you stop it" if c.steps >= processes.UNTIL_STOPPED else f"ETA {live_cards.fmt_eta(c.eta_s)}"
         top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · {eta}")
@@ -117,12 +122,16 @@ def monitor():
             for r in reqs[:6]:
                 st.markdown(f"`#{r['id']}` {live_settings.describe(r['kind'], r['payload'])} — **{r['text']}**")
 
-    df = live_view.chart_frame(s)
-    smooth = st.slider("Chart smoothing", 0.0, 0.99, charts.DEFAULT_SMOOTHING, 0.01, key="smoothing",
-                       help="Exponential moving average of every measured series, debiased as W&B's and "
-                            "TensorBoard's (0 = raw); the raw values stay as faint points")
-    figs = charts.live_charts(df, s.metrics, s.changes, live_view.health_config(s.meta),
-                              live_view.current_settings(s)["outcome_metric"], smoothing=smooth)
+    row = st.columns([4, 1])
+    smooth = row[0].slider("Chart smoothing", 0.0, 0.99, charts.DEFAULT_SMOOTHING, 0.01, key="smoothing",
+                           help="Exponential moving average of every measured series, debiased as W&B's and "
+                                "TensorBoard's (0 = raw); the raw values stay as a faint line (in old history, "
+                                "each bin's min and max, so no spike is lost)")
+    raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
+                        "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
+    figs = live_cache.memo(RUN_DIR, ("charts", s.version, smooth, raw), lambda: charts.live_charts(
+        raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
+        live_view.current_settings(s)["outcome_metric"], smoothing=smooth))
     missing = [key for key, f in figs if f is None]
     shown = [(key, f) for key, f in figs if f is not None]
     if not shown:
@@ -132,6 +141,15 @@ def monitor():
         cols[i % 2].plotly_chart(fig, key=f"chart_{key}", width="stretch")
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
+
+
+def raw_steps(s: live_view.LiveState):
+    """Every step of the charted names, for this session while its toggle is on: read once, then
+    only the steps added since (nothing at a tick with no new step)."""
+    version, frame = ss.get("raw_frame", (None, None))
+    if version != s.version:
+        ss["raw_frame"] = (s.version, live_view.raw_frame(RUN_DIR, s.names, prev=frame))
+    return ss["raw_frame"][1]
 
 
 def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):

@@ -327,3 +327,12 @@ def test_every_status_has_one_colour_the_live_and_runs_pages_share():
             if isinstance(node, ast.Dict):
                 keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
                 assert len(keys & set(statuses)) < 2, f"{page.name}:{node.lineno} defines status colours"
+
+
+def test_config_summary_shows_the_settings_in_force_not_the_start():
+    """The autopilot raised the level and G mid-run: the header says so, not the config's L1 G=8."""
+    cfg = RunConfig()
+    meta = {"config": cfg.to_dict(), "settings": {"group_size": 32}}
+    assert "L1 ·" in run_list.config_summary({"config": cfg.to_dict()})
+    text = run_list.config_summary(meta, {"level": 2, "min_group_std": 0.05})
+    assert text.startswith("demo L2 · built-in model · 8 prompts × G=32") and "min std 0.05" in text

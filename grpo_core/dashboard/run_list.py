@@ -17,17 +17,22 @@ from grpo_core.runs.run_meta import LIVE_STATUSES, RunMeta
 from grpo_core.runs.store import RunStore
 
 
-def config_summary(meta: dict) -> str:
+def config_summary(meta: dict, now: dict | None = None) -> str:
+    """One line of the run's set-up; `now` (live_view.current_settings) gives the settings in force,
+    so a level or G the autopilot changed mid-run is shown as it is, not as the run started."""
     run = RunMeta.parse(meta)
     if run.source != "grpo_core":
         return f"imported from {run.source}"
-    c = run.config
+    c, now = run.config, {**run.settings, **(now or {})}  # meta's settings: what the trainer applied
     t, m, g = c.get("task") or {}, c.get("model") or {}, c.get("grpo") or {}
-    task = f"{t.get('name', 'demo')} L{t.get('level', 1)}" if t.get("name", "demo") == "demo" \
+    level, group = now.get("level") or t.get("level", 1), now.get("group_size") or g.get("group_size", "?")
+    prompts = now.get("prompts_per_step") or g.get("prompts_per_step", "?")
+    threshold = now.get("min_group_std", g.get("min_group_std", 0))
+    task = f"{t.get('name', 'demo')} L{level}" if t.get("name", "demo") == "demo" \
         else f"jsonl {Path(str(t.get('dataset', ''))).name}"
     model = Path(m["path"]).name if m.get("path") else "built-in model"
-    return (f"{task} · {model} · {g.get('prompts_per_step', '?')} prompts × G={g.get('group_size', '?')} · "
-            f"lr {g.get('lr', 0):g} · min std {g.get('min_group_std', 0):g}")
+    return (f"{task} · {model} · {prompts} prompts × G={group} · "
+            f"lr {g.get('lr', 0):g} · min std {threshold:g}")
 
 
 def runs_overview(root=None) -> pd.DataFrame:
