@@ -301,6 +301,22 @@ def test_resume_reproduces_the_uninterrupted_budgeted_run(tmp_path):
     assert resumed.history.seen == straight.history.seen
 
 
+def test_a_min_signal_of_one_commits_only_to_pilots_that_varied(tmp_path):
+    """budget_min_signal = 1: a flat pilot gets nothing more unless every past group of its prompt
+    was trainable (its history's signal is then 1); a pilot that varied gets its share."""
+    tr, store = _jsonl_trainer(tmp_path, ["grpo.steps=6", "grpo.budget_pilot=2", "grpo.budget_min_signal=1.0"])
+    tr.run()
+    groups = store.groups().sort_values(["step", "group"]).set_index(["step", "group"])
+    pilots = store.rollouts().sort_values(["step", "group", "idx"]).groupby(["step", "group"]).head(2)
+    varied = pilots.groupby(["step", "group"])["mine"].nunique() > 1
+    always = [bool(past["trainable"].all()) and len(past) > 0 for past in
+              (groups[(groups.index.get_level_values("step") < s) & (groups["prompt_id"] == p)]
+               for (s, _), p in groups["prompt_id"].items())]
+    cut = ~varied.to_numpy() & ~np.array(always)
+    assert (groups["size"][cut] == 2).all() and (groups["size"][varied.to_numpy()] > 2).all()
+    assert cut.any() and varied.any()  # both kinds happened, so the check bites
+
+
 def test_budgets_draw_through_skip_before_sampling(tmp_path):
     tr, store = _jsonl_trainer(tmp_path, ["grpo.steps=6", "grpo.budget_pilot=2", "grpo.skip_zero_variance=true"])
     tr.run()
@@ -334,6 +350,7 @@ def test_the_pilot_is_a_live_setting_with_its_refusals(tmp_path):
     (["grpo.budget_pilot=2", "grpo.dynamic_sampling=true"], "do not combine"),
     (["grpo.budget_pilot=2", "grpo.budget_max_group=2"], "above grpo.budget_pilot"),
     (["grpo.budget_max_group=-1"], "grpo.budget_max_group must be >= 0"),
+    (["grpo.budget_min_signal=1.5"], "grpo.budget_min_signal must be in [0, 1]"),
 ])
 def test_unsupported_combinations_are_one_line(sets, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as e:

@@ -120,6 +120,7 @@ class GRPOConfig:
     skip_max_extra: int = knob(32, "Skipping: cap on prompts drawn per batch beyond prompts_per_step; past it skipped prompts fill the batch")
     budget_pilot: int = knob(0, "Per-prompt budgets (0 = off): a pilot of this many completions per prompt (>= 2, below group_size), then the rest of the step's prompts_per_step x group_size completions committed to the prompts whose pilot and history predict a signal (Pilot-Commit; train/budgets.py), so groups differ in size; native engine, no dynamic sampling")
     budget_max_group: int = knob(0, "Per-prompt budgets: the most completions one group may get (0 = 2 x group_size)")
+    budget_min_signal: float = knob(0.0, "Per-prompt budgets: a prompt whose predicted signal (1 for a pilot that varied, else the share of its past groups that were trainable) is below this gets no commit, its rollouts left unsampled")
     engine: str = knob("auto", "Who samples the completions: native (our KV-cache sampler) | vllm (vLLM in the trainer's process, its weights synced after every update: TRL's use_vllm colocate mode) | auto (vllm when it is installed and the run is on CUDA, else native)")
     vllm_gpu_memory_utilization: float = knob(0.3, "vLLM on CUDA: the share of GPU memory its engine may take (weights and KV cache), as TRL's vllm_gpu_memory_utilization")
     vllm_sleep: bool = knob(True, "vLLM on CUDA: free the engine's memory while the trainer updates (sleep, then wake_up before sampling), as TRL's vllm_enable_sleep_mode")
@@ -445,6 +446,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     validate_eval(cfg)
     validate_engine(g)
     need(g.budget_max_group >= 0, f"grpo.budget_max_group must be >= 0 (0 = 2 x group_size), got {g.budget_max_group}")
+    need(0.0 <= g.budget_min_signal <= 1.0, f"grpo.budget_min_signal must be in [0, 1] (a share of trainable groups), got {g.budget_min_signal}")
     why = live_settings.BUDGET.problem(g.budget_pilot, g, g.engine)  # the live request's rule, one definition
     need(why is None, why or "")
     need(isinstance(h.rules, list) and all(isinstance(r, dict) for r in h.rules),

@@ -12,7 +12,9 @@ completions; the rest, budget - prompts x pilot, is committed by this rule:
   share of those groups that were trainable. The history is the prompts table's count
   (analysis/prompt_history.py: groups sampled and trainable per prompt id), kept by the trainer
   itself (BudgetHistory: every rank alike, in the checkpoint) since only rank 0 holds the store. A prompt whose pilot is flat and whose every past
-  group was flat (all solved or none solved, as its pilot says again) gets nothing more.
+  group was flat (all solved or none solved, as its pilot says again) gets nothing more, nor does
+  one whose signal is below grpo.budget_min_signal (benchmarked at 0.25 with groups of at most
+  group_size: docs/benchmarks.md, "Per-prompt budgets").
 - A flat pilot and no history: UNSEEN_SIGNAL (a pilot of 2 is flat half the time at p = 0.5).
 - The committed completions go one at a time to the prompt with the highest
   signal / (committed so far + 1) (D'Hondt's rule: shares proportional to the signals, in whole
@@ -173,6 +175,7 @@ def sample_step(trainer) -> step_batch.StepBatch:
                                    pilot_scored.raw.reshape(P, k, width), min_group_std=g.min_group_std,
                                    outcome_index=trainer.outcome_index, uniform_std=trainer.cfg.health.uniform_std)
     signal = signals(stats.trainable, [trainer.history.of(e) for e in drawn])
+    signal[signal < g.budget_min_signal] = 0.0  # too unlikely to vary: its pilot is all it gets
     more = commit(signal, P * g.group_size - P * k, max_group(g) - k)
     chosen = [i for i in range(share.start, share.stop) if more[i] > 0]
     extra = None
