@@ -67,7 +67,6 @@ from grpo_core.runs.store import APPLIED, APPLYING, EV_AUTOPILOT, EV_CHANGE, PEN
 RECENT_STEPS = 500  # raw steps kept (>= every health window: trend, near-zero, zero-trainable)
 MAX_BINS = 1000  # bins of older history; with RECENT_STEPS: at most ~2,000 points per chart
 WHATIF_STEPS = 50  # rollouts window behind the what-if and the weight suggestions
-REFRESH_S = 2.0  # the live page's refresh period while a run is live
 MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
 
 BASE_NAMES = tuple(dict.fromkeys((TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
