@@ -44,7 +44,7 @@ from perf_common import machine, publish  # noqa: E402
 
 from grpo_core.dashboard import live_cache  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
-from tests.helpers_dashboard import free_port, process_tree  # noqa: E402
+from tests.helpers_dashboard import free_port, process_tree, wait_for  # noqa: E402
 
 HEADING = "## Live page: viewers"
 CHROMIUM = "/usr/bin/chromium"
@@ -144,16 +144,6 @@ def history_seconds(root: Path) -> float:
 def last_step(run_dir: Path) -> int:
     with RunStore.open(run_dir, readonly=True) as store:
         return int(store.last_step() or -1)
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(POLL_S)
-    raise TimeoutError(f"{what}: not within {timeout:.0f}s")
 
 
 class Processes:
@@ -515,8 +505,8 @@ def main():
                 return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
             except OSError:
                 return False
-        wait_until(answers, 120, "Streamlit to answer")
-        wait_until(lambda: procs.check() or last_step(run_dir) > start_step + 5, 300, "the resumed trainer's first steps")
+        wait_for(answers, 120, every=POLL_S, what="Streamlit to answer")
+        wait_for(lambda: procs.check() or last_step(run_dir) > start_step + 5, 300, every=POLL_S, what="the resumed trainer's first steps")
         results = []
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(niced_chromium(work, args.browser_priority == "autogroup")), args=CHROME_ARGS)

@@ -73,7 +73,8 @@ def test_live_page_offers_a_trl_run_only_the_controls_its_callback_applies(runs_
     assert not at.exception, [e.value for e in at.exception]
     steering = {s.key for s in at.slider} - {"smoothing"}  # the chart smoothing slider is not a control
     assert steering == {f"w:t:{m}" for m in store.config["reward"]["weights"]} | {"thr:t"}
-    assert not at.number_input and not at.toggle  # no G / prompts / temperature / steps, no autopilot switch
+    # no G / prompts / temperature / steps, no autopilot switch: the charts' own toggle only
+    assert not at.number_input and [t.key for t in at.toggle] == ["raw_steps"]
     assert any("GRPOConfig" in c.value for c in at.caption)
     assert [h.value for h in at.subheader][0] == "Reward weights, threshold"
     assert {b.key for b in at.button} >= {"apply", "pause", "stop"}
@@ -86,6 +87,7 @@ def test_live_page_offers_a_trl_run_only_the_controls_its_callback_applies(runs_
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.session_state["run_id"] = "o"
     at.run()
-    assert {n.key for n in at.number_input} == {f"{k}:o" for k in live_view.RUN_SETTINGS} and at.toggle
+    assert {n.key for n in at.number_input} == {f"{k}:o" for k in live_view.RUN_SETTINGS}
+    assert {t.key for t in at.toggle} == {"raw_steps", "ap:o"}  # the charts' toggle and the autopilot switch
     assert "lvl:o" in {s.key for s in at.slider}
     own.close()
