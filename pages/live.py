@@ -79,7 +79,8 @@ def monitor():
     caps = live_cards.capabilities(s)
 
     top = st.columns([3, 2])
-    top[0].markdown(f"**{run_id}** · {live_cards.status_badge(c.status)} · {run_list.config_summary(s.meta, live_view.current_settings(s))}")
+    setup = run_list.config_summary(s.meta, live_view.current_settings(s))  # the settings in force
+    top[0].markdown(f"**{run_id}** · {live_cards.status_badge(c.status)} · {setup}")
     if c.steps:
         eta = "runs until you stop it" if c.steps >= processes.UNTIL_STOPPED else f"ETA {live_cards.fmt_eta(c.eta_s)}"
         top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · {eta}")

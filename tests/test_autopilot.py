@@ -354,11 +354,7 @@ def test_a_raised_level_the_model_mostly_fails_is_taken_back_even_if_the_ratio_r
 def test_hook_keeps_a_move_that_helped_and_forgets_the_trial(runs_dir):
     wide, ro = rare_frames(steps=12)
     store = RunStore.create("k", {"reward": {"weights": {"exact": 1.0}}})
-    for step in wide.index:
-        r = ro[ro["step"] == step]
-        store.log_step(int(step), wide.loc[step].to_dict(),
-                       rollouts=[(g, i, t, {"exact": e}, None, None)
-                                 for g, i, t, e in r[["group", "idx", "total", "exact"]].itertuples(index=False)])
+    log_frames(store, wide, ro, ["exact"])
     trial = {"request_id": 1, "move": "group_size", "kind": "set_group_size", "before": {"group_size": 4},
              "after": {"group_size": 8}, "ratio": 0.1}
     st = autopilot.AutopilotState(settings({"exact": 1.0}), trial=trial, last_change_step=3, move_steps=[2, 2, 2])
@@ -398,14 +394,20 @@ def test_undo_request_is_the_inverse_move():
     assert autopilot.undo_request({"request_id": 7, "kind": "stop", "before": {}}) is None
 
 
+def log_frames(store: RunStore, wide: pd.DataFrame, ro: pd.DataFrame, metrics: list[str]):
+    """Write test frames into a real store as the trainer does: each step's scalars and its
+    rollouts with their metric scores."""
+    for step in wide.index:
+        r = ro[ro["step"] == step]
+        store.log_step(int(step), wide.loc[step].to_dict(),
+                       rollouts=[(g, i, t, dict(zip(metrics, scores)), None, None)
+                                 for g, i, t, *scores in r[["group", "idx", "total", *metrics]].itertuples(index=False)])
+
+
 def test_hook_writes_requests_with_source_autopilot_and_an_event(runs_dir):
     wide, ro = shaping_frames()
     store = RunStore.create("hook", {"reward": {"weights": {"a": 0.9, "b": 0.1}}})
-    for step in wide.index:  # what the trainer wrote
-        r = ro[ro["step"] == step]
-        store.log_step(int(step), wide.loc[step].to_dict(),
-                       rollouts=[(g, i, t, {"a": a, "b": b}, None, None)
-                                 for g, i, t, a, b in r[["group", "idx", "total", "a", "b"]].itertuples(index=False)])
+    log_frames(store, wide, ro, ["a", "b"])  # what the trainer wrote
     st = autopilot.AutopilotState(settings({"a": 0.9, "b": 0.1}))
     ids = autopilot.step_hook(store, int(wide.index[-1]), st, CFG, HCFG)
     assert len(ids) == 1

@@ -14,6 +14,7 @@ from grpo_core.runs.config import AUTOPILOT_MOVES, AutopilotConfig, HealthConfig
 from grpo_core.runs.live_settings import SET_BUDGET_PILOT
 from grpo_core.runs.store import EV_AUTOPILOT, RunStore
 from grpo_core.tasks.loading import load_config
+from tests.test_autopilot import log_frames
 from grpo_core.train.trainer import Trainer
 
 CFG = AutopilotConfig(enabled=True, window=10, moves=list(AUTOPILOT_MOVES))  # budgets is opt-in
@@ -143,11 +144,7 @@ def test_undo_of_a_budgets_move_turns_them_off():
 def test_hook_sends_the_budgets_request_to_a_real_store(runs_dir):
     wide, ro = frames(MIXED_PLAN)
     store = RunStore.create("budgets-hook", {"reward": {"weights": {"exact": 1.0}}})
-    for step in wide.index:
-        r = ro[ro["step"] == step]
-        store.log_step(int(step), wide.loc[step].to_dict(),
-                       rollouts=[(g, i, t, {"exact": e}, None, None)
-                                 for g, i, t, e in r[["group", "idx", "total", "exact"]].itertuples(index=False)])
+    log_frames(store, wide, ro, ["exact"])
     st = autopilot.AutopilotState(settings())
     [rid] = autopilot.step_hook(store, 12, st, CFG, HCFG)
     row = store.control().set_index("id").loc[rid]
