@@ -43,6 +43,12 @@ def state() -> live_view.LiveState:
     return live_cache.current(RUN_DIR)
 
 
+def shared(s: live_view.LiveState, *key, fn):
+    """fn() once per view of the run and its arguments, for every session (live_cache.memo): what
+    depends on the state alone is not recomputed by each viewer at each refresh."""
+    return live_cache.memo(RUN_DIR, (s.version, s.status, *key), fn)
+
+
 def my_requests() -> list[int]:
     return widget_state.my_requests(ss, run_id)
 
@@ -75,7 +81,7 @@ def monitor():
         return
     if s.is_live != first.is_live or live_cache.refresh_changed(REFRESH, s):  # ended, came back, or a new pace
         st.rerun()
-    c = live_cards.cards(s)
+    c = shared(s, "cards", fn=lambda: live_cards.cards(s))
     caps = live_cards.capabilities(s)
 
     top = st.columns([3, 2])
@@ -130,7 +136,7 @@ def monitor():
                                 "each bin's min and max, so no spike is lost)")
     raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
                         "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
-    figs = live_cache.memo(RUN_DIR, ("charts", s.version, smooth, raw), lambda: charts.live_charts(
+    figs = shared(s, "charts", smooth, raw, fn=lambda: charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
         live_view.current_settings(s)["outcome_metric"], smoothing=smooth))
     missing = [key for key, f in figs if f is None]
@@ -193,7 +199,7 @@ def steer():
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
     try:
-        wi = advice.what_if(s, weights, thr)
+        wi = shared(s, "what_if", tuple(weights.items()), thr, fn=lambda: advice.what_if(s, weights, thr))
     except ConfigError as e:
         st.error(str(e))
         wi = None
@@ -261,7 +267,7 @@ def flat_line(s: live_view.LiveState, group_size):
     if not group_size:
         return  # an imported run that did not log its G
     try:
-        f = advice.flat_forecast(s, int(group_size))
+        f = shared(s, "flat_forecast", int(group_size), fn=lambda: advice.flat_forecast(s, int(group_size)))
     except (StoreError, ValueError) as e:
         st.caption(f"Flat-group forecast unavailable: {e}")
         return

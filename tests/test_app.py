@@ -177,6 +177,32 @@ def test_suggestion_loads_into_the_sliders(runs_dir):
     store.close()
 
 
+def test_viewers_of_one_run_share_what_depends_on_the_run_alone(runs_dir, monkeypatch):
+    """A second session of the live page on the same view of a run recomputes none of the cards,
+    the what-if, the flat-group forecast or the charts; a new step computes each once again."""
+    from grpo_core.analysis import charts
+    from grpo_core.dashboard import advice, live_cards
+    calls = {}
+    for module, name in ((live_cards, "cards"), (advice, "what_if"), (advice, "flat_forecast"), (charts, "live_charts")):
+        real = getattr(module, name)
+
+        def counted(*a, _real=real, _name=name, **kw):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _real(*a, **kw)
+        monkeypatch.setattr(module, name, counted)
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    first = app()
+    assert calls == {"cards": 1, "what_if": 1, "flat_forecast": 1, "live_charts": 1}, calls
+    app()  # another viewer, nothing new
+    assert calls == {"cards": 1, "what_if": 1, "flat_forecast": 1, "live_charts": 1}, calls
+    synth_run(None, "r", 1, store=store, start=41)
+    first.run()
+    assert calls == {"cards": 2, "what_if": 2, "flat_forecast": 2, "live_charts": 2}, calls
+    first.slider(key="w:r:length").set_value(0.5).run()  # this viewer's own sliders: its own what-if
+    assert calls["what_if"] == 3 and calls["cards"] == 2
+    store.close()
+
+
 # ---- runs page ------------------------------------------------------------------------------------
 def test_runs_page_lists_a_real_run_with_progress(trained):
     root, rid = trained
