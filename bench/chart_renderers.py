@@ -1,0 +1,176 @@
+"""The live page's charts drawn by plotly (what the page uses) and by Apache ECharts (Streamlit's
+st.echarts_chart): a new page's first chart, and the browser's CPU while the charts redraw.
+
+Both pages draw the same figures, charts.live_charts of the live_viewers bench's cached
+10,000-step run (trained once by bench/live_viewers.py), two per row, in a fragment that
+redraws every 2 s (live_cache.MIN_REFRESH_S, a fast run's period) with the last point moved,
+as a new step moves it. The ECharts page draws each figure's lines only (no threshold or
+change-marker lines, no filled areas): a lower bound of what ECharts would cost for these
+charts. One headless Chromium, not niced, on a box the bench has to itself (no trainer): the
+renderers' own costs. Per renderer: --loads new pages (a new browser context each), the time
+from navigation to the first chart drawn; then one page watched for --watch-s seconds,
+Chromium's CPU from /proc. Writes "Live charts: plotly vs ECharts" in docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from live_viewers import CHROME_ARGS, CHROMIUM, chromium_pids, cpu_seconds, cpu_share, history  # noqa: E402
+from perf_common import machine, publish  # noqa: E402
+
+from grpo_core.dashboard import live_cache  # noqa: E402
+from tests.helpers_dashboard import free_port, wait_for  # noqa: E402
+
+HEADING = "## Live charts: plotly vs ECharts"
+# The page both renderers share; RENDER draws one figure (`fig`, key `key`) in column `col`.
+PAGE = '''import sys, time
+import numpy as np
+import streamlit as st
+from grpo_core.analysis import charts
+from grpo_core.dashboard import live_view
+st.set_page_config(layout="wide")
+state = live_view.load(sys.argv[1])
+frame = live_view.chart_frame(state)
+
+
+def echarts(fig):
+    series = [{{"type": "line", "name": t.name, "showSymbol": False, "connectNulls": True, "animation": False,
+                "data": [[x, y if y == y else None] for x, y in zip(np.asarray(t.x, float).tolist(), np.asarray(t.y, float).tolist())],
+                "lineStyle": {{"width": 1 if t.opacity else 1.6, "opacity": t.opacity or 1}}}} for t in fig.data]
+    return {{"title": {{"text": fig.layout.title.text}}, "animation": False, "tooltip": {{"trigger": "axis"}},
+            "xAxis": {{"type": "value", "name": "step"}}, "yAxis": {{"type": "value"}}, "legend": {{"bottom": 0}},
+            "grid": {{"left": 50, "right": 10, "top": 40, "bottom": 50}}, "series": series}}
+
+
+@st.fragment(run_every={refresh})
+def charts_now():
+    st.progress(0.5, text=f"redrawn at {{time.time():.1f}}")
+    moved = frame.copy()
+    moved.iloc[-1] = moved.iloc[-1] * (1 + (time.time() % 7) / 100)  # a new step moves the last point
+    figs = [(k, f) for k, f in charts.live_charts(moved, state.metrics, state.changes, live_view.health_config(state.meta),
+                                                  None, smoothing=0.6) if f is not None]
+    cols = st.columns(2)
+    for i, (key, fig) in enumerate(figs):
+        with cols[i % 2]:
+            {render}
+
+
+charts_now()
+'''
+RENDERERS = {  # name -> (the draw call, the selector of a drawn chart)
+    "plotly": ('st.plotly_chart(fig, key=key, width="stretch")', ".js-plotly-plot .main-svg"),
+    "ECharts": ('st.echarts_chart(echarts(fig), key=key, height=300)', "[data-testid=stEChartsChart] canvas"),
+}
+
+
+def measure(name: str, run_dir: Path, work: Path, args) -> dict:
+    """Serve the page with one renderer; first-chart times of --loads new pages, then the browser's
+    CPU share while one page watches."""
+    from playwright.sync_api import sync_playwright
+    render, selector = RENDERERS[name]
+    app = work / f"{name}.py"
+    app.write_text(PAGE.format(refresh=live_cache.MIN_REFRESH_S, render=render))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                               "--server.address", "127.0.0.1", "--server.headless", "true",
+                               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
+                               "--runner.postScriptGC", "false", "--", str(run_dir)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def answers():
+            try:
+                return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
+            except OSError:
+                return False
+        wait_for(answers, 120, every=0.2, what="Streamlit to answer")
+        firsts = []
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS)
+            try:
+                for _ in range(args.loads):
+                    ctx = browser.new_context(viewport={"width": 1400, "height": 1900})
+                    page = ctx.new_page()
+                    t = time.perf_counter()
+                    page.goto(url, wait_until="commit")
+                    page.wait_for_selector(selector, state="attached", timeout=120_000)
+                    firsts.append(time.perf_counter() - t)
+                    if len(firsts) < args.loads:
+                        ctx.close()
+                time.sleep(args.settle_s)  # the last page stays open: its redraws are the watched window
+                b0 = cpu_seconds(chromium_pids())
+                time.sleep(args.watch_s)
+                browser_cpu = cpu_share(b0, cpu_seconds(chromium_pids()), args.watch_s)
+            finally:
+                browser.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    print(f"{name}: first chart {[round(s, 2) for s in firsts]} s, browser {browser_cpu:.1%} of a core", file=sys.stderr)
+    return {"name": name, "firsts": firsts, "browser_cpu": browser_cpu}
+
+
+def section(results: list[dict], args, minutes: float) -> str:
+    cmd = "`.venv/bin/python bench/chart_renderers.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "") + "`"
+    rows = [f"| {r['name']} | {statistics.median(r['firsts']):.2f} s ({min(r['firsts']):.2f}-{max(r['firsts']):.2f}) | "
+            f"{r['browser_cpu']:.1%} of a core |" for r in results]
+    return "\n".join([
+        HEADING, "",
+        "Issue 29's remaining targets (first chart, lag with many viewers) are set by the browser's work. This bench "
+        "draws the live page's figures (charts.live_charts of the live_viewers bench's 10,000-step run, the last point "
+        f"moved at every {live_cache.MIN_REFRESH_S:g} s redraw as a new step moves it) with plotly, as the page does, "
+        "and with Apache ECharts (`st.echarts_chart`, shipped with Streamlit: its chunk is 1.2 MB against plotly's "
+        "4.7 MB, and it draws on a canvas); the ECharts page draws the lines only (no threshold or change-marker "
+        "lines, no filled areas), a lower bound for it. Headless Chromium, not niced, no trainer: the renderers' own "
+        f"costs. First chart: {args.loads} new pages each (a new browser context); then one page watched for "
+        f"{args.watch_s:.0f} s.",
+        "",
+        f"- Command: {cmd} ({minutes:.1f} min)",
+        f"- Machine: {machine()}",
+        f"- Measured: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+        "| renderer | a new page's first chart (median, range) | Chromium while one page redraws every 2 s |",
+        "| --- | --- | --- |",
+        *rows,
+        "",
+        "What it does not show: Streamlit's ECharts element applies each new option with `setOption(option, "
+        "{notMerge: true})` (read in its frontend bundle, not measured here), so a zoom the reader set (a dataZoom) "
+        "would reset at every refresh of a live chart, where plotly keeps it (`uirevision`).",
+        "",
+    ])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--loads", type=int, default=5, help="new pages per renderer (first-chart times)")
+    ap.add_argument("--watch-s", type=float, default=30.0, help="seconds one page is watched while it redraws")
+    ap.add_argument("--settle-s", type=float, default=4.0, help="seconds after the last page opened before watching")
+    ap.add_argument("--history-steps", type=int, default=10_000, help="steps of the run drawn (live_viewers' cache)")
+    ap.add_argument("--cache-dir", default=str(ROOT / "bench" / ".cache" / "live_viewers"),
+                    help="where live_viewers keeps the trained history")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = ap.parse_args()
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"no {CHROMIUM}: install Debian's chromium (make test does)")
+    t0 = time.time()
+    root, rid = history(Path(args.cache_dir), args.history_steps)
+    with tempfile.TemporaryDirectory(prefix="grpo-chart-renderers-") as work:
+        results = [measure(name, root / rid, Path(work), args) for name in RENDERERS]
+    publish(HEADING, section(results, args, (time.time() - t0) / 60), write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
