@@ -73,6 +73,7 @@ bench: $(TEST_STAMP)  ## all benchmarks (long: ~1 h on 2 cores); figures land in
 	for s in 0 1 2; do GRPO_HEALTH_TORCH_THREADS=1 $(PY) bench/trainer_vs_trl.py --no-write --seed $$s --json $(BENCH_TMP)/trl-s$$s.json || exit 1; done
 	$(PY) bench/trainer_vs_trl.py --from-json $(BENCH_TMP)/trl-s0.json,$(BENCH_TMP)/trl-s1.json,$(BENCH_TMP)/trl-s2.json
 	$(PY) bench/autopilot_demo.py --seeds 0 1 2
+	$(PY) bench/chart_renderers.py
 
 bench-gpu: $(TEST_STAMP)  ## on a machine with CUDA: the Qwen2.5-0.5B architecture, bf16, 8 x 8 x 512, full and LoRA: tokens/s and peak memory (< 5 min)
 	$(PY) bench/gpu_check.py --out docs/gpu_check.json

@@ -334,6 +334,28 @@ def phase(browser, warm, pages: list, n: int, url: str, run_dir: Path, server_pi
     return out
 
 
+def first_chart_trainer_paused(browser, warm, url: str, trainer: subprocess.Popen, server: list[int], args) -> dict:
+    """A new page's first chart with the trainer stopped (SIGSTOP) while it loads: what the page
+    itself costs when its browser and the server do not share the CPU with training (a browser
+    on another machine; on this 2-core box the trainer otherwise takes both cores). The trainer
+    continues (SIGCONT) after each page, whatever happens; the run stays live (one page loads
+    well within run_meta.STALE_AFTER_S)."""
+    out = {}
+    for kind, ctx in (("first", None), ("warm", warm)):
+        cold = ctx or new_context(browser, marks=True)
+        os.killpg(trainer.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.5)  # the trainer's last write settles
+            out[kind] = first_chart(cold, url, args.timeout_s, server)
+        finally:
+            os.killpg(trainer.pid, signal.SIGCONT)
+            if ctx is None:
+                cold.close()
+        time.sleep(3)  # a heartbeat and a few steps before the next page
+    print(f"trainer paused: first chart {out['first']['seconds']} s (warm cache {out['warm']['seconds']} s)", file=sys.stderr)
+    return out
+
+
 # ---- the section ---------------------------------------------------------------------------------
 def ok(good: bool) -> str:
     return " ✓" if good else " ✗"
@@ -418,7 +440,7 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
     return out
 
 
-def section(results: list[dict], args, hist_steps: int, hist_s: float, start_step: int, minutes: float) -> str:
+def section(results: list[dict], paused: dict, args, hist_steps: int, hist_s: float, start_step: int, minutes: float) -> str:
     refresh_s = live_cache.MIN_REFRESH_S  # a fast run's poll period (live_cache.refresh_interval)
     priority = (", its session's autogroup at nice 19 too (with autogroups on, nice alone ranks only within "
                 "a session)" if args.browser_priority == "autogroup" else
@@ -451,10 +473,15 @@ def section(results: list[dict], args, hist_steps: int, hist_s: float, start_ste
         "",
         *rows(results, refresh_s, args.timeout_s),
         "",
+        f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
+        f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
+        f"new browser {seconds_cell(paused['first']['seconds'], args.timeout_s)}, new tab "
+        f"{seconds_cell(paused['warm']['seconds'], args.timeout_s)}; its breakdown is the last two columns below.",
+        "",
         "Where a new page's first chart goes (page-side `performance.now()` marks; the websocket is "
         "Streamlit's, wrapped by an init script; each row is cumulative):",
         "",
-        *breakdown(results),
+        *breakdown(results + [{"viewers": "trainer paused, 0", **paused}]),
         "",
         "What limits each (computed from these readings; one run on a shared box: a distribution would need repeats):",
         "",
@@ -492,7 +519,7 @@ def main():
     try:
         shutil.copytree(hist_root / rid, work / rid)
         run_dir, start_step = work / rid, last_step(work / rid)
-        procs.start("trainer", [sys.executable, "-m", "grpo_core", "train", "--run-id", rid, "--runs-dir", str(work),
+        trainer = procs.start("trainer", [sys.executable, "-m", "grpo_core", "train", "--run-id", rid, "--runs-dir", str(work),
                                 "--resume", "--set", f"grpo.steps={BUDGET}"] + [a for s in TRAIN_SET for a in ("--set", s)])
         port = free_port()
         server = procs.start("serve", [sys.executable, "-m", "grpo_core", "serve", "--no-demo", "--port", str(port),
@@ -516,12 +543,16 @@ def main():
                 open_page(warm, f"{url}/?run={rid}", args.timeout_s)[0].close()  # fills its HTTP cache
                 for n in args.viewers:
                     results.append(phase(browser, warm, pages, n, f"{url}/?run={rid}", run_dir, server.pid, args))
+                for page in pages:  # the viewers' own load out of the paused-trainer reading
+                    page.context.close()
+                paused = first_chart_trainer_paused(browser, warm, f"{url}/?run={rid}", trainer,
+                                                    process_tree(server.pid), args)
             finally:
                 browser.close()
     finally:
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
-    text = section(results, args, args.history_steps, history_seconds(hist_root), start_step,
+    text = section(results, paused, args, args.history_steps, history_seconds(hist_root), start_step,
                    (time.time() - t_start) / 60)
     publish(HEADING, text, write=not args.no_write)
 
