@@ -21,14 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from live_viewers import CHROME_ARGS, CHROMIUM, chromium_pids, cpu_seconds, cpu_share, history  # noqa: E402
+from live_viewers import (CHROME_ARGS, CHROMIUM, answers, chromium_pids, cpu_seconds, cpu_share, history,  # noqa: E402
+                          new_context)
 from perf_common import machine, publish  # noqa: E402
 
 from grpo_core.dashboard import live_cache  # noqa: E402
@@ -91,18 +91,13 @@ def measure(name: str, run_dir: Path, work: Path, args) -> dict:
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        def answers():
-            try:
-                return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
-            except OSError:
-                return False
-        wait_for(answers, 120, every=0.2, what="Streamlit to answer")
+        wait_for(lambda: answers(url), 120, every=0.2, what="Streamlit to answer")
         firsts = []
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS)
             try:
                 for _ in range(args.loads):
-                    ctx = browser.new_context(viewport={"width": 1400, "height": 1900})
+                    ctx = new_context(browser)
                     page = ctx.new_page()
                     t = time.perf_counter()
                     page.goto(url, wait_until="commit")

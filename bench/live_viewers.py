@@ -141,6 +141,14 @@ def history_seconds(root: Path) -> float:
     return float((root / ".complete").read_text())
 
 
+def answers(url: str) -> bool:
+    """Whether the Streamlit server at `url` answers its health check."""
+    try:
+        return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
+    except OSError:
+        return False
+
+
 def last_step(run_dir: Path) -> int:
     with RunStore.open(run_dir, readonly=True) as store:
         return int(store.last_step() or -1)
@@ -341,16 +349,16 @@ def first_chart_trainer_paused(browser, warm, url: str, trainer: subprocess.Pope
     continues (SIGCONT) after each page, whatever happens; the run stays live (one page loads
     well within run_meta.STALE_AFTER_S)."""
     out = {}
-    for kind, ctx in (("first", None), ("warm", warm)):
-        cold = ctx or new_context(browser, marks=True)
+    for kind, given in (("first", None), ("warm", warm)):
+        ctx = given or new_context(browser, marks=True)  # "first": a new context, a cold HTTP cache
         os.killpg(trainer.pid, signal.SIGSTOP)
         try:
             time.sleep(0.5)  # the trainer's last write settles
-            out[kind] = first_chart(cold, url, args.timeout_s, server)
+            out[kind] = first_chart(ctx, url, args.timeout_s, server)
         finally:
             os.killpg(trainer.pid, signal.SIGCONT)
-            if ctx is None:
-                cold.close()
+            if given is None:
+                ctx.close()
         time.sleep(3)  # a heartbeat and a few steps before the next page
     print(f"trainer paused: first chart {out['first']['seconds']} s (warm cache {out['warm']['seconds']} s)", file=sys.stderr)
     return out
@@ -526,13 +534,7 @@ def main():
                                        "--runs-dir", str(work)])
         url = f"http://127.0.0.1:{port}"
 
-        def answers():
-            procs.check()
-            try:
-                return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
-            except OSError:
-                return False
-        wait_for(answers, 120, every=POLL_S, what="Streamlit to answer")
+        wait_for(lambda: procs.check() or answers(url), 120, every=POLL_S, what="Streamlit to answer")
         wait_for(lambda: procs.check() or last_step(run_dir) > start_step + 5, 300, every=POLL_S, what="the resumed trainer's first steps")
         results = []
         with sync_playwright() as p:
