@@ -1,15 +1,18 @@
-"""The live page's charts drawn by plotly (what the page uses) and by Apache ECharts (Streamlit's
-st.echarts_chart): a new page's first chart, and the browser's CPU while the charts redraw.
+"""The live page's charts drawn by plotly (what the page uses), by Apache ECharts (Streamlit's
+st.echarts_chart) and by uPlot (a components-v2 element): a new page's first chart, the browser's
+CPU and the bytes sent while the charts redraw, and whether a reader's zoom survives a redraw.
 
-Both pages draw the same figures, charts.live_charts of the live_viewers bench's cached
+All pages draw the same figures, charts.live_charts of the live_viewers bench's cached
 10,000-step run (trained once by bench/live_viewers.py), two per row, in a fragment that
 redraws every 2 s (live_cache.MIN_REFRESH_S, a fast run's period) with the last point moved,
-as a new step moves it. The ECharts page draws each figure's lines only (no threshold or
-change-marker lines, no filled areas): a lower bound of what ECharts would cost for these
+as a new step moves it. The ECharts and uPlot pages draw each figure's lines only (no threshold
+or change-marker lines, no filled areas): lower bounds of what they would cost for these
 charts. One headless Chromium, not niced, on a box the bench has to itself (no trainer): the
 renderers' own costs. Per renderer: --loads new pages (a new browser context each), the time
-from navigation to the first chart drawn; then one page watched for --watch-s seconds,
-Chromium's CPU from /proc. Writes "Live charts: plotly vs ECharts" in docs/benchmarks.md.
+from navigation to the first chart drawn; then one page watched for --watch-s seconds
+(Chromium's CPU from /proc, the websocket's bytes); then a drag across its first chart and two
+redraws. Writes "Live charts: plotly, ECharts, uPlot" in docs/benchmarks.md. uPlot is vendored
+in bench/vendor/uplot (MIT).
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ from perf_common import machine, publish  # noqa: E402
 from grpo_core.dashboard import live_cache  # noqa: E402
 from tests.helpers_dashboard import free_port, wait_for  # noqa: E402
 
-HEADING = "## Live charts: plotly vs ECharts"
+HEADING = "## Live charts: plotly, ECharts, uPlot"
+VENDOR = ROOT / "bench" / "vendor" / "uplot"  # uPlot 1.6.32 (MIT, its LICENSE beside it), from npm
 # The page both renderers share; RENDER draws one figure (`fig`, key `key`) in column `col`.
 PAGE = '''import sys, time
 import numpy as np
@@ -55,6 +59,53 @@ def echarts(fig):
             "grid": {{"left": 50, "right": 10, "top": 40, "bottom": 50}}, "series": series}}
 
 
+def uplot_data(fig):
+    """One figure as uPlot's aligned columns: the union of every line's steps, each line's values at
+    its own steps (None elsewhere, lines span the gaps); a bin's min and max share its mid step, so
+    the second is nudged 1e-3 of a step right."""
+    lines = []
+    for t in fig.data:
+        x = np.asarray(t.x, float)
+        x = x + np.concatenate([[0.0], np.where(np.diff(x) == 0, 1e-3, 0.0)])
+        lines.append((x, np.asarray(t.y, float)))
+    steps = np.unique(np.concatenate([x for x, _ in lines]))
+    ys = []
+    for x, y in lines:
+        col = np.full(len(steps), np.nan)
+        col[np.searchsorted(steps, x)] = y
+        ys.append([None if v != v else round(v, 5) for v in col.tolist()])
+    series = [{{"label": t.name, "stroke": (t.line.color or "#888888"), "width": t.line.width or 1.6,
+                "alpha": t.opacity or 1}} for t in fig.data]
+    return {{"title": fig.layout.title.text, "x": steps.tolist(), "y": ys, "series": series}}
+
+
+UPLOT_JS = open({vendor!r} + "/uPlot.iife.min.js").read() + """
+const charts = new WeakMap();
+export default function(component) {{
+  const {{ data, parentElement }} = component;
+  let host = parentElement.querySelector(".host");
+  if (!host) {{ host = document.createElement("div"); host.className = "host"; parentElement.appendChild(host); }}
+  const columns = [data.x, ...data.y];
+  let chart = charts.get(host);
+  if (chart && chart.series.length === columns.length) {{
+    chart.setData(columns, !chart.zoomed);  // a zoomed chart keeps its zoom
+    return;
+  }}
+  if (chart) chart.destroy();
+  const opts = {{title: data.title, width: host.clientWidth || 600, height: 300, scales: {{x: {{time: false}}}},
+    series: [{{label: "step"}}, ...data.series.map(s => ({{...s, spanGaps: true, points: {{show: false}}}}))],
+    hooks: {{setSelect: [u => {{ u.zoomed = true; }}]}}}};
+  chart = new uPlot(opts, columns, host);
+  host.chart = chart;  // the bench reads its x scale
+  host.addEventListener("dblclick", () => {{ chart.zoomed = false; }});
+  charts.set(host, chart);
+}}
+"""
+# Inline CSS must span two lines (one line reads as a file path); light DOM: the bench finds the canvas.
+uplot_chart = st.components.v2.component("bench_uplot", js=UPLOT_JS, isolate_styles=False,
+                                         css=open({vendor!r} + "/uPlot.min.css").read() + "\\n/* uPlot */")
+
+
 @st.fragment(run_every={refresh})
 def charts_now():
     st.progress(0.5, text=f"redrawn at {{time.time():.1f}}")
@@ -70,19 +121,40 @@ def charts_now():
 
 charts_now()
 '''
-RENDERERS = {  # name -> (the draw call, the selector of a drawn chart)
-    "plotly": ('st.plotly_chart(fig, key=key, width="stretch")', ".js-plotly-plot .main-svg"),
-    "ECharts": ('st.echarts_chart(echarts(fig), key=key, height=300)', "[data-testid=stEChartsChart] canvas"),
+RENDERERS = {  # name -> (the draw call, the selector of a drawn chart, JS: the first chart's x range or null)
+    "plotly": ('st.plotly_chart(fig, key=key, width="stretch")', ".js-plotly-plot .main-svg",
+               "(() => { const g = document.querySelector('.js-plotly-plot'); return g && g._fullLayout.xaxis.range.map(Number); })()"),
+    "ECharts": ('st.echarts_chart(echarts(fig), key=key, height=300)', "[data-testid=stEChartsChart] canvas", "null"),
+    "uPlot": ('uplot_chart(data=uplot_data(fig), key=key)', ".uplot canvas",
+              "(() => { const c = document.querySelector('.host').chart; return [c.scales.x.min, c.scales.x.max]; })()"),
 }
+
+
+def zoom_kept(page, selector: str, x_range: str, refresh_s: float) -> bool | None:
+    """Drag across the first chart (both libraries zoom the x axis on a drag), wait two redraws:
+    whether the range the drag set is still shown. None: the chart did not zoom (ECharts: no
+    dataZoom configured; with one, Streamlit's notMerge would reset it)."""
+    box = page.locator(selector).first.bounding_box()
+    before = page.evaluate(x_range)
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.4)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5, steps=8)
+    page.mouse.up()
+    zoomed = page.evaluate(x_range)
+    if zoomed is None or zoomed == before:
+        return None
+    page.wait_for_timeout(2.5 * refresh_s * 1000)
+    after = page.evaluate(x_range)
+    return all(abs(a - z) < 1e-6 * max(1.0, abs(z)) for a, z in zip(after, zoomed))
 
 
 def measure(name: str, run_dir: Path, work: Path, args) -> dict:
     """Serve the page with one renderer; first-chart times of --loads new pages, then the browser's
     CPU share while one page watches."""
     from playwright.sync_api import sync_playwright
-    render, selector = RENDERERS[name]
+    render, selector, x_range = RENDERERS[name]
     app = work / f"{name}.py"
-    app.write_text(PAGE.format(refresh=live_cache.MIN_REFRESH_S, render=render))
+    app.write_text(PAGE.format(refresh=live_cache.MIN_REFRESH_S, render=render, vendor=str(VENDOR)))
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
                                "--server.address", "127.0.0.1", "--server.headless", "true",
@@ -105,45 +177,61 @@ def measure(name: str, run_dir: Path, work: Path, args) -> dict:
                     firsts.append(time.perf_counter() - t)
                     if len(firsts) < args.loads:
                         ctx.close()
-                time.sleep(args.settle_s)  # the last page stays open: its redraws are the watched window
+                received = []  # websocket bytes while watched: what each redraw sends
+                page.on("websocket", lambda ws: ws.on("framereceived", lambda f: received.append(len(f))))
+                page.reload(wait_until="commit")
+                page.wait_for_selector(selector, state="attached", timeout=120_000)
+                page.wait_for_timeout(args.settle_s * 1000)  # the last page stays open: its redraws are watched
+                received.clear()  # (Playwright delivers the frames during its own calls: waits, not sleeps)
                 b0 = cpu_seconds(chromium_pids())
-                time.sleep(args.watch_s)
+                page.wait_for_timeout(args.watch_s * 1000)
                 browser_cpu = cpu_share(b0, cpu_seconds(chromium_pids()), args.watch_s)
+                sent_kb_s = sum(received) / 1e3 / args.watch_s
+                kept = zoom_kept(page, selector, x_range, live_cache.MIN_REFRESH_S)
             finally:
                 browser.close()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
-    print(f"{name}: first chart {[round(s, 2) for s in firsts]} s, browser {browser_cpu:.1%} of a core", file=sys.stderr)
-    return {"name": name, "firsts": firsts, "browser_cpu": browser_cpu}
+    print(f"{name}: first chart {[round(s, 2) for s in firsts]} s, browser {browser_cpu:.1%} of a core, "
+          f"{sent_kb_s:.0f} kB/s, zoom kept {kept}", file=sys.stderr)
+    return {"name": name, "firsts": firsts, "browser_cpu": browser_cpu, "sent_kb_s": sent_kb_s, "zoom_kept": kept}
 
 
 def section(results: list[dict], args, minutes: float) -> str:
     cmd = "`.venv/bin/python bench/chart_renderers.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "") + "`"
+    kept = {True: "kept", False: "reset", None: "no zoom (none configured)"}
     rows = [f"| {r['name']} | {statistics.median(r['firsts']):.2f} s ({min(r['firsts']):.2f}-{max(r['firsts']):.2f}) | "
-            f"{r['browser_cpu']:.1%} of a core |" for r in results]
+            f"{r['browser_cpu']:.1%} of a core | {r['sent_kb_s']:.0f} kB/s | {kept[r['zoom_kept']]} |" for r in results]
     return "\n".join([
         HEADING, "",
         "Issue 29's remaining targets (first chart, lag with many viewers) are set by the browser's work. This bench "
         "draws the live page's figures (charts.live_charts of the live_viewers bench's 10,000-step run, the last point "
-        f"moved at every {live_cache.MIN_REFRESH_S:g} s redraw as a new step moves it) with plotly, as the page does, "
-        "and with Apache ECharts (`st.echarts_chart`, shipped with Streamlit: its chunk is 1.2 MB against plotly's "
-        "4.7 MB, and it draws on a canvas); the ECharts page draws the lines only (no threshold or change-marker "
-        "lines, no filled areas), a lower bound for it. Headless Chromium, not niced, no trainer: the renderers' own "
-        f"costs. First chart: {args.loads} new pages each (a new browser context); then one page watched for "
-        f"{args.watch_s:.0f} s.",
+        f"moved at every {live_cache.MIN_REFRESH_S:g} s redraw as a new step moves it) three ways: with plotly, as the "
+        "page does; with Apache ECharts (`st.echarts_chart`, shipped with Streamlit: a 1.2 MB chunk against plotly's "
+        "4.7 MB, drawn on a canvas); and with uPlot 1.6.32 (51 kB, MIT, a canvas) in a Streamlit components-v2 "
+        "element whose JavaScript runs in the page (no iframe) and, at each redraw, gives the same chart new data "
+        "(`setData`) instead of building it again. The ECharts and uPlot pages draw each figure's lines only (no "
+        "threshold or change-marker lines, no filled areas): lower bounds for them. Headless Chromium, not niced, no "
+        f"trainer: the renderers' own costs. First chart: {args.loads} new pages each (a new browser context); then "
+        f"one page watched for {args.watch_s:.0f} s (Chromium's CPU from /proc, the websocket's bytes); then a drag "
+        "across its first chart (a zoom on x in plotly and uPlot) and two redraws: is the zoom still shown?",
         "",
         f"- Command: {cmd} ({minutes:.1f} min)",
         f"- Machine: {machine()}",
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        "| renderer | a new page's first chart (median, range) | Chromium while one page redraws every 2 s |",
-        "| --- | --- | --- |",
+        "| renderer | a new page's first chart (median, range) | Chromium while one page redraws every 2 s | "
+        "sent to the page while it redraws | a reader's zoom after two redraws |",
+        "| --- | --- | --- | --- | --- |",
         *rows,
         "",
-        "What it does not show: Streamlit's ECharts element applies each new option with `setOption(option, "
-        "{notMerge: true})` (read in its frontend bundle, not measured here), so a zoom the reader set (a dataZoom) "
-        "would reset at every refresh of a live chart, where plotly keeps it (`uirevision`).",
+        "Readings: plotly's zoom does not survive a redraw in Streamlit's element (the figure's `uirevision` "
+        "notwithstanding), so today's live page cannot be zoomed while its run trains; Streamlit's ECharts element "
+        "would reset one too (it applies each option with `setOption(option, {notMerge: true})`, read in its "
+        "frontend bundle). The uPlot element keeps it: its script owns the chart and swaps the data only. The uPlot "
+        "page's bytes include its library: an inline components-v2 script travels again with the element's updates; "
+        "a packaged component (the `asset_dir` manifest) is served once as a file the browser caches.",
         "",
     ])
 
@@ -156,6 +244,7 @@ def main():
     ap.add_argument("--history-steps", type=int, default=10_000, help="steps of the run drawn (live_viewers' cache)")
     ap.add_argument("--cache-dir", default=str(ROOT / "bench" / ".cache" / "live_viewers"),
                     help="where live_viewers keeps the trained history")
+    ap.add_argument("--renderers", nargs="+", choices=list(RENDERERS), default=list(RENDERERS), help="which to measure")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args()
     if not Path(CHROMIUM).exists():
@@ -163,7 +252,7 @@ def main():
     t0 = time.time()
     root, rid = history(Path(args.cache_dir), args.history_steps)
     with tempfile.TemporaryDirectory(prefix="grpo-chart-renderers-") as work:
-        results = [measure(name, root / rid, Path(work), args) for name in RENDERERS]
+        results = [measure(name, root / rid, Path(work), args) for name in args.renderers]
     publish(HEADING, section(results, args, (time.time() - t0) / 60), write=not args.no_write)
 
 
