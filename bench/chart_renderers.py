@@ -1,18 +1,17 @@
-"""The live page's charts drawn by plotly (what the page uses), by Apache ECharts (Streamlit's
-st.echarts_chart) and by uPlot (a components-v2 element): a new page's first chart, the browser's
-CPU and the bytes sent while the charts redraw, and whether a reader's zoom survives a redraw.
+"""The live page's charts drawn by plotly (what the page drew until issue 29), by Apache ECharts
+(Streamlit's st.echarts_chart) and by uPlot (grpo_core.dashboard.live_chart, what the page draws):
+a new page's first chart, the browser's CPU and the bytes sent while the charts redraw, and
+whether a reader's zoom survives a redraw.
 
 All pages draw the same figures, charts.live_charts of the live_viewers bench's cached
 10,000-step run (trained once by bench/live_viewers.py), two per row, in a fragment that
 redraws every 2 s (live_cache.MIN_REFRESH_S, a fast run's period) with the last point moved,
-as a new step moves it. The ECharts and uPlot pages draw each figure's lines only (no threshold
-or change-marker lines, no filled areas): lower bounds of what they would cost for these
-charts. One headless Chromium, not niced, on a box the bench has to itself (no trainer): the
+as a new step moves it. The ECharts page draws each figure's lines only (no threshold or
+change-marker lines, no filled areas): a lower bound of what it would cost for these charts. One headless Chromium, not niced, on a box the bench has to itself (no trainer): the
 renderers' own costs. Per renderer: --loads new pages (a new browser context each), the time
 from navigation to the first chart drawn; then one page watched for --watch-s seconds
 (Chromium's CPU from /proc, the websocket's bytes); then a drag across its first chart and two
-redraws. Writes "Live charts: plotly, ECharts, uPlot" in docs/benchmarks.md. uPlot is vendored
-in bench/vendor/uplot (MIT).
+redraws. Writes "Live charts: plotly, ECharts, uPlot" in docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -38,13 +37,12 @@ from grpo_core.dashboard import live_cache  # noqa: E402
 from tests.helpers_dashboard import free_port, wait_for  # noqa: E402
 
 HEADING = "## Live charts: plotly, ECharts, uPlot"
-VENDOR = ROOT / "bench" / "vendor" / "uplot"  # uPlot 1.6.32 (MIT, its LICENSE beside it), from npm
 # The page both renderers share; RENDER draws one figure (`fig`, key `key`) in column `col`.
 PAGE = '''import sys, time
 import numpy as np
 import streamlit as st
 from grpo_core.analysis import charts
-from grpo_core.dashboard import live_view
+from grpo_core.dashboard import live_chart, live_view
 st.set_page_config(layout="wide")
 state = live_view.load(sys.argv[1])
 frame = live_view.chart_frame(state)
@@ -57,53 +55,6 @@ def echarts(fig):
     return {{"title": {{"text": fig.layout.title.text}}, "animation": False, "tooltip": {{"trigger": "axis"}},
             "xAxis": {{"type": "value", "name": "step"}}, "yAxis": {{"type": "value"}}, "legend": {{"bottom": 0}},
             "grid": {{"left": 50, "right": 10, "top": 40, "bottom": 50}}, "series": series}}
-
-
-def uplot_data(fig):
-    """One figure as uPlot's aligned columns: the union of every line's steps, each line's values at
-    its own steps (None elsewhere, lines span the gaps); a bin's min and max share its mid step, so
-    the second is nudged 1e-3 of a step right."""
-    lines = []
-    for t in fig.data:
-        x = np.asarray(t.x, float)
-        x = x + np.concatenate([[0.0], np.where(np.diff(x) == 0, 1e-3, 0.0)])
-        lines.append((x, np.asarray(t.y, float)))
-    steps = np.unique(np.concatenate([x for x, _ in lines]))
-    ys = []
-    for x, y in lines:
-        col = np.full(len(steps), np.nan)
-        col[np.searchsorted(steps, x)] = y
-        ys.append([None if v != v else round(v, 5) for v in col.tolist()])
-    series = [{{"label": t.name, "stroke": (t.line.color or "#888888"), "width": t.line.width or 1.6,
-                "alpha": t.opacity or 1}} for t in fig.data]
-    return {{"title": fig.layout.title.text, "x": steps.tolist(), "y": ys, "series": series}}
-
-
-UPLOT_JS = open({vendor!r} + "/uPlot.iife.min.js").read() + """
-const charts = new WeakMap();
-export default function(component) {{
-  const {{ data, parentElement }} = component;
-  let host = parentElement.querySelector(".host");
-  if (!host) {{ host = document.createElement("div"); host.className = "host"; parentElement.appendChild(host); }}
-  const columns = [data.x, ...data.y];
-  let chart = charts.get(host);
-  if (chart && chart.series.length === columns.length) {{
-    chart.setData(columns, !chart.zoomed);  // a zoomed chart keeps its zoom
-    return;
-  }}
-  if (chart) chart.destroy();
-  const opts = {{title: data.title, width: host.clientWidth || 600, height: 300, scales: {{x: {{time: false}}}},
-    series: [{{label: "step"}}, ...data.series.map(s => ({{...s, spanGaps: true, points: {{show: false}}}}))],
-    hooks: {{setSelect: [u => {{ u.zoomed = true; }}]}}}};
-  chart = new uPlot(opts, columns, host);
-  host.chart = chart;  // the bench reads its x scale
-  host.addEventListener("dblclick", () => {{ chart.zoomed = false; }});
-  charts.set(host, chart);
-}}
-"""
-# Inline CSS must span two lines (one line reads as a file path); light DOM: the bench finds the canvas.
-uplot_chart = st.components.v2.component("bench_uplot", js=UPLOT_JS, isolate_styles=False,
-                                         css=open({vendor!r} + "/uPlot.min.css").read() + "\\n/* uPlot */")
 
 
 @st.fragment(run_every={refresh})
@@ -120,13 +71,16 @@ def charts_now():
 
 
 charts_now()
+{after}
 '''
-RENDERERS = {  # name -> (the draw call, the selector of a drawn chart, JS: the first chart's x range or null)
+RENDERERS = {  # name -> (the draw call, the selector of a drawn chart, JS: the first chart's x range or null, page end)
     "plotly": ('st.plotly_chart(fig, key=key, width="stretch")', ".js-plotly-plot .main-svg",
-               "(() => { const g = document.querySelector('.js-plotly-plot'); return g && g._fullLayout.xaxis.range.map(Number); })()"),
-    "ECharts": ('st.echarts_chart(echarts(fig), key=key, height=300)', "[data-testid=stEChartsChart] canvas", "null"),
-    "uPlot": ('uplot_chart(data=uplot_data(fig), key=key)', ".uplot canvas",
-              "(() => { const c = document.querySelector('.host').chart; return [c.scales.x.min, c.scales.x.max]; })()"),
+               "(() => { const g = document.querySelector('.js-plotly-plot'); return g && g._fullLayout.xaxis.range.map(Number); })()",
+               ""),
+    "ECharts": ('st.echarts_chart(echarts(fig), key=key, height=300)', "[data-testid=stEChartsChart] canvas", "null", ""),
+    "uPlot": ('live_chart.draw(live_chart.spec(fig), key=key)', ".live-chart canvas",
+              "(() => { const c = document.querySelector('.live-chart').chart; return [c.scales.x.min, c.scales.x.max]; })()",
+              "live_chart.load()  # as the live page: uPlot once, outside the fragment"),
 }
 
 
@@ -152,9 +106,9 @@ def measure(name: str, run_dir: Path, work: Path, args) -> dict:
     """Serve the page with one renderer; first-chart times of --loads new pages, then the browser's
     CPU share while one page watches."""
     from playwright.sync_api import sync_playwright
-    render, selector, x_range = RENDERERS[name]
+    render, selector, x_range, after = RENDERERS[name]
     app = work / f"{name}.py"
-    app.write_text(PAGE.format(refresh=live_cache.MIN_REFRESH_S, render=render, vendor=str(VENDOR)))
+    app.write_text(PAGE.format(refresh=live_cache.MIN_REFRESH_S, render=render, after=after))
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
                                "--server.address", "127.0.0.1", "--server.headless", "true",
@@ -208,11 +162,12 @@ def section(results: list[dict], args, minutes: float) -> str:
         "Issue 29's remaining targets (first chart, lag with many viewers) are set by the browser's work. This bench "
         "draws the live page's figures (charts.live_charts of the live_viewers bench's 10,000-step run, the last point "
         f"moved at every {live_cache.MIN_REFRESH_S:g} s redraw as a new step moves it) three ways: with plotly, as the "
-        "page does; with Apache ECharts (`st.echarts_chart`, shipped with Streamlit: a 1.2 MB chunk against plotly's "
-        "4.7 MB, drawn on a canvas); and with uPlot 1.6.32 (51 kB, MIT, a canvas) in a Streamlit components-v2 "
-        "element whose JavaScript runs in the page (no iframe) and, at each redraw, gives the same chart new data "
-        "(`setData`) instead of building it again. The ECharts and uPlot pages draw each figure's lines only (no "
-        "threshold or change-marker lines, no filled areas): lower bounds for them. Headless Chromium, not niced, no "
+        "page did until issue 29; with Apache ECharts (`st.echarts_chart`, shipped with Streamlit: a 1.2 MB chunk "
+        "against plotly's 4.7 MB, drawn on a canvas; each figure's lines only, no threshold or change-marker lines, "
+        "no filled areas: a lower bound for it); and as the page draws them now, `grpo_core.dashboard.live_chart`: "
+        "uPlot 1.6.32 (51 kB, MIT, a canvas) in a Streamlit components-v2 element whose script runs in the page (no "
+        "iframe) and, at each redraw, gives the same chart new data (`setData`) instead of building it again, the "
+        "whole figure (fills, stacks, threshold lines, change markers). Headless Chromium, not niced, no "
         f"trainer: the renderers' own costs. First chart: {args.loads} new pages each (a new browser context); then "
         f"one page watched for {args.watch_s:.0f} s (Chromium's CPU from /proc, the websocket's bytes); then a drag "
         "across its first chart (a zoom on x in plotly and uPlot) and two redraws: is the zoom still shown?",
@@ -227,11 +182,12 @@ def section(results: list[dict], args, minutes: float) -> str:
         *rows,
         "",
         "Readings: plotly's zoom does not survive a redraw in Streamlit's element (the figure's `uirevision` "
-        "notwithstanding), so today's live page cannot be zoomed while its run trains; Streamlit's ECharts element "
-        "would reset one too (it applies each option with `setOption(option, {notMerge: true})`, read in its "
-        "frontend bundle). The uPlot element keeps it: its script owns the chart and swaps the data only. The uPlot "
-        "page's bytes include its library: an inline components-v2 script travels again with the element's updates; "
-        "a packaged component (the `asset_dir` manifest) is served once as a file the browser caches.",
+        "notwithstanding), so the plotly live page could not be zoomed while its run trained; Streamlit's ECharts "
+        "element would reset one too (it applies each option with `setOption(option, {notMerge: true})`, read in its "
+        "frontend bundle). The uPlot element keeps it: its script owns the chart and swaps the data only. Its bytes "
+        "include its script (uPlot and live_chart.js, 55 kB): an inline components-v2 script travels with the "
+        "element's updates; a packaged component (an `asset_dir` manifest) would be served once as a cached file, "
+        "but needs the manifest found in the installed wheel.",
         "",
     ])
 

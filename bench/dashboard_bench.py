@@ -71,7 +71,7 @@ def state_bytes(st) -> int:
 
 
 def apptest_times(run_dir: Path, repeats: int):
-    """Whole live page under AppTest: script + widgets + plotly serialisation, no browser."""
+    """Whole live page under AppTest: script + widgets + chart data serialisation, no browser."""
     from streamlit.testing.v1 import AppTest
     os.environ["GRPO_HEALTH_RUNS_DIR"] = str(run_dir.parent)
     first, again = [], []
@@ -127,15 +127,15 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
             except OSError:
                 time.sleep(0.2)
         out["server"] = time.perf_counter() - t0
-        last_x = ("(() => { const g = document.querySelectorAll('.js-plotly-plot')[0]; if (!g || !g._fullData) "
-                  "return -1; const x = g._fullData[0].x; return Number(x[x.length - 1]); })()")
+        last_x = ("(() => { const h = document.querySelector('.live-chart'); "
+                  "return h && h.chart ? h.chart.data[0].at(-1) : -1; })()")  # the ratio chart's last step
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync"])
             page = b.new_page()
             page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded")
-            page.wait_for_selector(".js-plotly-plot", timeout=600_000)
+            page.wait_for_selector(".live-chart canvas", timeout=600_000)
             out["first_chart"] = time.perf_counter() - t0
             first = page.evaluate(last_x)
             page.wait_for_function(f"{last_x} > {first}", timeout=600_000)

@@ -58,25 +58,27 @@ def serve(root: Path, port: int) -> subprocess.Popen:
     raise SystemExit("Streamlit did not answer in 180 s")
 
 
+# The live page's charts are uPlot charts (grpo_core.dashboard.live_chart) kept on their element's node.
+CHARTS = "Array.from(document.querySelectorAll('.live-chart')).map(h => h.chart).filter(c => c)"
 PAGE_STATE = """(() => {
-  const plots = Array.from(document.querySelectorAll('.js-plotly-plot'));
-  const ratio = plots[0] && plots[0]._fullData.find(t => t.name === 'per step');
+  const plots = CHARTS;
+  const i = plots[0] ? plots[0].series.findIndex(s => s.label === 'per step') : -1;
+  const ratio = i > 0 ? plots[0].data[0].map((x, j) => [x, plots[0].data[i][j]]).filter(p => p[1] != null) : null;
   return {plots: plots.length,
           sliders: Array.from(document.querySelectorAll('[data-testid="stSlider"]'))
                      .filter(s => !s.innerText.includes('smoothing'))  // the steering sliders, not the chart's
                      .map(s => { const e = s.querySelector('input[type="range"]');
                                  return !!e && !e.disabled && e.getAttribute('aria-disabled') !== 'true'; }),
-          markers: plots[0] ? (plots[0].layout.shapes || []).filter(s => (s.name || '').startsWith('change:'))
-                                .map(s => s.x0) : [],
-          x: ratio ? Array.from(ratio.x).map(Number) : [], y: ratio ? Array.from(ratio.y).map(Number) : [],
+          markers: plots[0] ? plots[0].spec.vlines.map(v => v.x) : [],
+          x: ratio ? ratio.map(p => p[0]) : [], y: ratio ? ratio.map(p => p[1]) : [],
           running: document.body.innerText.includes('running'),
           steps_text: (document.body.innerText.match(/step \\d+ of \\d+[^\\n]*/) || [''])[0]};
-})()"""
+})()""".replace("CHARTS", CHARTS)
 
 
-RATIO_POINTS_ABOVE = """(n) => { const p = document.querySelector('.js-plotly-plot');
-  const t = p && p._fullData && p._fullData.find(t => t.name === 'per step');
-  return !!t && t.x.length !== n; }"""
+RATIO_POINTS_ABOVE = """(n) => { const c = CHARTS[0]; if (!c) return false;
+  const i = c.series.findIndex(s => s.label === 'per step');
+  return i > 0 && c.data[i].filter(v => v != null).length !== n; }""".replace("CHARTS", CHARTS)
 
 
 def look(browser, url: str, rid: str, minute: float) -> dict:
@@ -84,9 +86,9 @@ def look(browser, url: str, rid: str, minute: float) -> dict:
     ctx = browser.new_context(viewport={"width": 1400, "height": 1500})
     page = ctx.new_page()
     page.goto(f"{url}/?run={rid}", wait_until="domcontentloaded")
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 6", timeout=90_000)
+    page.wait_for_function(f"{CHARTS}.length >= 6", timeout=90_000)
     page.get_by_text("What-if trainable ratio").first.wait_for(timeout=90_000)
-    page.wait_for_timeout(2500)  # plotly's transitions
+    page.wait_for_timeout(2500)  # a redraw or two after the first
     state = page.evaluate(PAGE_STATE)
     SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"demo_story_{int(minute):02d}min.png"

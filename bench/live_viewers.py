@@ -13,10 +13,10 @@ Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the 
 - the dashboard server's CPU (serve and its Streamlit, /proc utime + stime), total and per viewer;
 - the lag from a step being readable in the store to the first viewer's page showing "step N of":
   the bench polls both every POLL_S;
-- then a new page's first chart (goto until the first plotly chart's `.main-svg` is drawn), with
+- then a new page's first chart (goto until the first chart's canvas is drawn: live_chart's uPlot), with
   the others open, in a new browser context (a cold HTTP cache), and where its time went (page-side
   performance.now() marks: the HTML, the JS bundle, the websocket, its first message, the first
-  large message (a figure), the first chart element, plotly's svg, every chart drawn).
+  large message (a chart's data), the first chart element, its canvas, every chart drawn).
 
 Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the trainer
 by < 5%, lag < 2 refresh intervals. Writes the "Live page: viewers" section of docs/benchmarks.md.
@@ -73,7 +73,7 @@ MARKS_JS = """
     ws.addEventListener('message', e => {
       const size = (e.data && (e.data.byteLength || e.data.size || e.data.length)) || 0;
       mark('ws_first_msg');
-      if (!('plotly_drawn' in t)) { t.msgs += 1; t.bytes += size; }
+      if (!('chart_drawn' in t)) { t.msgs += 1; t.bytes += size; }
       if (size > 20000) mark('ws_first_big_msg');
     });
     return ws;
@@ -82,17 +82,16 @@ MARKS_JS = """
   for (const k of ['CONNECTING', 'OPEN', 'CLOSING', 'CLOSED']) Wrapped[k] = Native[k];
   window.WebSocket = Wrapped;
   try {  // main-thread tasks > 50 ms until the first chart: the browser's own JS work
-    new PerformanceObserver(l => { for (const e of l.getEntries()) if (!('plotly_drawn' in t))
+    new PerformanceObserver(l => { for (const e of l.getEntries()) if (!('chart_drawn' in t))
       t.longtask_ms = (t.longtask_ms || 0) + e.duration; }).observe({type: 'longtask', buffered: true});
   } catch (e) {}
   let plots = 0;
   new MutationObserver(() => {
     if (!('app_mounted' in t) && document.querySelector('[data-testid="stApp"]')) mark('app_mounted');
-    if (!('chart_element' in t) && document.querySelector('[data-testid="stPlotlyChart"], .js-plotly-plot'))
-      mark('chart_element');
+    if (!('chart_element' in t) && document.querySelector('.live-chart')) mark('chart_element');
     if (!('progress_text' in t) && document.body && /STEP_RE/.test(document.body.textContent)) mark('progress_text');
-    const n = Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.querySelector('.main-svg')).length;
-    if (n > 0) mark('plotly_drawn');
+    const n = Array.from(document.querySelectorAll('.live-chart')).filter(g => g.querySelector('canvas')).length;
+    if (n > 0) mark('chart_drawn');
     if (n > plots) { plots = n; t.plots = n; t.all_plots = performance.now(); }
   }).observe(document, {childList: true, subtree: true});
 })();
@@ -106,15 +105,15 @@ NAV_JS = """(() => { const n = performance.getEntriesByType('navigation')[0];
           big_js: big ? big.responseEnd : null, big_js_kb: big ? big.decodedBodySize / 1e3 : null,
           marks: window.__marks}; })()"""
 # The number of charts when every chart container on the page holds a drawn plot, else 0.
-ALL_DRAWN_JS = """(() => { const c = document.querySelectorAll('[data-testid="stPlotlyChart"]');
-  const d = Array.from(c).filter(e => e.querySelector('.main-svg')).length;
+ALL_DRAWN_JS = """(() => { const c = document.querySelectorAll('.live-chart');
+  const d = Array.from(c).filter(e => e.querySelector('canvas')).length;
   return c.length && d === c.length ? d : 0; })()"""
 BREAKDOWN = [  # (label, key): cumulative ms since navigation start
     ("HTML received", "html"), ("DOMContentLoaded", "dom"), ("largest JS file received", "big_js"), ("last JS file received", "js_last"),
     ("Streamlit app mounted", "app_mounted"), ("websocket created", "ws_created"), ("websocket open", "ws_open"),
     ("first message from the server", "ws_first_msg"), ("first large message (> 20 kB: a figure)", "ws_first_big_msg"),
     ("progress text \"step N of\" shown", "progress_text"), ("first chart element in the DOM", "chart_element"),
-    ("first plotly chart drawn (.main-svg)", "plotly_drawn"), ("every chart drawn", "all_plots")]
+    ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("every chart drawn", "all_plots")]
 
 
 # ---- the run: history once (cached), then the real trainer resumed --------------------------------
@@ -240,14 +239,14 @@ def new_context(browser, marks: bool = False):
 
 
 def open_page(ctx, url: str, timeout_s: float):
-    """A page in `ctx` on `url`; returns (page, seconds to the first drawn plotly chart, None when
+    """A page in `ctx` on `url`; returns (page, seconds to the first drawn chart, None when
     not drawn within timeout_s: the table says so, and the page stays open as a viewer)."""
     from playwright.sync_api import TimeoutError as PageTimeout
     page = ctx.new_page()
     t = time.perf_counter()
     try:
         page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
-        page.wait_for_selector(".js-plotly-plot .main-svg", state="attached", timeout=timeout_s * 1000)
+        page.wait_for_selector(".live-chart canvas", state="attached", timeout=timeout_s * 1000)
     except PageTimeout:
         print(f"no chart drawn within {timeout_s:.0f} s", file=sys.stderr)
         return page, None
@@ -419,7 +418,7 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
     """What the numbers say limits each target, computed from this bench's readings."""
     most = results[-1]
     f = most["warm"]
-    server_part, drawn = (f.get("ws_first_big_msg") or 0) / 1e3, (f.get("plotly_drawn") or 0) / 1e3
+    server_part, drawn = (f.get("ws_first_big_msg") or 0) / 1e3, (f.get("chart_drawn") or 0) / 1e3
     if f["seconds"] is None:
         out = [f"- First chart ({most['viewers']} open, new tab): not drawn within the timeout; Chromium at the "
                f"lowest priority got too little CPU on this box to load the page (its main thread "
@@ -428,7 +427,7 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
         out = [f"- First chart ({most['viewers']} open, new tab, {f['seconds']:.1f} s): the server's first figure "
                f"arrived {server_part:.1f} s after navigation (session start, script run, store read, figure JSON), "
                f"the first chart was drawn {drawn - server_part:.1f} s later (the browser: React applying "
-               f"{f.get('msgs', '?')} websocket messages, plotly.js drawing); until then the server used "
+               f"{f.get('msgs', '?')} websocket messages, the charts drawing); until then the server used "
                f"{f['server_cpu_s']:.2f} CPU s, Chromium {f['browser_cpu_s']:.2f} CPU s at nice 19 "
                f"(the page's main thread {(f.get('longtask_ms') or 0) / 1e3:.2f} s in long tasks)."]
     base = results[0]

@@ -4,17 +4,18 @@ Layout and widgets only: grpo_core.dashboard.live_cache gives every viewer the s
 (live_view's incremental read, done once per change, behind one cheap "anything new?" probe) and
 the same figures per version, live_cards, advice and request_view compute what is shown,
 grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in step with the run
-(and gives their bounds), grpo_core.analysis.charts draws (smoothed by the page's EMA slider; long
-history by bins with their min and max, every step on request), and advice.what_to_do gives the top
-alert's fix, offered here as one button. The charts refresh at the run's pace (2-10 s while it is
+(and gives their bounds), grpo_core.analysis.charts builds the figures (smoothed by the page's EMA
+slider; long history by bins with their min and max, every step on request) and live_chart draws
+them with uPlot in the page (a refresh hands each chart new data: a reader's zoom stays), and
+advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the run's pace (2-10 s while it is
 live: live_cache.refresh_interval; a fragment, so the sliders below are not disturbed); a finished
 run is drawn once.
 """
 import streamlit as st
 
 from grpo_core.analysis import charts
-from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_view, processes, request_view, run_list,
-                                 widget_state)
+from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_chart, live_view, processes, request_view,
+                                 run_list, widget_state)
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import live_settings, presets, requests
 from grpo_core.runs.locations import runs_dir
@@ -136,16 +137,18 @@ def monitor():
                                 "each bin's min and max, so no spike is lost)")
     raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
                         "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
-    figs = shared(s, "charts", smooth, raw, fn=lambda: charts.live_charts(
-        raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
-        live_view.current_settings(s)["outcome_metric"], smoothing=smooth))
-    missing = [key for key, f in figs if f is None]
-    shown = [(key, f) for key, f in figs if f is not None]
+    specs = shared(s, "charts", smooth, raw, fn=lambda: [(key, None if fig is None else live_chart.spec(fig)) for key, fig in
+                                                          charts.live_charts(raw_steps(s) if raw else live_view.chart_frame(s),
+                                                          s.metrics, s.changes, live_view.health_config(s.meta),
+                                                          live_view.current_settings(s)["outcome_metric"], smoothing=smooth)])
+    missing = [key for key, chart in specs if chart is None]
+    shown = [(key, chart) for key, chart in specs if chart is not None]
     if not shown:
         st.info("No steps logged yet." if s.last_step < 0 else "This run logged none of the charted metrics.")
     cols = st.columns(2)
-    for i, (key, fig) in enumerate(shown):
-        cols[i % 2].plotly_chart(fig, key=f"chart_{key}", width="stretch")
+    for i, (key, chart) in enumerate(shown):
+        with cols[i % 2]:
+            live_chart.draw(chart, key=f"chart_{key}")
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
 
@@ -359,3 +362,4 @@ def save_preset_box(s: live_view.LiveState, cur: dict):
 
 monitor()
 steer()
+live_chart.load()  # uPlot for the charts, once per page (an element outside the fragments: not resent)

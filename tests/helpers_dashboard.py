@@ -164,6 +164,20 @@ def run_page(path: str, run_id: str):
 
 
 def chart_specs(at) -> list[dict]:
-    """The page's plotly figures as plain dicts."""
+    """The page's plotly figures as plain dicts (the Analysis, Pilot and Compare pages)."""
     import json
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def live_charts(at) -> list[dict]:
+    """The live page's charts as their elements receive them (live_chart.spec's dicts)."""
+    import json
+
+    from grpo_core.dashboard import live_chart
+    return [json.loads(e.proto.json) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
+
+
+def series(chart: dict, label: str) -> list[tuple[float, float]]:
+    """One line of a live chart as (step, value) points, its gaps left out."""
+    i = [s["label"] for s in chart["series"]].index(label)
+    return [(x, y) for x, y in zip(chart["x"], chart["y"][i]) if y is not None]

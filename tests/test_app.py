@@ -1,7 +1,6 @@
 """The app and its Runs / Live pages under Streamlit's AppTest, against real run stores:
 one written by a real trainer run (once per session), live trainers started the way the
 dashboard starts them, and special stores (imported, failed, unreadable) built directly."""
-import json
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,7 @@ from grpo_core.dashboard import processes
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, TRAINED_STEPS, synth_run, trained_run, wait_for
+from tests.helpers_dashboard import REPO, TRAINED_STEPS, live_charts, series, synth_run, trained_run, wait_for
 
 APP = str(REPO / "app.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
@@ -49,10 +48,6 @@ def texts(elements) -> list[str]:
     return [e.value for e in elements]
 
 
-def chart_specs(at) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-
-
 # ---- live page ------------------------------------------------------------------------------------
 def test_live_page_shows_a_finished_real_run_once(trained):
     root, rid = trained
@@ -64,13 +59,14 @@ def test_live_page_shows_a_finished_real_run_once(trained):
     assert m["Trainable ratio (step)"] == f"{last[names.TRAINABLE_RATIO]:.0%}"
     assert m["Groups trainable / submitted"] == (f"{int(last[names.CUM_GROUPS_TRAINABLE])} / "
                                                  f"{int(last[names.CUM_GROUPS_SUBMITTED])}")
-    specs = chart_specs(at)
-    assert len(specs) == 7 and any(s["layout"]["title"]["text"] == "Why groups were flat" for s in specs)
-    ratio = next(s for s in specs if s["layout"]["title"]["text"] == "Trainable ratio")
+    specs = live_charts(at)
+    assert len(specs) == 7 and any(s["title"] == "Why groups were flat" for s in specs)
+    ratio = next(s for s in specs if s["title"] == "Trainable ratio")
     # the per-step ratio as a faint raw line under its smoothed line, the cumulative ratio as is
-    assert [t["name"] for t in ratio["data"]] == ["per step (raw)", "per step", "cumulative"]
-    raw, line = ratio["data"][:2]
-    assert raw["mode"] == line["mode"] == "lines" and raw["opacity"] < 1
+    assert [t["label"] for t in ratio["series"]] == ["per step (raw)", "per step", "cumulative"]
+    raw, line = ratio["series"][:2]
+    assert not raw["points"] and not line["points"] and raw["alpha"] < 1 and not raw["legend"]
+    assert series(ratio, "cumulative")[-1] == (last.name, pytest.approx(last[names.CUM_TRAINABLE_RATIO], rel=1e-5))
     assert any(f"{rid}" in md and "finished" in md for md in texts(at.markdown))
     assert [sl.label for sl in at.slider] == ["Chart smoothing"]  # nothing to steer on a finished run ...
     assert any("nothing to steer" in c for c in texts(at.caption))
@@ -84,7 +80,7 @@ def test_live_page_without_runs_offers_the_demo(monkeypatch, runs_dir):
     monkeypatch.setattr(processes, "start_demo_if_idle", lambda root=None, overrides=None: ("demo-x", True))
     at.button(key="start_demo").click().run()
     assert at.session_state["run_id"] == "demo-x" and not at.exception
-    assert len(at.get("plotly_chart")) == 6
+    assert len(live_charts(at)) == 6
     started.close()
 
 
@@ -95,7 +91,7 @@ def test_imported_run_says_what_it_lacks_instead_of_empty_charts(runs_dir):
     assert at.session_state["run_id"] == rid
     assert any("no what-if" in i and "no rollout inspector" in i for i in texts(at.info))
     assert [sl.key for sl in at.slider] == ["smoothing"] and "apply" not in [b.key for b in at.button]
-    titles = [s["layout"]["title"]["text"] for s in chart_specs(at)]
+    titles = [s["title"] for s in live_charts(at)]
     assert "Trainable ratio" in titles and "Groups submitted vs trainable" not in titles
     assert any(c.startswith("Not logged by this run:") for c in texts(at.caption))
 
@@ -129,9 +125,8 @@ def test_sliders_what_if_apply_pending_applied_marker_with_a_real_trainer(runs_d
         step = wait_for(applied, 120, what="the trainer to apply the request")
         at.run()
         assert any(f"applied at step {step}" in md for md in texts(at.markdown))
-        for spec in chart_specs(at):
-            assert step in [sh["x0"] for sh in spec["layout"].get("shapes", []) if sh.get("name", "").startswith(
-                "change:")], spec["layout"]["title"]["text"]
+        for spec in live_charts(at):
+            assert step in [v["x"] for v in spec["vlines"]], spec["title"]
         wait_for(lambda: RunStore.open(runs_dir / rid, readonly=True).last_step() >= step, 120, what="step N")
         at.run()
         assert at.slider(key=f"w:{rid}:length").value == pytest.approx(0.6)
@@ -210,7 +205,7 @@ def test_runs_page_lists_a_real_run_with_progress(trained):
     assert any(rid in md and "finished" in md for md in texts(at.markdown))
     assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
     at.button(key=f"open_{rid}").click().run()
-    assert at.session_state["run_id"] == rid and len(at.get("plotly_chart")) == 7  # the live page's charts
+    assert at.session_state["run_id"] == rid and len(live_charts(at)) == 7  # the live page's charts
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -58,6 +58,8 @@ REDRAWS_PAST = 20
 CORRECT_AFTER = 4  # page redraws without a slider's value before its key presses are sent again
 STALL_S = 240
 STEP_TEXT = re.compile(rf"step (\d+) of {BUDGET}")
+# The live page's uPlot charts (grpo_core.dashboard.live_chart: each element keeps its chart on its node).
+CHARTS = "Array.from(document.querySelectorAll('.live-chart')).map(h => h.chart).filter(c => c)"
 
 
 class Server:
@@ -216,8 +218,7 @@ def see_js(page, expression: str, what: str):
 def open_live(new_context, url, rid):
     page = new_context().new_page()
     page.goto(f"{url}/?run={rid}", wait_until="domcontentloaded")
-    until(lambda: page.evaluate("document.querySelectorAll('.js-plotly-plot').length >= 6"),
-          what="the live page's charts")  # its first draw: no redraw to count yet
+    until(lambda: page.evaluate(f"{CHARTS}.length >= 6"), what="the live page's charts")  # its first draw: no redraw to count yet
     see(page, "What-if trainable ratio")
     return page
 
@@ -263,8 +264,7 @@ def nudge(page, metric: str, key: str, times: int) -> float:
 
 
 def chart_markers(page) -> list[list[float]]:
-    return page.evaluate("""Array.from(document.querySelectorAll('.js-plotly-plot')).map(g =>
-        (g.layout.shapes || []).filter(s => (s.name || '').startsWith('change:')).map(s => s.x0))""")
+    return page.evaluate(f"{CHARTS}.map(c => c.spec.vlines.map(v => v.x))")
 
 
 def shot(page, name, below: str | None = None, height: int = 520):
@@ -272,7 +272,7 @@ def shot(page, name, below: str | None = None, height: int = 520):
     if not SCREENSHOTS:
         return
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.wait_for_timeout(1500)  # let plotly finish its transitions
+    page.wait_for_timeout(1500)  # let the page settle after its last redraw
     if below:
         box = page.get_by_text(below).first.bounding_box()
         page.screenshot(path=str(SHOTS / name), full_page=True,
@@ -294,8 +294,7 @@ def sent_and_applied(root, rid, n0: int, n: int, what: str):
 
 
 def marked_on_every_chart(step: int) -> str:
-    return f"""Array.from(document.querySelectorAll('.js-plotly-plot')).every(g =>
-        (g.layout.shapes || []).some(s => (s.name || '').startsWith('change:') && s.x0 === {step}))"""
+    return f"{CHARTS}.every(c => c.spec.vlines.some(v => v.x === {step}))"
 
 
 def test_slider_apply_is_applied_by_the_trainer_and_marked_on_every_chart(served, new_context):
@@ -356,8 +355,7 @@ def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, new_co
 def test_charts_keep_updating_while_the_run_trains(served, new_context):
     server, rid = served
     page = open_live(new_context, server.url, rid)
-    last_x = "(() => { const x = document.querySelectorAll('.js-plotly-plot')[0]._fullData[0].x; " \
-             "return Number(x[x.length - 1]); })()"  # the ratio chart's last step drawn
+    last_x = f"{CHARTS}[0].data[0].at(-1)"  # the ratio chart's last step drawn
     first = page.evaluate(last_x)
     assert first >= 3
     # no reload: the fragment redraws the charts; the trainer keeps taking steps meanwhile

@@ -4,7 +4,6 @@ evaluating never shifts the training stream (the run's own numbers are those of 
 without it)."""
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
@@ -77,15 +76,14 @@ def test_a_jsonl_task_without_a_held_out_file_is_told_how(tmp_path):
 
 def test_the_eval_curve_is_on_the_live_page_the_analysis_page_and_the_report(tmp_path, monkeypatch):
     from grpo_core.analysis import comparison, report
-    from tests.helpers_dashboard import REPO, chart_specs, run_page
+    from tests.helpers_dashboard import REPO, chart_specs, live_charts, run_page, series
     run(tmp_path, "ev", ["eval.every=2", "eval.prompts=4"])
     run(tmp_path, "plain")
     monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
     monkeypatch.chdir(REPO)
-    held = [s for s in chart_specs(run_page("app.py", "ev")) if s["layout"]["title"]["text"] == "Held-out evaluation"]
-    x = held[0]["data"][0]["x"] if len(held) == 1 else None
-    steps = np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"]) if isinstance(x, dict) else x
-    assert list(steps) == [1, 2, 4, 5]  # a point per evaluation
+    held = [s for s in live_charts(run_page("app.py", "ev")) if s["title"] == "Held-out evaluation"]
+    assert len(held) == 1 and held[0]["series"][0]["points"]
+    assert [x for x, _ in series(held[0], held[0]["series"][0]["label"])] == [1, 2, 4, 5]  # a point per evaluation
 
     titles = [s["layout"]["title"]["text"] for s in chart_specs(run_page("pages/analysis.py", "ev"))]
     assert "Held-out evaluation" in titles

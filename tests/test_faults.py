@@ -29,7 +29,7 @@ from grpo_core.__main__ import main
 from grpo_core.errors import StoreError
 from grpo_core.runs import names as run_names
 from grpo_core.runs import run_index, store
-from tests.helpers_dashboard import REPO, synth_run, wait_for
+from tests.helpers_dashboard import REPO, live_charts, synth_run, wait_for
 
 P, G = 2, 4
 SMALL = ["grpo.steps=400", f"grpo.prompts_per_step={P}", f"grpo.group_size={G}", "grpo.max_new_tokens=8",
@@ -307,6 +307,6 @@ def test_truncated_and_foreign_stores_are_listed_unreadable_and_other_runs_still
         assert str(runs_dir / rid) in reason or "run.db" in reason or "malformed" in reason, reason
     assert runs.loc["good", "status"] == "finished"
     at.button(key="open_good").click().run()  # the other runs still open
-    assert not at.exception and at.session_state["run_id"] == "good" and len(at.get("plotly_chart")) >= 4
+    assert not at.exception and at.session_state["run_id"] == "good" and len(live_charts(at)) >= 4
     at.switch_page("pages/analysis.py").run()
     assert not at.exception

@@ -209,7 +209,7 @@ def test_the_demo_runs_causes_are_charted_reported_explained_and_acted_on(demo, 
     from grpo_core.analysis.run_data import load_run
     from grpo_core.dashboard import advice, live_view
     from grpo_core.runs import requests
-    from tests.helpers_dashboard import REPO, chart_specs, run_page
+    from tests.helpers_dashboard import REPO, chart_specs, live_charts, run_page
     with RunStore.open(demo / "demo", readonly=True) as store:
         wide, groups = store.scalars_wide(), store.groups()
     flat = wide[names.GROUPS_SUBMITTED] - wide[names.GROUPS_TRAINABLE]
@@ -246,9 +246,8 @@ def test_the_demo_runs_causes_are_charted_reported_explained_and_acted_on(demo, 
     # the live page draws the chart
     monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(demo))
     monkeypatch.chdir(REPO)
-    specs = [s for s in chart_specs(run_page("app.py", "demo"))
-             if s["layout"]["title"]["text"] == "Why groups were flat"]
-    assert len(specs) == 1 and {t["name"] for t in specs[0]["data"]} == set(counts.index)
+    specs = [s for s in live_charts(run_page("app.py", "demo")) if s["title"] == "Why groups were flat"]
+    assert len(specs) == 1 and {t["label"] for t in specs[0]["series"]} == set(counts.index)
     analysis = run_page("pages/analysis.py", "demo")  # and the analysis page, with the report's sentence
     assert any(s["layout"]["title"]["text"] == "Why groups were flat" for s in chart_specs(analysis))
     assert any(f"were {top}" in m.value for m in analysis.markdown)

@@ -121,7 +121,7 @@ def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_spli
     """A real trainer run: the groups chart carries all-solved / none-solved, the live page
     the wasted share in words."""
     from grpo_core.dashboard import live_cards, live_view
-    from tests.helpers_dashboard import REPO, chart_specs, run_page
+    from tests.helpers_dashboard import REPO, live_charts, run_page
     store = trained(tmp_path, "lw")
     wide = store.scalars_wide()
     store.close()
@@ -132,5 +132,5 @@ def test_the_live_page_says_how_much_sampling_taught_nothing_and_charts_the_spli
     monkeypatch.chdir(REPO)
     at = run_page("app.py", "lw")
     assert any(c.value == text for c in at.caption)
-    groups = [s for s in chart_specs(at) if s["layout"]["title"]["text"] == "Groups submitted vs trainable"]
-    assert {"all solved", "none solved"} <= {t["name"] for t in groups[0]["data"]}
+    groups = [s for s in live_charts(at) if s["title"] == "Groups submitted vs trainable"]
+    assert {"all solved", "none solved"} <= {t["label"] for t in groups[0]["series"]}

@@ -1,9 +1,11 @@
-"""Every plotly figure: the live monitor's charts, the analysis page's and the report's, and the pilot page's.
+"""Every figure: the live monitor's charts, the analysis page's and the report's, and the pilot page's.
 
 The live builders take a wide frame (index step, columns names.*: `RunStore.scalars_wide()`
 or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and returns a
 `plotly.graph_objects.Figure`, or None when the run logged nothing the chart needs (an
-imported run has no group counts: the page says so instead of drawing an empty chart).
+imported run has no group counts: the page says so instead of drawing an empty chart). The
+live page draws these figures with uPlot (dashboard.live_chart reads them); the other pages
+and the report draw theirs with plotly.
 Every applied weight/threshold/difficulty change is a dotted vertical line on every
 chart, labelled at the top, so a change in a curve can be read against its cause.
 A measured series is drawn as a faint raw line under a smoothed line (`smoothing`, W&B's

@@ -1,0 +1,131 @@
+// The live page's chart: one uPlot per element, kept across the page's refreshes. A refresh hands
+// the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
+// legend's toggles survive, where rebuilding the chart would reset them. Runs in the page (a
+// Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.spec's dict; `uPlot`
+// is the global the library element defines.
+const charts = new WeakMap();
+const DASHES = {dash: [6, 4], dot: [2, 3], dashdot: [6, 3, 2, 3], longdash: [10, 4]};
+
+function columns(data) {
+  return [data.x, ...data.y];
+}
+
+function seriesOptions(data) {
+  return [{label: "step", value: (u, v) => (v == null ? "–" : String(Math.round(v)))},
+    ...data.series.map(s => ({
+      label: s.label, stroke: s.stroke, width: s.width, alpha: s.alpha, fill: s.fill || undefined,
+      dash: DASHES[s.dash], spanGaps: true, points: {show: s.points, size: 5},
+      paths: s.step ? uPlot.paths.stepped({align: 1}) : undefined,
+      value: (u, v) => (v == null ? "–" : Number(v).toPrecision(3)),
+    }))];
+}
+
+// Threshold lines (across the plot at a y) and change markers (dotted, at a step, labelled on top).
+function drawLines(u, data) {
+  const ctx = u.ctx, {left, top, width, height} = u.bbox, px = devicePixelRatio || 1;
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(left, top, width, height);
+  ctx.clip();
+  ctx.font = `${10 * px}px sans-serif`;
+  for (const h of data.hlines) {
+    const y = u.valToPos(h.y, "y", true);
+    ctx.strokeStyle = ctx.fillStyle = h.colour;
+    ctx.lineWidth = px;
+    ctx.setLineDash((DASHES[h.dash] || []).map(d => d * px));
+    ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + width, y); ctx.stroke();
+    ctx.textAlign = "right";
+    ctx.fillText(h.text, left + width - 4 * px, y - 3 * px);
+  }
+  for (const v of data.vlines) {
+    const x = u.valToPos(v.x, "x", true);
+    if (x < left || x > left + width) continue;
+    ctx.strokeStyle = ctx.fillStyle = v.colour;
+    ctx.lineWidth = 1.2 * px;
+    ctx.setLineDash(DASHES.dot.map(d => d * px));
+    ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + height); ctx.stroke();
+    ctx.textAlign = "left";
+    ctx.fillText(v.label, x + 2 * px, top + 10 * px);
+  }
+  ctx.restore();
+}
+
+// Hovering near a change marker names the change under the chart (what a marker's label means).
+function noteChange(u, data, note) {
+  const x = u.cursor.left;
+  let near = null;
+  for (const v of data.vlines) {
+    if (x != null && x >= 0 && Math.abs(u.valToPos(v.x, "x") - x) <= 6) near = v;
+  }
+  note.textContent = near ? near.hover : "";
+}
+
+// A raw line is drawn and hidden with its smoothed line (plotly's legendgroup): one legend entry.
+function followGroup(u, i, data) {
+  const group = data.series[i - 1] && data.series[i - 1].group;
+  if (!group) return;
+  data.series.forEach((s, j) => {
+    if (j + 1 !== i && s.group === group && u.series[j + 1].show !== u.series[i].show) {
+      u.setSeries(j + 1, {show: u.series[i].show}, false);
+    }
+  });
+}
+
+function build(host, data) {
+  const note = host.querySelector(".change-note");
+  const now = u => u.spec || data;  // the hooks run once before the constructor returns
+  const opts = {
+    title: data.title, width: Math.max(200, host.clientWidth), height: data.height,
+    // The y range is read at every draw: a chart's top follows its data (charts._top) without a rebuild.
+    scales: {x: {time: false}, y: {range: (u, min, max) => now(u).y_range || uPlot.rangeNum(min, max, 0.1, true)}},
+    axes: [{label: "step"}, {label: data.y_title}],
+    series: seriesOptions(data),
+    legend: {live: true},
+    hooks: {
+      draw: [u => drawLines(u, now(u))],
+      setSelect: [u => { if (u.select.width > 0) u.zoomed = true; }],
+      setCursor: [u => noteChange(u, now(u), note)],
+      setSeries: [(u, i) => { if (i != null) followGroup(u, i, now(u)); }],
+    },
+  };
+  const chart = new uPlot(opts, columns(data), host.querySelector(".plot"));
+  chart.spec = data;
+  data.series.forEach((s, j) => {  // raw lines: no legend entry of their own
+    if (!s.legend) chart.root.querySelectorAll(".u-legend .u-series")[j + 1].style.display = "none";
+  });
+  host.ondblclick = () => { chart.zoomed = false; };  // uPlot's own double-click resets the scales
+  chart.resized = new ResizeObserver(() => chart.setSize({width: Math.max(200, host.clientWidth), height: data.height}));
+  chart.resized.observe(host);
+  return chart;
+}
+
+// Same series, same titles: the data, the y range, the thresholds and markers may change in
+// place. A new series or title rebuilds the chart.
+function sameShape(a, b) {
+  return JSON.stringify([a.series, a.title, a.y_title]) === JSON.stringify([b.series, b.title, b.y_title]);
+}
+
+export default function render(component) {
+  if (!globalThis.uPlot) {  // uPlot is an element of its own (live_chart.load): wait for it
+    requestAnimationFrame(() => render(component));
+    return;
+  }
+  const {data, parentElement} = component;
+  let host = parentElement.querySelector(".live-chart");
+  if (!host) {
+    host = document.createElement("div");
+    host.className = "live-chart";
+    host.innerHTML = '<div class="plot"></div><div class="change-note"></div>';
+    parentElement.appendChild(host);
+  }
+  let chart = charts.get(host);
+  if (chart && sameShape(chart.spec, data)) {
+    chart.spec = data;  // the draw hook reads the markers and thresholds of this refresh
+    chart.setData(columns(data), !chart.zoomed);  // a zoomed chart keeps its zoom
+  } else {
+    if (chart) { chart.resized.disconnect(); chart.destroy(); }
+    chart = build(host, data);
+    charts.set(host, chart);
+  }
+  host.chart = chart;  // for tests and benches: the chart's scales, series and data
+}

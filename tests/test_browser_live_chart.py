@@ -1,0 +1,130 @@
+"""The live chart element (grpo_core.dashboard.live_chart) in a real browser: a Streamlit app of
+its own whose fragment redraws a charts.py figure with one more step at each refresh. The chart
+draws the figure's lines, threshold and change marker; each refresh reaches the same chart (new
+data, no rebuild), so a reader's drag-zoom survives refreshes and a double-click gives the chart
+back to the data. Waits follow the app's refresh counter, not a wall clock."""
+import re
+import signal
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import pytest
+
+from tests.helpers_dashboard import REPO, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+STALL_S = 120  # no refresh at all for this long: a hung server
+APP = textwrap.dedent('''
+    import numpy as np
+    import pandas as pd
+    import streamlit as st
+
+    from grpo_core.analysis import charts
+    from grpo_core.dashboard import live_chart
+    from grpo_core.runs import names
+
+    CHANGES = pd.DataFrame({"step": [12], "kind": ["set_weights"], "request": [{"weights": {"exact": 0.7}}],
+                            "source": ["ui"], "message": [""]})
+
+
+    @st.fragment(run_every=0.5)
+    def draw():
+        n = st.session_state["n"] = st.session_state.get("n", -1) + 1
+        steps = np.arange(40 + n)
+        ratio = 0.5 + 0.4 * np.sin(steps / 5.0)
+        df = pd.DataFrame({names.TRAINABLE_RATIO: ratio, names.CUM_TRAINABLE_RATIO: np.cumsum(ratio) / (steps + 1)},
+                          index=steps)
+        st.markdown(f"refresh {n}")
+        live_chart.draw(live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0)), key="ratio")
+
+
+    draw()
+    live_chart.load()  # after the charts, as on the live page: they wait for it
+''')
+REFRESH = re.compile(r"refresh (\d+)")
+CHART = "document.querySelector('.live-chart').chart"
+
+
+@pytest.fixture
+def page(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                               "--server.address", "127.0.0.1", "--server.headless", "true",
+                               "--browser.gatherUsageStats", "false"],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: server.poll() is None and urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok",
+                 STALL_S, what="Streamlit to answer")
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                pg = browser.new_page(viewport={"width": 1000, "height": 700})
+                pg.goto(url)
+                pg.wait_for_selector(".live-chart canvas", state="attached", timeout=STALL_S * 1000)
+                yield pg
+            finally:
+                browser.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def refresh_count(pg) -> int:
+    found = REFRESH.search(pg.inner_text("body"))
+    return int(found.group(1)) if found else -1
+
+
+def after_refreshes(pg, n: int) -> int:
+    """Wait until the app has refreshed n more times and the chart holds that refresh's data (the
+    last step is 39 + the refresh count); the count reached."""
+    start = refresh_count(pg)
+    return wait_for(lambda: (c := refresh_count(pg)) >= start + n
+                    and pg.evaluate(f"{CHART}.data[0].at(-1)") >= 39 + c and c, STALL_S, what=f"{n} refreshes")
+
+
+def x_range(pg) -> list[float]:
+    return pg.evaluate(f"[{CHART}.scales.x.min, {CHART}.scales.x.max]")
+
+
+def test_the_chart_draws_the_figure_and_keeps_a_readers_zoom_across_refreshes(page):
+    count = after_refreshes(page, 1)
+    chart = page.evaluate(f"(() => {{ const c = {CHART}; return {{labels: c.series.map(s => s.label), "
+                          "hlines: c.spec.hlines, vlines: c.spec.vlines, last: c.data[0].at(-1)}; })()")
+    assert chart["labels"] == ["step", "per step (raw)", "per step", "cumulative"]
+    assert [h["text"] for h in chart["hlines"]] == ["healthy > 0.3"]
+    assert [v["x"] for v in chart["vlines"]] == [12] and "exact=0.7" in chart["vlines"][0]["hover"]
+    assert chart["last"] >= 39 + count
+
+    # Hovering the change marker names the change under the chart.
+    over = page.locator(".live-chart .u-over").bounding_box()
+    marker_x = page.evaluate(f"{CHART}.valToPos(12, 'x')")
+    page.mouse.move(over["x"] + marker_x, over["y"] + over["height"] / 2)
+    wait_for(lambda: "exact=0.7" in page.inner_text(".live-chart .change-note"), STALL_S, what="the change's note")
+
+    # A drag zooms on x; two refreshes later (each with a new step) the zoom is still shown.
+    page.mouse.move(over["x"] + over["width"] * 0.2, over["y"] + over["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(over["x"] + over["width"] * 0.5, over["y"] + over["height"] / 2, steps=6)
+    page.mouse.up()
+    zoomed = x_range(page)
+    last = page.evaluate(f"{CHART}.data[0].at(-1)")
+    assert zoomed[1] < last - 5
+    count = after_refreshes(page, 2)
+    assert page.evaluate(f"{CHART}.data[0].at(-1)") > last  # new data reached the same chart
+    assert x_range(page) == zoomed
+
+    # A double-click gives the chart back to the data: it follows the new steps again.
+    page.mouse.dblclick(over["x"] + over["width"] * 0.5, over["y"] + over["height"] / 2)
+    after_refreshes(page, 2)
+    assert x_range(page)[1] == page.evaluate(f"{CHART}.data[0].at(-1)")
