@@ -78,7 +78,7 @@ RENDERERS = {  # name -> (the draw call, the selector of a drawn chart, JS: the 
                "(() => { const g = document.querySelector('.js-plotly-plot'); return g && g._fullLayout.xaxis.range.map(Number); })()",
                ""),
     "ECharts": ('st.echarts_chart(echarts(fig), key=key, height=300)', "[data-testid=stEChartsChart] canvas", "null", ""),
-    "uPlot": ('live_chart.draw(live_chart.spec(fig), key=key)', ".live-chart canvas",
+    "uPlot": ('live_chart.draw(live_chart.encode(live_chart.spec(fig)), key=key)', ".live-chart canvas",
               "(() => { const c = document.querySelector('.live-chart').chart; return [c.scales.x.min, c.scales.x.max]; })()",
               "live_chart.load()  # as the live page: uPlot once, outside the fragment"),
 }

@@ -17,6 +17,7 @@ section of docs/benchmarks.md (other sections are left alone).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -29,8 +30,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 
-from grpo_core.analysis import charts
-from grpo_core.dashboard import advice, live_cards, live_view  # noqa: E402
+from grpo_core.analysis import charts  # noqa: E402
+from grpo_core.dashboard import advice, live_cards, live_chart, live_view  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
 from tests.helpers_dashboard import process_tree, synth_run  # noqa: E402
 
@@ -50,10 +51,16 @@ def build(root: Path) -> Path:
     return run_dir
 
 
+def live_charts(st) -> list[dict]:
+    """The live page's charts as it sends them: charts.py's figures read into uPlot's terms, encoded."""
+    figs = charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
+    return [live_chart.encode(live_chart.spec(f)) for _, f in figs if f is not None]
+
+
 def first_render(run_dir: Path):
     st = live_view.load(run_dir)
     live_cards.cards(st)
-    figs = charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
+    figs = live_charts(st)
     cur = live_view.current_settings(st)
     advice.what_if(st, cur["weights"], cur["min_group_std"])
     return st, figs
@@ -62,7 +69,7 @@ def first_render(run_dir: Path):
 def refresh(run_dir: Path, st):
     live_view.load(run_dir, st)
     live_cards.cards(st)
-    return charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
+    return live_charts(st)
 
 
 def state_bytes(st) -> int:
@@ -184,7 +191,7 @@ def main():
         t = time.perf_counter()
         st, figs = first_render(run_dir)
         firsts.append(time.perf_counter() - t)
-    points = max(len(f.data[0].x) for _, f in figs if f is not None)
+    points = max(sum(v is not None for v in json.loads(f)["y"][0]) for f in figs)  # the first line of the largest chart
     mem_first = state_bytes(st)
 
     store = RunStore.open(run_dir)
@@ -219,7 +226,7 @@ def main():
         f"The live page's server-side cost on a synthetic run of {STEPS:,} steps (every per-step scalar, "
         f"groups, rollouts for the last {ROLLOUT_STEPS} steps: 8 prompts x G=8, 5 metrics), built through "
         "`RunStore.log_step` like the trainer writes. *First render*: a new browser session opens the run "
-        "(first load of `grpo_core.dashboard.live_view`, health cards, chart frame, six plotly figures, the what-if of the "
+        "(first load of `grpo_core.dashboard.live_view`, health cards, chart frame, the charts' figures and their uPlot data, the what-if of the "
         "sliders). *Refresh*: one new step since the last tick (the 2 s fragment refresh). Old steps are read "
         f"binned by SQLite (at most {live_view.MAX_BINS} bins + the last {live_view.RECENT_STEPS} steps raw), so a chart "
         f"carries {points:,} points, not {STEPS:,}.",
@@ -234,7 +241,7 @@ def main():
         table_row("refresh, one new step (incremental read + cards + figures)", refreshes, 100),
         table_row("refresh, nothing new", idles, 100),
         table_row("incremental store read alone, one new step", read_only),
-    ] + ([table_row("first render, whole page under AppTest (incl. Streamlit + plotly JSON)", at_first, 1000),
+    ] + ([table_row("first render, whole page under AppTest (incl. Streamlit + the charts' JSON)", at_first, 1000),
           table_row("rerun of the whole page under AppTest, same session", at_again)] if at_first else []) + [
         "",
         f"Session memory (pandas frames of the cached state): {mem_first / 1e6:.2f} MB after the first load, "

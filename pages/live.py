@@ -137,7 +137,8 @@ def monitor():
                                 "each bin's min and max, so no spike is lost)")
     raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
                         "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
-    specs = shared(s, "charts", smooth, raw, fn=lambda: [(key, None if fig is None else live_chart.spec(fig)) for key, fig in
+    specs = shared(s, "charts", smooth, raw, fn=lambda: [(key, None if fig is None else live_chart.encode(live_chart.spec(fig)))
+                                                          for key, fig in
                                                           charts.live_charts(raw_steps(s) if raw else live_view.chart_frame(s),
                                                           s.metrics, s.changes, live_view.health_config(s.meta),
                                                           live_view.current_settings(s)["outcome_metric"], smoothing=smooth)])
@@ -165,7 +166,7 @@ def raw_steps(s: live_view.LiveState):
 def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
     """The top alert's fix as one click (what the autopilot would do), with its predicted effect;
     only fixes the process behind the run applies (a TRL callback takes no group-size request)."""
-    answer = advice.what_to_do(s, c)
+    answer = shared(s, "what_to_do", fn=lambda: advice.what_to_do(s, c))  # per version, for every viewer
     if answer is None:
         return
     offered = [f for f in answer["fixes"] if f.kind in accepts]

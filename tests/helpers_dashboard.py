@@ -174,7 +174,7 @@ def live_charts(at) -> list[dict]:
     import json
 
     from grpo_core.dashboard import live_chart
-    return [json.loads(e.proto.json) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
+    return [json.loads(e.proto.bytes) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
 
 
 def series(chart: dict, label: str) -> list[tuple[float, float]]:

@@ -43,7 +43,8 @@ APP = textwrap.dedent('''
         df = pd.DataFrame({names.TRAINABLE_RATIO: ratio, names.CUM_TRAINABLE_RATIO: np.cumsum(ratio) / (steps + 1)},
                           index=steps)
         st.markdown(f"refresh {n}")
-        live_chart.draw(live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0)), key="ratio")
+        live_chart.draw(live_chart.encode(live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0))),
+                        key="ratio")
 
 
     draw()

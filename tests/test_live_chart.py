@@ -36,7 +36,7 @@ def test_every_live_chart_carries_each_traces_points_at_its_own_steps(run):
                                                   smoothing=0.6) if f is not None]
     for key, fig in figs:
         spec = live_chart.spec(fig)
-        json.dumps(spec, allow_nan=False)  # what the element receives: plain JSON, no NaN
+        assert json.loads(live_chart.encode(spec)) == spec  # what the element receives: plain JSON, no NaN
         assert spec["x"] == sorted(spec["x"]) and len(spec["y"]) == len(spec["series"]) == len(fig.data), key
         assert all(len(col) == len(spec["x"]) for col in spec["y"]), key
         for trace in fig.data:

@@ -7,10 +7,13 @@ the gaps), fills, stacked bands, threshold lines and change markers. `draw` moun
 Streamlit components-v2 element (assets/live_chart.js) whose script runs in the page, keeps its
 uPlot chart across refreshes and hands it the new columns only, so a reader's zoom survives a
 refresh; uPlot (assets/uPlot.iife.min.js, MIT) is 51 kB against plotly.js' 4.7 MB, and draws on a
-canvas (bench/chart_renderers.py: docs/benchmarks.md "Live charts").
+canvas (bench/chart_renderers.py: docs/benchmarks.md "Live charts"). `encode` makes a chart's bytes
+once per version for every viewer: handed to the element as bytes, Streamlit neither serialises
+nor hashes them as JSON again for each session at each refresh.
 """
 from __future__ import annotations
 
+import json
 from functools import cache
 from pathlib import Path
 
@@ -27,26 +30,40 @@ def spec(fig, height: int | None = None) -> dict:
     """uPlot's terms for a plotly figure of charts.py (scatter traces with lines, markers or both;
     `fill`, `stackgroup`, `line.shape == 'hv'`, `opacity`, `showlegend`, `legendgroup`; layout
     title, y title and range, threshold shapes across the plot and change markers at a step)."""
-    traces = list(fig.data)
-    stacked = [t for t in traces if getattr(t, "stackgroup", None)]
-    lines = [_points(t) for t in traces]
+    # plotly's own plain dicts (BaseFigure._data, _layout), read not written: its public accessors
+    # validate at every attribute read and to_plotly_json copies and base64-encodes every array, each
+    # costlier than all of spec, which runs at every new step. tests/test_live_chart.py checks what
+    # spec reads against the public accessors.
+    traces, layout = fig._data, fig._layout
+    lines = [_points(t["x"], t["y"]) for t in traces]
+    stacked = any(t.get("stackgroup") for t in traces)
     if stacked:  # a stack draws running sums, the top band first so each lower one paints over it
         lines, traces = _stack(traces, lines)
     steps = np.unique(np.concatenate([x for x, _ in lines])) if lines else np.array([])
-    y_range = fig.layout.yaxis.range
-    return {"title": fig.layout.title.text or "", "y_title": fig.layout.yaxis.title.text or "",
+    yaxis = layout.get("yaxis", {})
+    y_range = yaxis.get("range")
+    return {"title": _text(layout.get("title")), "y_title": _text(yaxis.get("title")),
             "y_range": [float(v) for v in y_range] if y_range else None,
-            "height": int(height or fig.layout.height or 300),
+            "height": int(height or layout.get("height") or 300),
             "x": steps.tolist(), "y": [_column(steps, x, y) for x, y in lines],
-            "series": [_series(t, bool(stacked)) for t in traces],
-            "hlines": _hlines(fig.layout), "vlines": _vlines(fig.layout)}
+            "series": [_series(t, stacked) for t in traces],
+            "hlines": _hlines(layout), "vlines": _vlines(layout)}
 
 
-def _points(trace) -> tuple[np.ndarray, np.ndarray]:
+def _text(title) -> str:
+    return (title or {}).get("text") or ""
+
+
+def encode(chart: dict) -> bytes:
+    """A chart (`spec`'s dict) as the element receives it: compact JSON, UTF-8."""
+    return json.dumps(chart, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _points(x, y) -> tuple[np.ndarray, np.ndarray]:
     """A trace's (steps, values) in float64. A bin's min and max share its mid step: the second
     of equal steps moves 1e-3 of a step right, so both stay points of the line."""
-    x = np.asarray(trace.x, np.float64)
-    y = np.asarray(trace.y, np.float64)
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
     if len(x) > 1:
         x = x + np.concatenate([[0.0], np.where(np.diff(x) == 0, 1e-3, 0.0)])
     return x, y
@@ -54,7 +71,7 @@ def _points(trace) -> tuple[np.ndarray, np.ndarray]:
 
 def _stack(traces, lines):
     """Stacked traces as running sums (plotly's stackgroup), listed top first; other traces after."""
-    stacked = [i for i, t in enumerate(traces) if getattr(t, "stackgroup", None)]
+    stacked = [i for i, t in enumerate(traces) if t.get("stackgroup")]
     total, sums = 0.0, {}
     for i in stacked:
         x, y = lines[i]
@@ -65,10 +82,16 @@ def _stack(traces, lines):
 
 
 def _column(steps: np.ndarray, x: np.ndarray, y: np.ndarray) -> list:
+    """A line's values on the chart's steps: None where it has no point, else the value cut to
+    DIGITS significant digits (vectorised: this runs for every line at every new step)."""
     col = np.full(len(steps), np.nan)
     col[np.searchsorted(steps, x)] = y
-    col = np.where(np.isfinite(col), col, np.nan)
-    return [None if v != v else float(f"{v:.{DIGITS}g}") for v in col.tolist()]
+    shown = np.isfinite(col) & (col != 0)
+    scale = np.ones_like(col)
+    scale[shown] = 10.0 ** (DIGITS - 1 - np.floor(np.log10(np.abs(col[shown]))))
+    out = (np.round(col * scale) / scale).astype(object)
+    out[~np.isfinite(col)] = None
+    return out.tolist()
 
 
 def _rgba(colour: str | None, alpha: float) -> str | None:
@@ -78,36 +101,39 @@ def _rgba(colour: str | None, alpha: float) -> str | None:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def _series(trace, stacked: bool) -> dict:
-    line = trace.line
-    colour = line.color or "#888888"
-    filled = trace.fill in ("tozeroy", "tonexty") or (stacked and bool(trace.stackgroup))
-    return {"label": trace.name or "", "stroke": colour, "width": float(line.width or 1.6),
-            "dash": line.dash or None, "alpha": float(trace.opacity if trace.opacity is not None else 1.0),
-            "fill": _rgba(colour, FILL_ALPHA) if filled else None, "step": line.shape == "hv",
-            "points": "markers" in (trace.mode or ""), "legend": trace.showlegend is not False,
-            "group": trace.legendgroup or None}
+def _series(trace: dict, stacked: bool) -> dict:
+    line = trace.get("line", {})
+    colour = line.get("color") or "#888888"
+    filled = trace.get("fill") in ("tozeroy", "tonexty") or (stacked and bool(trace.get("stackgroup")))
+    opacity = trace.get("opacity")
+    return {"label": trace.get("name") or "", "stroke": colour, "width": float(line.get("width") or 1.6),
+            "dash": line.get("dash") or None, "alpha": float(1.0 if opacity is None else opacity),
+            "fill": _rgba(colour, FILL_ALPHA) if filled else None, "step": line.get("shape") == "hv",
+            "points": "markers" in (trace.get("mode") or ""), "legend": trace.get("showlegend") is not False,
+            "group": trace.get("legendgroup") or None}
 
 
-def _hlines(layout) -> list[dict]:
+def _hlines(layout: dict) -> list[dict]:
     """Lines across the plot at a y (xref 'paper'), each with the label charts._hline put at its y."""
-    notes = {round(float(a.y), 9): a.text for a in layout.annotations or () if a.xref == "paper" and a.yref == "y"}
-    return [{"y": float(s.y0), "colour": s.line.color, "dash": s.line.dash or "dash",
-             "text": notes.get(round(float(s.y0), 9), "")}
-            for s in layout.shapes or () if s.xref == "paper" and s.yref == "y"]
+    notes = {round(float(a["y"]), 9): a.get("text", "") for a in layout.get("annotations", ())
+             if a.get("xref") == "paper" and a.get("yref") == "y"}
+    return [{"y": float(s["y0"]), "colour": s["line"].get("color"), "dash": s["line"].get("dash") or "dash",
+             "text": notes.get(round(float(s["y0"]), 9), "")}
+            for s in layout.get("shapes", ()) if s.get("xref") == "paper" and s.get("yref") == "y"]
 
 
-def _vlines(layout) -> list[dict]:
+def _vlines(layout: dict) -> list[dict]:
     """Change markers: dotted lines at a step (yref 'paper'), with charts.marker_specs' label and
     hover text."""
-    notes = {(a.name, float(a.x)): a for a in layout.annotations or () if a.yref == "paper" and a.xref == "x"}
+    notes = {(a.get("name"), float(a["x"])): a for a in layout.get("annotations", ())
+             if a.get("yref") == "paper" and a.get("xref") == "x"}
     out = []
-    for s in layout.shapes or ():
-        if s.yref != "paper" or s.xref != "x":
+    for s in layout.get("shapes", ()):
+        if s.get("yref") != "paper" or s.get("xref") != "x":
             continue
-        note = notes.get((s.name, float(s.x0)))
-        out.append({"x": float(s.x0), "colour": s.line.color, "label": note.text if note else "",
-                    "hover": (note.hovertext if note else None) or f"step {int(s.x0)}"})
+        note = notes.get((s.get("name"), float(s["x0"])), {})
+        out.append({"x": float(s["x0"]), "colour": s["line"].get("color"), "label": note.get("text", ""),
+                    "hover": note.get("hovertext") or f"step {int(s['x0'])}"})
     return out
 
 
@@ -130,7 +156,7 @@ def load():
     _components()[0](key="uplot_library")
 
 
-def draw(chart: dict, key: str):
-    """Mount a chart (`spec`'s dict) in the current Streamlit container; `key` keeps it the same
-    element, and the same uPlot chart, from one refresh to the next. The page calls `load` too."""
+def draw(chart: bytes, key: str):
+    """Mount a chart (`encode(spec(fig))`) in the current Streamlit container; `key` keeps it the
+    same element, and the same uPlot chart, from one refresh to the next. The page calls `load` too."""
     return _components()[1](data=chart, key=key)

@@ -1,8 +1,8 @@
 // The live page's chart: one uPlot per element, kept across the page's refreshes. A refresh hands
 // the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
 // legend's toggles survive, where rebuilding the chart would reset them. Runs in the page (a
-// Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.spec's dict; `uPlot`
-// is the global the library element defines.
+// Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.encode's JSON bytes of
+// live_chart.spec's dict; `uPlot` is the global the library element defines.
 const charts = new WeakMap();
 const DASHES = {dash: [6, 4], dot: [2, 3], dashdot: [6, 3, 2, 3], longdash: [10, 4]};
 
@@ -110,7 +110,8 @@ export default function render(component) {
     requestAnimationFrame(() => render(component));
     return;
   }
-  const {data, parentElement} = component;
+  const {parentElement} = component;
+  const data = JSON.parse(new TextDecoder().decode(component.data));
   let host = parentElement.querySelector(".live-chart");
   if (!host) {
     host = document.createElement("div");
