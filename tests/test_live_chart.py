@@ -1,26 +1,16 @@
 """grpo_core.dashboard.live_chart.spec: a charts.py figure in uPlot's terms carries every line's
 values at its own steps, the fills, stacks, thresholds and change markers of the figure, and
-nothing the figure did not draw. (The element in a real browser: tests/test_browser_live.py.)"""
+nothing the figure did not draw. (The element in a real browser: tests/test_browser_live_chart.py.)"""
 import json
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from grpo_core.analysis import charts
 from grpo_core.analysis.downsample import envelope_names
 from grpo_core.dashboard import live_chart, live_view
 from grpo_core.runs import names
-from tests.helpers_dashboard import synth_run
-
-NEW_W = {"answer_f1": 0.5, "exact": 0.3, "citation": 0.1, "format": 0.05, "length": 0.05}
-
-
-@pytest.fixture
-def run(runs_dir):
-    store = synth_run(runs_dir, "r", 40, changes={12: NEW_W, 30: {**NEW_W, "length": 0.4}})
-    yield store
-    store.close()
+from tests.test_charts import run  # noqa: F401  (the charts' 40-step run with two weight changes)
 
 
 def _values(spec, label):
