@@ -7,8 +7,9 @@ All pages draw the same figures, charts.live_charts of the live_viewers bench's 
 10,000-step run (trained once by bench/live_viewers.py), two per row, in a fragment that
 redraws every 2 s (live_cache.MIN_REFRESH_S, a fast run's period) with the last point moved,
 as a new step moves it. The ECharts page draws each figure's lines only (no threshold or
-change-marker lines, no filled areas): a lower bound of what it would cost for these charts. One headless Chromium, not niced, on a box the bench has to itself (no trainer): the
-renderers' own costs. Per renderer: --loads new pages (a new browser context each), the time
+change-marker lines, no filled areas): a lower bound of what it would cost for these charts.
+One headless Chromium, not niced, on a box the bench has to itself (no trainer): the renderers'
+own costs. Per renderer: --loads new pages (a new browser context each), the time
 from navigation to the first chart drawn; then one page watched for --watch-s seconds
 (Chromium's CPU from /proc, the websocket's bytes); then a drag across its first chart and two
 redraws. Writes "Live charts: plotly, ECharts, uPlot" in docs/benchmarks.md.

@@ -54,7 +54,7 @@ def build(root: Path) -> Path:
 def live_charts(st) -> list[dict]:
     """The live page's charts as it sends them: charts.py's figures read into uPlot's terms, encoded."""
     figs = charts.live_charts(live_view.chart_frame(st), st.metrics, st.changes, live_view.health_config(st.meta))
-    return [live_chart.encode(live_chart.spec(f)) for _, f in figs if f is not None]
+    return [chart for _, chart in live_chart.payloads(figs) if chart is not None]
 
 
 def first_render(run_dir: Path):

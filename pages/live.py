@@ -7,9 +7,9 @@ grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in
 (and gives their bounds), grpo_core.analysis.charts builds the figures (smoothed by the page's EMA
 slider; long history by bins with their min and max, every step on request) and live_chart draws
 them with uPlot in the page (a refresh hands each chart new data: a reader's zoom stays), and
-advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the run's pace (2-10 s while it is
-live: live_cache.refresh_interval; a fragment, so the sliders below are not disturbed); a finished
-run is drawn once.
+advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the
+run's pace (2-10 s while it is live: live_cache.refresh_interval; a fragment, so the sliders below
+are not disturbed); a finished run is drawn once.
 """
 import streamlit as st
 
@@ -137,11 +137,9 @@ def monitor():
                                 "each bin's min and max, so no spike is lost)")
     raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
                         "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
-    specs = shared(s, "charts", smooth, raw, fn=lambda: [(key, None if fig is None else live_chart.encode(live_chart.spec(fig)))
-                                                          for key, fig in
-                                                          charts.live_charts(raw_steps(s) if raw else live_view.chart_frame(s),
-                                                          s.metrics, s.changes, live_view.health_config(s.meta),
-                                                          live_view.current_settings(s)["outcome_metric"], smoothing=smooth)])
+    specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.payloads(charts.live_charts(
+        raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
+        live_view.current_settings(s)["outcome_metric"], smoothing=smooth)))
     missing = [key for key, chart in specs if chart is None]
     shown = [(key, chart) for key, chart in specs if chart is not None]
     if not shown:

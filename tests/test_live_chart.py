@@ -10,14 +10,14 @@ from grpo_core.analysis import charts
 from grpo_core.analysis.downsample import envelope_names
 from grpo_core.dashboard import live_chart, live_view
 from grpo_core.runs import names
+from tests.helpers_dashboard import series
 from tests.test_charts import run  # noqa: F401  (the charts' 40-step run with two weight changes)
 
 
 def _values(spec, label):
-    """(steps, values) of one series, its gaps (None) left out."""
-    i = [s["label"] for s in spec["series"]].index(label)
-    pairs = [(x, y) for x, y in zip(spec["x"], spec["y"][i]) if y is not None]
-    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    """(steps, values) of one series as arrays (helpers_dashboard.series' points)."""
+    points = np.array(series(spec, label), dtype=float).reshape(-1, 2)
+    return points[:, 0], points[:, 1]
 
 
 def test_every_live_chart_carries_each_traces_points_at_its_own_steps(run):

@@ -59,6 +59,11 @@ def encode(chart: dict) -> bytes:
     return json.dumps(chart, allow_nan=False, separators=(",", ":")).encode()
 
 
+def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]]:
+    """charts.live_charts' (key, figure or None) as (key, the element's bytes or None)."""
+    return [(key, None if fig is None else encode(spec(fig))) for key, fig in figures]
+
+
 def _points(x, y) -> tuple[np.ndarray, np.ndarray]:
     """A trace's (steps, values) in float64. A bin's min and max share its mid step: the second
     of equal steps moves 1e-3 of a step right, so both stay points of the line."""
