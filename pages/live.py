@@ -9,13 +9,14 @@ slider; long history by bins with their min and max, every step on request) and 
 them with uPlot in the page (a refresh hands each chart new data: a reader's zoom stays), and
 advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the
 run's pace (2-10 s while it is live: live_cache.refresh_interval; a fragment, so the sliders below
-are not disturbed); a finished run is drawn once.
+are not disturbed), each refresh asked by the page once it drew the last one (refresh.after); a
+finished run is drawn once.
 """
 import streamlit as st
 
 from grpo_core.analysis import charts
-from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_chart, live_view, processes, request_view,
-                                 run_list, widget_state)
+from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_chart, live_view, processes, refresh,
+                                 request_view, run_list, widget_state)
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import live_settings, presets, requests
 from grpo_core.runs.locations import runs_dir
@@ -36,6 +37,7 @@ if not run_id:
     st.stop()
 
 RUN_DIR = runs_dir() / run_id
+STEER_REFRESH_S = 5.0  # the steering panel's period while the run is live: new rollouts, settings made elsewhere
 
 
 def state() -> live_view.LiveState:
@@ -70,17 +72,26 @@ except StoreError as e:
     st.error(str(e))
     st.stop()
 
-REFRESH = live_cache.refresh_interval(first)  # adapts to the run's step rate; None once it ended
 
-
-@st.fragment(run_every=REFRESH)
+@st.fragment
 def monitor():
+    """The run's cards, alerts and charts, refreshed at the run's pace once the page drew them
+    (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes)."""
+    s = monitor_panel()
+    if s is None:  # the store could not be read: try again while the run was live
+        period = live_cache.STALE_REFRESH_S if first.is_live else None
+    else:
+        period = live_cache.refresh_interval(s)
+    refresh.after(period, key="monitor_refresh")
+
+
+def monitor_panel() -> live_view.LiveState | None:
     try:
         s = state()
     except StoreError as e:  # the run was deleted or damaged while we watched
         st.error(str(e))
-        return
-    if s.is_live != first.is_live or live_cache.refresh_changed(REFRESH, s):  # ended, came back, or a new pace
+        return None
+    if s.is_live != first.is_live:  # ended or came back: the whole page changes
         st.rerun()
     c = shared(s, "cards", fn=lambda: live_cards.cards(s))
     caps = live_cards.capabilities(s)
@@ -150,6 +161,7 @@ def monitor():
             live_chart.draw(chart, key=f"chart_{key}")
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
+    return s
 
 
 def raw_steps(s: live_view.LiveState):
@@ -184,8 +196,14 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
             st.caption("The autopilot is on: it makes such a move itself once the ratio stays below its target.")
 
 
-@st.fragment(run_every=5.0 if first.is_live else None)  # slower: picks up new rollouts and settings
+@st.fragment
 def steer():
+    """The steering panel, refreshed less often: it picks up new rollouts and settings."""
+    steer_panel()
+    refresh.after(STEER_REFRESH_S if first.is_live else None, key="steer_refresh")
+
+
+def steer_panel():
     try:
         s = state()
     except StoreError:

@@ -71,6 +71,7 @@ def test_live_page_shows_a_finished_real_run_once(trained):
     assert [sl.label for sl in at.slider] == ["Chart smoothing"]  # nothing to steer on a finished run ...
     assert any("nothing to steer" in c for c in texts(at.caption))
     assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
+    assert refreshes(at) == {}  # drawn once
 
 
 def test_live_page_without_runs_offers_the_demo(monkeypatch, runs_dir):
@@ -195,6 +196,27 @@ def test_viewers_of_one_run_share_what_depends_on_the_run_alone(runs_dir, monkey
     assert calls == {"cards": 2, "what_if": 2, "flat_forecast": 2, "live_charts": 2}, calls
     first.slider(key="w:r:length").set_value(0.5).run()  # this viewer's own sliders: its own what-if
     assert calls["what_if"] == 3 and calls["cards"] == 2
+    store.close()
+
+
+
+def refreshes(at) -> dict:
+    """The live page's paced refreshes (grpo_core.dashboard.refresh): {fragment's key: period, s}."""
+    import json
+
+    from grpo_core.dashboard import refresh
+    return {e.key: json.loads(e.proto.json)["every"] for e in at.get("bidi_component")
+            if e.proto.component_name == refresh.COMPONENT}
+
+
+def test_a_live_run_refreshes_at_its_pace(runs_dir):
+    """The monitor refreshes at live_cache.refresh_interval, the steering panel every 5 s, each
+    asked by the page once it drew the last refresh (a finished run's page asks for none: above)."""
+    from grpo_core.dashboard import live_cache
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    at = app(run_id="r")
+    period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
+    assert refreshes(at) == {"monitor_refresh": period, "steer_refresh": 5.0}
     store.close()
 
 

@@ -28,14 +28,14 @@ APP = textwrap.dedent('''
     import streamlit as st
 
     from grpo_core.analysis import charts
-    from grpo_core.dashboard import live_chart
+    from grpo_core.dashboard import live_chart, refresh
     from grpo_core.runs import names
 
     CHANGES = pd.DataFrame({"step": [12], "kind": ["set_weights"], "request": [{"weights": {"exact": 0.7}}],
                             "source": ["ui"], "message": [""]})
 
 
-    @st.fragment(run_every=0.5)
+    @st.fragment
     def draw():
         n = st.session_state["n"] = st.session_state.get("n", -1) + 1
         steps = np.arange(40 + n)
@@ -45,6 +45,7 @@ APP = textwrap.dedent('''
         st.markdown(f"refresh {n}")
         live_chart.draw(live_chart.encode(live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0))),
                         key="ratio")
+        refresh.after(0.5, key="refresh")  # as on the live page: the next refresh once this one is drawn
 
 
     draw()

@@ -368,12 +368,3 @@ def _catch(errors, fn, *args):
         fn(*args)
     except Exception as e:  # reported by the test
         errors.append(e)
-
-
-def test_the_page_reruns_for_a_new_pace_only_when_it_is_far_off(tmp_path):
-    store = synth_run(tmp_path, "pace", 30)
-    state = live_cache.current(store.run_dir)
-    now = live_cache.refresh_interval(state)
-    assert not live_cache.refresh_changed(now, state)
-    assert not live_cache.refresh_changed(now * 1.2, state)  # a wobble: keep the period
-    assert live_cache.refresh_changed(now * 3, state) and live_cache.refresh_changed(None, state)

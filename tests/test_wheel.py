@@ -138,7 +138,7 @@ def test_the_readme_install_commands_build_install_and_serve_the_wheel(tmp_path,
                            cwd=home, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where) == site / "grpo_core" / "__init__.py"  # the wheel's, not the checkout's
     assert (site / "grpo_core" / "streamlit_app" / "pages" / "live.py").is_file()
-    assets = site / "grpo_core" / "dashboard" / "assets"  # the live page's charts: its script, uPlot and its licence
+    assets = site / "grpo_core" / "dashboard" / "assets"  # the live page's charts and refresh: their scripts, uPlot and its licence
     assert {p.name for p in assets.iterdir()} == {p.name for p in (REPO / "grpo_core" / "dashboard" / "assets").iterdir()}
 
     log = open(tmp_path / "serve.log", "w")

@@ -206,15 +206,6 @@ def refresh_interval(state: LiveState) -> float | None:
     return min(MAX_REFRESH_S, max(MIN_REFRESH_S, period / 2))
 
 
-def refresh_changed(period: float | None, state: LiveState) -> bool:
-    """Whether the page's poll period (fixed per script run by st.fragment) is off the run's pace by
-    more than half: then the page reruns to take the new one (not on every small wobble)."""
-    now = refresh_interval(state)
-    if period is None or now is None:
-        return period != now
-    return abs(now - period) > 0.5 * period
-
-
 def _seen_period(state: LiveState) -> float | None:
     """Seconds per step over the steps the cache saw arrive in the last RATE_WINDOW_S (includes
     what the logged step time leaves out: evals, checkpoints, commit batching)."""

@@ -1,0 +1,90 @@
+"""The live page's refresh (grpo_core.dashboard.refresh) in a real browser: a fragment of a
+Streamlit app of its own reruns alone, again and again, and the page asks for each rerun only
+once it has drawn the last one: a server (or a browser) slower than the period gets one request
+per refresh, where Streamlit's run_every timer would queue one per period. Waits follow the app's
+run counter, not a wall clock."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import pytest
+
+from tests.helpers_dashboard import REPO, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+STALL_S = 120  # no rerun at all for this long: a hung server
+PERIOD_S, RUN_S = 0.1, 0.6  # each fragment run takes 6 periods: a timer would ask 6 times per run
+APP = textwrap.dedent(f'''
+    import time
+
+    import streamlit as st
+
+    from grpo_core.dashboard import refresh
+
+    st.session_state["page"] = st.session_state.get("page", 0) + 1
+    st.markdown(f"page runs {{st.session_state['page']}}")
+
+
+    @st.fragment
+    def panel():
+        n = st.session_state["n"] = st.session_state.get("n", 0) + 1
+        time.sleep({RUN_S})
+        st.markdown(f"fragment runs {{n}}")
+        refresh.after({PERIOD_S}, key="refresh")
+
+
+    panel()
+''')
+
+
+def counter(page, label: str) -> int:
+    m = re.search(label + r" (\d+)", page.inner_text("body"))
+    return int(m.group(1)) if m else 0
+
+
+@pytest.fixture
+def served(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                               "--server.address", "127.0.0.1", "--server.headless", "true",
+                               "--browser.gatherUsageStats", "false"],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: server.poll() is None and urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok",
+                 STALL_S, what="Streamlit to answer")
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+
+
+def test_the_fragment_reruns_alone_one_request_per_drawn_refresh(served):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            sent = []
+            page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append(frame)))
+            page.goto(served)
+            wait_for(lambda: counter(page, "fragment runs") >= 2, STALL_S, what="the first refresh")
+            before, first = len(sent), counter(page, "fragment runs")
+            wait_for(lambda: counter(page, "fragment runs") >= first + 6, STALL_S, what="six more refreshes")
+            runs, asked = counter(page, "fragment runs") - first, len(sent) - before
+            assert counter(page, "page runs") == 1  # only the fragment reran
+            # one request per refresh drawn (a timer would have sent ~RUN_S / PERIOD_S per refresh);
+            # +2: the request in flight now, and a heartbeat the page may have sent meanwhile
+            assert asked <= runs + 2, f"{asked} requests for {runs} refreshes"
+        finally:
+            browser.close()
