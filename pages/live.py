@@ -67,7 +67,7 @@ def send(kind: str, payload: dict) -> bool:
 
 
 try:
-    first = state()
+    LIVE = state().is_live  # a bool, read now: a LiveState derives its status from its heartbeat's age at each read
 except StoreError as e:
     st.error(str(e))
     st.stop()
@@ -79,7 +79,7 @@ def monitor():
     (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes)."""
     s = monitor_panel()
     if s is None:  # the store could not be read: try again while the run was live
-        period = live_cache.STALE_REFRESH_S if first.is_live else None
+        period = live_cache.STALE_REFRESH_S if LIVE else None
     else:
         period = live_cache.refresh_interval(s)
     refresh.after(period, key="monitor_refresh")
@@ -91,7 +91,7 @@ def monitor_panel() -> live_view.LiveState | None:
     except StoreError as e:  # the run was deleted or damaged while we watched
         st.error(str(e))
         return None
-    if s.is_live != first.is_live:  # ended or came back: the whole page changes
+    if s.is_live != LIVE:  # ended or came back: the whole page changes
         st.rerun()
     c = shared(s, "cards", fn=lambda: live_cards.cards(s))
     caps = live_cards.capabilities(s)
@@ -200,7 +200,7 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
 def steer():
     """The steering panel, refreshed less often: it picks up new rollouts and settings."""
     steer_panel()
-    refresh.after(STEER_REFRESH_S if first.is_live else None, key="steer_refresh")
+    refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_refresh")
 
 
 def steer_panel():

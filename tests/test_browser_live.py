@@ -21,9 +21,9 @@ import pytest
 from grpo_core.dashboard import processes
 from grpo_core.errors import StoreError
 from grpo_core.runs.run_index import list_runs
-from grpo_core.runs.run_meta import pid_alive
+from grpo_core.runs.run_meta import STALE_AFTER_S, pid_alive
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, free_port, process_tree, wait_for
+from tests.helpers_dashboard import REPO, answers, free_port, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -76,13 +76,12 @@ class Server:
         self.log = open(self.root / f"serve-{time.time():.0f}.log", "w")
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        import urllib.request
 
-        def answers():
+        def up():
             if self.proc.poll() is not None:  # serve itself failed: no use waiting
                 pytest.fail(f"serve exited: {Path(self.log.name).read_text()[-2000:]}")
-            return urllib.request.urlopen(self.url + "/_stcore/health", timeout=2).read() == b"ok"
-        wait_for(answers, STALL_S, what="Streamlit to answer")
+            return answers(self.url)
+        wait_for(up, STALL_S, what="Streamlit to answer")
         return Path(self.log.name).read_text()
 
     def stop(self):
@@ -363,6 +362,36 @@ def test_charts_keep_updating_while_the_run_trains(served, new_context):
           progress=store_step(server.root, rid))
     step_text = page.get_by_text(STEP_TEXT).first.inner_text()
     assert int(STEP_TEXT.search(step_text).group(1)) >= first
+
+
+
+def test_the_page_refreshes_its_panels_alone_past_the_heartbeats_stale_age(served, new_context):
+    """While the run trains, each refresh reruns the monitor's or the steering panel's fragment
+    alone, also once the page's first read of the run is older than run_meta.STALE_AFTER_S
+    (a LiveState's status follows its heartbeat's age: the page keeps a bool, not the state)."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    server, rid = served
+    runs = {"page": 0, "fragment": 0}
+
+    def count(payload):
+        if isinstance(payload, bytes):
+            msg = ForwardMsg.FromString(payload)
+            if msg.HasField("script_finished"):
+                if msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:
+                    runs["page"] += 1
+                elif msg.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:
+                    runs["fragment"] += 1
+    page = new_context().new_page()
+    page.on("websocket", lambda ws: ws.on("framereceived", count))
+    page.goto(f"{server.url}/?run={rid}", wait_until="domcontentloaded")
+    until(lambda: page.evaluate(f"{CHARTS}.length >= 6") and runs["page"] >= 1, what="the live page's first run")
+    pages, t0 = runs["page"], time.time()
+
+    def past_stale_age():
+        page.wait_for_timeout(100)  # Playwright hands the frames received meanwhile to count()
+        return time.time() - t0 > 2 * STALE_AFTER_S and runs["fragment"] >= 6
+    until(past_stale_age, what="refreshes past the heartbeat's stale age", progress=lambda: runs["fragment"])
+    assert runs["page"] == pages, f"{runs['page'] - pages} whole-page reruns in {runs['fragment']} refreshes"
 
 
 def _inotify_watches(pid: int) -> int:
