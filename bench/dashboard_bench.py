@@ -33,7 +33,7 @@ from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 from grpo_core.analysis import charts  # noqa: E402
 from grpo_core.dashboard import advice, live_cards, live_chart, live_view  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
-from tests.helpers_dashboard import process_tree, synth_run  # noqa: E402
+from tests.helpers_dashboard import answers, process_tree, synth_run, wait_for  # noqa: E402
 
 HEADING = "## Dashboard"
 STEPS, ROLLOUT_STEPS = 20_000, 500
@@ -112,7 +112,6 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
     import signal
     import socket
     import subprocess
-    import urllib.request
 
     from playwright.sync_api import sync_playwright
 
@@ -127,12 +126,7 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     out = {}
     try:
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.2)
+        wait_for(lambda: answers(f"http://127.0.0.1:{port}"), 180, every=0.2, what="Streamlit to answer")
         out["server"] = time.perf_counter() - t0
         last_x = ("(() => { const h = document.querySelector('.live-chart'); "
                   "return h && h.chart ? h.chart.data[0].at(-1) : -1; })()")  # the ratio chart's last step

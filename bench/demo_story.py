@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from grpo_core.dashboard import processes  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.config import HealthConfig  # noqa: E402
 from grpo_core.runs.store import EV_ALERT, RunStore  # noqa: E402
+from tests.helpers_dashboard import answers, wait_for  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -49,13 +49,8 @@ def serve(root: Path, port: int) -> subprocess.Popen:
     log = open(root / "serve.log", "w")
     cmd = [sys.executable, "-m", "grpo_core", "serve", "--port", str(port), "--runs-dir", str(root)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    for _ in range(180):
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                return proc
-        except OSError:
-            time.sleep(1)
-    raise SystemExit("Streamlit did not answer in 180 s")
+    wait_for(lambda: answers(f"http://127.0.0.1:{port}"), 180, every=1.0, what="Streamlit to answer")
+    return proc
 
 
 # The live page's charts are uPlot charts (grpo_core.dashboard.live_chart) kept on their element's node.

@@ -434,16 +434,18 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
     for r in results[1:]:
         n = r["viewers"]
         per = (r["server_cpu"] - (base["server_cpu"] if base["viewers"] == 0 else 0)) / n
-        out.append(f"- {n} viewer{'s' if n > 1 else ''}: the server used {per:.1%} of a core per viewer, {per * refresh_s * 1e3:.0f} ms "
-                   f"of CPU per viewer per {refresh_s:g} s refresh; Chromium used {r['browser_cpu']:.0%} of a core; "
+        period = r["redraw_s"] or refresh_s  # each page asks for its next refresh once it drew the last one
+        out.append(f"- {n} viewer{'s' if n > 1 else ''}: the server used {per:.1%} of a core per viewer, {per * period * 1e3:.0f} ms "
+                   f"of CPU per viewer per refresh (one per {period:.1f} s); Chromium used {r['browser_cpu']:.0%} of a core; "
                    f"trainer {r['steps_per_s']:.2f} steps/s against {base['steps_per_s']:.2f} "
                    f"(load average {r['load']:.1f} on {len(os.sched_getaffinity(0))} cores: the trainer, the server, "
                    "Chromium and other work share them).")
     lags = [x for r in results for x in r["lags"]]
     if lags:
         out.append(f"- Lag (max {max(lags):.2f} s over all phases): a step is readable once the trainer commits "
-                   f"(`log.commit_every_s`, 1 s by default), then shown at the page's next refresh "
-                   f"(`live_cache.MIN_REFRESH_S` = {refresh_s:g} s, a fast run's period) plus the server's run and the browser's draw.")
+                   f"(`log.commit_every_s`, 1 s by default), then shown at the page's next refresh, which the page asks "
+                   f"for `live_cache.MIN_REFRESH_S` = {refresh_s:g} s (a fast run's period) after it drew the last one "
+                   f"(grpo_core/dashboard/refresh.py), plus the server's run and the browser's draw.")
     return out
 
 

@@ -10,10 +10,13 @@ the trainer really writes.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +112,29 @@ def process_tree(pid: int) -> list[int]:
         for child in (task / "children").read_text().split():
             out += process_tree(int(child))
     return out
+
+
+def answers(url: str) -> bool:
+    """Whether the Streamlit server at url answers its health check (raises while it cannot)."""
+    return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
+
+
+@contextmanager
+def streamlit_app(app: Path, timeout: float = 120):
+    """`streamlit run app` on a free local port, from the repository: its URL once it answers.
+    Its process group is stopped on the way out, however the caller ends."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                               "--server.address", "127.0.0.1", "--server.headless", "true",
+                               "--browser.gatherUsageStats", "false"],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: server.poll() is None and answers(url), timeout, what="Streamlit to answer")
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
 
 
 def wait_for(pred, timeout: float, every: float = 0.25, what: str = "condition"):

@@ -4,16 +4,11 @@ draws the figure's lines, threshold and change marker; each refresh reaches the 
 data, no rebuild), so a reader's drag-zoom survives refreshes and a double-click gives the chart
 back to the data. Waits follow the app's refresh counter, not a wall clock."""
 import re
-import signal
-import os
-import subprocess
-import sys
 import textwrap
-import urllib.request
 
 import pytest
 
-from tests.helpers_dashboard import REPO, free_port, wait_for
+from tests.helpers_dashboard import streamlit_app, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -59,27 +54,15 @@ CHART = "document.querySelector('.live-chart').chart"
 def page(tmp_path):
     app = tmp_path / "app.py"
     app.write_text(APP)
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-                               "--server.address", "127.0.0.1", "--server.headless", "true",
-                               "--browser.gatherUsageStats", "false"],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: server.poll() is None and urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok",
-                 STALL_S, what="Streamlit to answer")
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            try:
-                pg = browser.new_page(viewport={"width": 1000, "height": 700})
-                pg.goto(url)
-                pg.wait_for_selector(".live-chart canvas", state="attached", timeout=STALL_S * 1000)
-                yield pg
-            finally:
-                browser.close()
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+    with streamlit_app(app, STALL_S) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1000, "height": 700})
+            pg.goto(url)
+            pg.wait_for_selector(".live-chart canvas", state="attached", timeout=STALL_S * 1000)
+            yield pg
+        finally:
+            browser.close()
 
 
 def refresh_count(pg) -> int:

@@ -3,17 +3,12 @@ Streamlit app of its own reruns alone, again and again, and the page asks for ea
 once it has drawn the last one: a server (or a browser) slower than the period gets one request
 per refresh, where Streamlit's run_every timer would queue one per period. Waits follow the app's
 run counter, not a wall clock."""
-import os
 import re
-import signal
-import subprocess
-import sys
 import textwrap
-import urllib.request
 
 import pytest
 
-from tests.helpers_dashboard import REPO, free_port, wait_for
+from tests.helpers_dashboard import streamlit_app, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -55,19 +50,8 @@ def counter(page, label: str) -> int:
 def served(tmp_path):
     app = tmp_path / "app.py"
     app.write_text(APP)
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-                               "--server.address", "127.0.0.1", "--server.headless", "true",
-                               "--browser.gatherUsageStats", "false"],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: server.poll() is None and urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok",
-                 STALL_S, what="Streamlit to answer")
+    with streamlit_app(app, STALL_S) as url:
         yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(30)
 
 
 def test_the_fragment_reruns_alone_one_request_per_drawn_refresh(served):

@@ -12,13 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers_dashboard import REPO, free_port, synth_run, wait_for
+from tests.helpers_dashboard import REPO, answers, free_port, synth_run, wait_for
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("playwright.sync_api")
@@ -61,7 +60,7 @@ def start_servers(n: int, runs_dir, tmp_path):
                                     stderr=subprocess.STDOUT, start_new_session=True)
             servers.append((f"http://127.0.0.1:{port}", proc, log))
         for url, _, _ in servers:
-            wait_for(lambda: urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok", 60,
+            wait_for(lambda: answers(url), 60,
                      what="Streamlit to answer")
         yield [url for url, _, _ in servers]
     finally:

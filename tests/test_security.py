@@ -30,7 +30,7 @@ from grpo_core.__main__ import build_parser, main
 from grpo_core.dashboard import access, serve
 from grpo_core.errors import ConfigError
 from grpo_core.runs import run_index
-from tests.helpers_dashboard import REPO, free_port, synth_run, wait_for
+from tests.helpers_dashboard import REPO, answers, free_port, synth_run, wait_for
 
 TOKEN = "s3cret-token-for-tests"
 PAGES = ["pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"]
@@ -109,8 +109,7 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
                                       stderr=subprocess.STDOUT, start_new_session=True)}
     try:
         for k, port in ports.items():
-            wait_for(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
-                     == b"ok", 120, what=f"the {k} server")
+            wait_for(lambda: answers(f"http://127.0.0.1:{port}"), 120, what=f"the {k} server")
         assert listening(ports["default"]) == {"127.0.0.1"}
         assert listening(ports["wide"]) == {"0.0.0.0"}
         for port in ports.values():  # XSRF on: a write without the XSRF token is refused before anything else

@@ -9,13 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
 from grpo_core.dashboard import processes
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, free_port, wait_for
+from tests.helpers_dashboard import REPO, answers, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -54,11 +53,11 @@ def serve_process(runs_dir, tmp_path):
                                            start_new_session=True)
         log.close()
 
-        def answers():
+        def up():
             if started["proc"].poll() is not None:  # serve itself failed: no use waiting
                 pytest.fail(f"serve exited: {(tmp_path / 'serve.log').read_text()[-2000:]}")
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
-        wait_for(answers, STALL_S, what="serve's Streamlit to answer")
+            return answers(f"http://127.0.0.1:{port}")
+        wait_for(up, STALL_S, what="serve's Streamlit to answer")
         return started["proc"]
     try:
         yield start
