@@ -33,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +43,7 @@ from perf_common import machine, publish  # noqa: E402
 
 from grpo_core.dashboard import live_cache  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
-from tests.helpers_dashboard import free_port, process_tree, wait_for  # noqa: E402
+from tests.helpers_dashboard import answers, free_port, process_tree, wait_for  # noqa: E402
 
 HEADING = "## Live page: viewers"
 CHROMIUM = "/usr/bin/chromium"
@@ -116,6 +115,25 @@ BREAKDOWN = [  # (label, key): cumulative ms since navigation start
     ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("every chart drawn", "all_plots")]
 
 
+# Streamlit's own floor: a page of one progress-like line and one chart in the live page's element,
+# a minimal app of its own (the same marks apply: its text matches STEP_RE, its chart is a .live-chart).
+FLOOR_APP = """
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from grpo_core.analysis import charts
+from grpo_core.dashboard import live_chart
+from grpo_core.runs import names
+
+steps = np.arange(10_000)
+ratio = 0.5 + 0.4 * np.sin(steps / 50.0)
+st.markdown("step 10,000 of 10,000")
+df = pd.DataFrame({names.TRAINABLE_RATIO: ratio, names.CUM_TRAINABLE_RATIO: np.cumsum(ratio) / (steps + 1)}, index=steps)
+live_chart.draw(live_chart.encode(live_chart.spec(charts.ratio_chart(df))), key="ratio")
+live_chart.load()
+"""
+
 # ---- the run: history once (cached), then the real trainer resumed --------------------------------
 def history(cache: Path, steps: int) -> tuple[Path, str]:
     """(runs dir, run id) of a finished run of `steps` steps with its final checkpoint; trained once."""
@@ -138,14 +156,6 @@ def history(cache: Path, steps: int) -> tuple[Path, str]:
 
 def history_seconds(root: Path) -> float:
     return float((root / ".complete").read_text())
-
-
-def answers(url: str) -> bool:
-    """Whether the Streamlit server at `url` answers its health check."""
-    try:
-        return urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok"
-    except OSError:
-        return False
 
 
 def last_step(run_dir: Path) -> int:
@@ -363,6 +373,26 @@ def first_chart_trainer_paused(browser, warm, url: str, trainer: subprocess.Pope
     return out
 
 
+
+def first_chart_floor(browser, procs: "Processes", work: Path, args) -> dict:
+    """A new page's first chart on FLOOR_APP beside the running trainer, no viewer open: what
+    Streamlit itself costs a starved browser (its JS, its websocket, one element of each kind)."""
+    app = work / "floor_app.py"
+    app.write_text(FLOOR_APP)
+    port = free_port()
+    procs.start("floor", [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"])
+    url = f"http://127.0.0.1:{port}/"
+    wait_for(lambda: procs.check() or answers(url.rstrip("/")), 120, every=POLL_S, what="the floor app to answer")
+    warm = new_context(browser, marks=True)
+    open_page(warm, url, args.timeout_s)[0].close()  # fills its HTTP cache
+    cold = new_context(browser, marks=True)
+    out = {"first": first_chart(cold, url, args.timeout_s, []), "warm": first_chart(warm, url, args.timeout_s, [])}
+    cold.close()
+    warm.close()
+    print(f"floor: first chart {out['first']['seconds']} s (warm cache {out['warm']['seconds']} s)", file=sys.stderr)
+    return out
+
 # ---- the section ---------------------------------------------------------------------------------
 def ok(good: bool) -> str:
     return " ✓" if good else " ✗"
@@ -414,7 +444,7 @@ def breakdown(results: list[dict]) -> list[str]:
     return out
 
 
-def limits(results: list[dict], refresh_s: float) -> list[str]:
+def limits(results: list[dict], floor: dict, refresh_s: float) -> list[str]:
     """What the numbers say limits each target, computed from this bench's readings."""
     most = results[-1]
     f = most["warm"]
@@ -430,7 +460,12 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
                f"{f.get('msgs', '?')} websocket messages, the charts drawing); until then the server used "
                f"{f['server_cpu_s']:.2f} CPU s, Chromium {f['browser_cpu_s']:.2f} CPU s at nice 19 "
                f"(the page's main thread {(f.get('longtask_ms') or 0) / 1e3:.2f} s in long tasks)."]
-    base = results[0]
+    base, f0 = results[0], results[0]["warm"]
+    if f0["seconds"] is not None and floor["warm"]["seconds"] is not None:
+        out.append(f"- First chart ({base['viewers']} open, new tab, {f0['seconds']:.1f} s) against Streamlit's floor on "
+                   f"the same starved browser ({floor['warm']['seconds']:.1f} s for one line and one chart): the live page's "
+                   f"own elements (sidebar, cards, what-to-do, sliders, 7 charts; {f0.get('msgs', '?')} websocket messages "
+                   f"against {floor['warm'].get('msgs', '?')}) cost the browser the rest.")
     for r in results[1:]:
         n = r["viewers"]
         per = (r["server_cpu"] - (base["server_cpu"] if base["viewers"] == 0 else 0)) / n
@@ -449,7 +484,7 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
     return out
 
 
-def section(results: list[dict], paused: dict, args, hist_steps: int, hist_s: float, start_step: int, minutes: float) -> str:
+def section(results: list[dict], paused: dict, floor: dict, args, hist_steps: int, hist_s: float, start_step: int, minutes: float) -> str:
     refresh_s = live_cache.MIN_REFRESH_S  # a fast run's poll period (live_cache.refresh_interval)
     priority = (", its session's autogroup at nice 19 too (with autogroups on, nice alone ranks only within "
                 "a session)" if args.browser_priority == "autogroup" else
@@ -485,16 +520,19 @@ def section(results: list[dict], paused: dict, args, hist_steps: int, hist_s: fl
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
         f"new browser {seconds_cell(paused['first']['seconds'], args.timeout_s)}, new tab "
-        f"{seconds_cell(paused['warm']['seconds'], args.timeout_s)}; its breakdown is the last two columns below.",
+        f"{seconds_cell(paused['warm']['seconds'], args.timeout_s)}. Streamlit's own floor beside the running trainer, "
+        f"no viewer open: a minimal app of its own (one line of text and one chart in the live page's element, "
+        f"`FLOOR_APP`), same browser: new browser {seconds_cell(floor['first']['seconds'], args.timeout_s)}, new tab "
+        f"{seconds_cell(floor['warm']['seconds'], args.timeout_s)}. Their breakdowns are the last four columns below.",
         "",
         "Where a new page's first chart goes (page-side `performance.now()` marks; the websocket is "
         "Streamlit's, wrapped by an init script; each row is cumulative):",
         "",
-        *breakdown(results + [{"viewers": "trainer paused, 0", **paused}]),
+        *breakdown(results + [{"viewers": "trainer paused, 0", **paused}, {"viewers": "Streamlit floor, 0", **floor}]),
         "",
         "What limits each (computed from these readings; one run on a shared box: a distribution would need repeats):",
         "",
-        *limits(results, refresh_s),
+        *limits(results, floor, refresh_s),
         "",
     ])
 
@@ -550,12 +588,13 @@ def main():
                     page.context.close()
                 paused = first_chart_trainer_paused(browser, warm, f"{url}/?run={rid}", trainer,
                                                     process_tree(server.pid), args)
+                floor = first_chart_floor(browser, procs, work, args)
             finally:
                 browser.close()
     finally:
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
-    text = section(results, paused, args, args.history_steps, history_seconds(hist_root), start_step,
+    text = section(results, paused, floor, args, args.history_steps, history_seconds(hist_root), start_step,
                    (time.time() - t_start) / 60)
     publish(HEADING, text, write=not args.no_write)
 
