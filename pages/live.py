@@ -38,6 +38,7 @@ if not run_id:
 
 RUN_DIR = runs_dir() / run_id
 STEER_REFRESH_S = 5.0  # the steering panel's period while the run is live: new rollouts, settings made elsewhere
+PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
 
 
 def state() -> live_view.LiveState:
@@ -95,7 +96,18 @@ def monitor_panel() -> live_view.LiveState | None:
         st.rerun()
     c = shared(s, "cards", fn=lambda: live_cards.cards(s))
     caps = live_cards.capabilities(s)
+    run_line(s, c, caps)
+    if ss.get(PAINTED):
+        health(s, c, caps)
+        smooth, raw = chart_controls()
+    else:  # the page's first paint: the run and its charts, the rest right after (see FIRST_PAINT)
+        smooth, raw = ss.get("smoothing", charts.DEFAULT_SMOOTHING), ss.get("raw_steps", False)
+    chart_grid(s, smooth, raw)
+    return s
 
+
+def run_line(s: live_view.LiveState, c: live_cards.Cards, caps: dict):
+    """The run, its status, settings and progress, and what its status means."""
     top = st.columns([3, 2])
     setup = run_list.config_summary(s.meta, live_view.current_settings(s))  # the settings in force
     top[0].markdown(f"**{run_id}** · {live_cards.status_badge(c.status)} · {setup}")
@@ -111,6 +123,9 @@ def monitor_panel() -> live_view.LiveState | None:
     if caps["message"]:
         st.info(caps["message"])
 
+
+def health(s: live_view.LiveState, c: live_cards.Cards, caps: dict):
+    """The health cards, the verdict, the alerts, the top alert's fix and this session's requests."""
     wasted = live_cards.wasted_text(s)
     if wasted:
         st.caption(wasted)
@@ -141,6 +156,9 @@ def monitor_panel() -> live_view.LiveState | None:
             for r in reqs[:6]:
                 st.markdown(f"`#{r['id']}` {live_settings.describe(r['kind'], r['payload'])} — **{r['text']}**")
 
+
+def chart_controls() -> tuple[float, bool]:
+    """The charts' smoothing slider and every-step toggle: their values."""
     row = st.columns([4, 1])
     smooth = row[0].slider("Chart smoothing", 0.0, 0.99, charts.DEFAULT_SMOOTHING, 0.01, key="smoothing",
                            help="Exponential moving average of every measured series, debiased as W&B's and "
@@ -148,6 +166,11 @@ def monitor_panel() -> live_view.LiveState | None:
                                 "each bin's min and max, so no spike is lost)")
     raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
                         "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
+    return smooth, raw
+
+
+def chart_grid(s: live_view.LiveState, smooth: float, raw: bool):
+    """The run's charts, two per row (live_chart: uPlot, built per version for every viewer)."""
     specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.payloads(charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
         live_view.current_settings(s)["outcome_metric"], smoothing=smooth)))
@@ -161,7 +184,6 @@ def monitor_panel() -> live_view.LiveState | None:
             live_chart.draw(chart, key=f"chart_{key}")
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
-    return s
 
 
 def raw_steps(s: live_view.LiveState):
@@ -199,6 +221,8 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
 @st.fragment
 def steer():
     """The steering panel, refreshed less often: it picks up new rollouts and settings."""
+    if not ss.get(PAINTED):
+        return  # the page's first paint: the panel comes right after
     steer_panel()
     refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_refresh")
 
@@ -380,3 +404,6 @@ def save_preset_box(s: live_view.LiveState, cur: dict):
 monitor()
 steer()
 live_chart.load()  # uPlot for the charts, once per page (an element outside the fragments: not resent)
+if not ss.get(PAINTED):  # the rest of the page, asked for once the browser painted the run's charts
+    ss[PAINTED] = True
+    refresh.after(0.0, key="first_paint")

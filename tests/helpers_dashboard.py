@@ -178,11 +178,21 @@ def trained_run(base: Path) -> tuple[Path, str]:
     return root, run_id
 
 
+def app_test(path: str = "app.py", timeout: float = 60):
+    """AppTest of app.py (or a page file) as a session past the live page's first paint, which
+    shows the run line and the charts alone (pages/live.py; tests/test_app.py checks it)."""
+    from streamlit.testing.v1 import AppTest
+
+    from grpo_core.dashboard import widget_state
+    at = AppTest.from_file(str(REPO / path), default_timeout=timeout)
+    at.session_state[widget_state.PAINTED] = True
+    return at
+
+
 def run_page(path: str, run_id: str):
     """A Streamlit page (app.py or pages/*.py) run in AppTest on `run_id`; fails on any exception.
     The runs dir is $GRPO_HEALTH_RUNS_DIR (the caller sets it)."""
-    from streamlit.testing.v1 import AppTest
-    at = AppTest.from_file(str(REPO / path), default_timeout=60)
+    at = app_test(path)
     at.session_state["run_id"] = run_id
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -13,7 +13,7 @@ from grpo_core.dashboard import processes
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, TRAINED_STEPS, live_charts, series, synth_run, trained_run, wait_for
+from tests.helpers_dashboard import REPO, TRAINED_STEPS, app_test, live_charts, series, synth_run, trained_run, wait_for
 
 APP = str(REPO / "app.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
@@ -30,7 +30,7 @@ def trained(tmp_path_factory, monkeypatch):
 
 
 def app(page: str | None = None, **state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = app_test()
     for k, v in state.items():
         at.session_state[k] = v
     at.run()
@@ -217,6 +217,25 @@ def test_a_live_run_refreshes_at_its_pace(runs_dir):
     at = app(run_id="r")
     period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
     assert refreshes(at) == {"monitor_refresh": period, "steer_refresh": 5.0}
+    store.close()
+
+
+
+def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(runs_dir):
+    """A session's first run of the live page draws the run line, its progress and its charts, and
+    asks its browser for the whole page once that is painted (a refresh at 0 s outside the
+    fragments): the cards, alerts and controls come with that second run."""
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    at = AppTest.from_file(APP, default_timeout=60)  # a new session: no first paint yet
+    at.session_state["run_id"] = "r"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(live_charts(at)) >= 6 and any("step 40 of 100" in str(p.proto) for p in at.get("progress"))
+    assert not at.metric and not at.slider and refreshes(at)["first_paint"] == 0.0
+    at.run()  # what the browser asks for once it painted the charts
+    assert "Trainable ratio (cumulative)" in metrics(at)
+    assert {"Chart smoothing", "exact", "min_group_std"} <= {s.label for s in at.slider}  # the steering panel too
+    assert "first_paint" not in refreshes(at) and len(live_charts(at)) >= 6
     store.close()
 
 

@@ -21,7 +21,7 @@ from grpo_core.errors import StoreError
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, synth_run
+from tests.helpers_dashboard import app_test, REPO, synth_run
 
 FAST = ["--set", "model.warm_start_steps=0", "--set", "log.progress=false"]
 
@@ -145,7 +145,7 @@ def test_the_real_cli_process_prints_one_line_and_no_traceback(files, runs_dir):
 
 # ---- the dashboard: st.error with the message, no exception, no run ---------------------------------------
 def runs_page(**state) -> AppTest:
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     for k, v in state.items():
         at.session_state[k] = v
     at.run()
@@ -198,7 +198,7 @@ def test_start_form_takes_a_model_folder_inside_the_runs_dir(runs_dir, monkeypat
 
 
 def test_pilot_form_refuses_a_model_path_outside(runs_dir, monkeypatch):
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.run()
     at.switch_page("pages/pilot.py").run()
     next(t for t in at.text_input if t.label == "Model path").set_value("/etc")

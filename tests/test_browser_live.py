@@ -366,9 +366,11 @@ def test_charts_keep_updating_while_the_run_trains(served, new_context):
 
 
 def test_the_page_refreshes_its_panels_alone_past_the_heartbeats_stale_age(served, new_context):
-    """While the run trains, each refresh reruns the monitor's or the steering panel's fragment
-    alone, also once the page's first read of the run is older than run_meta.STALE_AFTER_S
-    (a LiveState's status follows its heartbeat's age: the page keeps a bool, not the state)."""
+    """A new page runs whole twice: its first paint (the run line and the charts), then the whole
+    page. Then, while the run trains, each refresh reruns the monitor's or the steering panel's
+    fragment alone, also once the page's first read of the run is older than
+    run_meta.STALE_AFTER_S (a LiveState's status follows its heartbeat's age: the page keeps a
+    bool, not the state)."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     server, rid = served
     runs = {"page": 0, "fragment": 0}
@@ -384,8 +386,10 @@ def test_the_page_refreshes_its_panels_alone_past_the_heartbeats_stale_age(serve
     page = new_context().new_page()
     page.on("websocket", lambda ws: ws.on("framereceived", count))
     page.goto(f"{server.url}/?run={rid}", wait_until="domcontentloaded")
-    until(lambda: page.evaluate(f"{CHARTS}.length >= 6") and runs["page"] >= 1, what="the live page's first run")
+    until(lambda: page.evaluate(f"{CHARTS}.length >= 6") and runs["page"] >= 1, what="the live page's first paint")
+    see(page, "What-if trainable ratio")  # the whole page, which the first paint asked for
     pages, t0 = runs["page"], time.time()
+    assert pages == 2  # the first paint (the run line and the charts), then the whole page
 
     def past_stale_age():
         page.wait_for_timeout(100)  # Playwright hands the frames received meanwhile to count()

@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_core.runs import names, store
 from grpo_core.runs.config import DEMO_WEIGHTS
-from tests.helpers_dashboard import REPO, synth_run, wait_for
+from tests.helpers_dashboard import app_test, REPO, synth_run, wait_for
 
 SENDERS, PER_SENDER = 4, 25
 SENDER = r'''
@@ -142,7 +142,7 @@ def step_text(at: AppTest) -> str:
 
 
 def live(run_id: str) -> AppTest:
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.session_state["run_id"] = run_id
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -62,12 +62,10 @@ def test_live_capabilities_treat_a_trl_run_as_live_and_steerable(runs_dir):
 
 
 def test_live_page_offers_a_trl_run_only_the_controls_its_callback_applies(runs_dir):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.helpers_dashboard import REPO, synth_run
+    from tests.helpers_dashboard import app_test, synth_run
     store = synth_run(runs_dir, "t", 6)
     store.set_meta(kind="trl", source="trl")
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.session_state["run_id"] = "t"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -84,7 +82,7 @@ def test_live_page_offers_a_trl_run_only_the_controls_its_callback_applies(runs_
     store.close()
     # the built-in trainer's run keeps every control
     own = synth_run(runs_dir, "o", 6)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.session_state["run_id"] = "o"
     at.run()
     assert {n.key for n in at.number_input} == {f"{k}:o" for k in live_view.RUN_SETTINGS}

@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from grpo_core.__main__ import main
 from grpo_core.errors import StoreError
 from grpo_core.runs import names as run_names
 from grpo_core.runs import run_index, store
-from tests.helpers_dashboard import REPO, live_charts, synth_run, wait_for
+from tests.helpers_dashboard import app_test, live_charts, REPO, synth_run, wait_for
 
 P, G = 2, 4
 SMALL = ["grpo.steps=400", f"grpo.prompts_per_step={P}", f"grpo.group_size={G}", "grpo.max_new_tokens=8",
@@ -273,7 +272,7 @@ def test_unwritable_runs_dir_is_one_line_and_creates_nothing(a_file, capsys, whe
 
 def test_unwritable_runs_dir_on_the_runs_page_is_one_line(a_file, monkeypatch):
     monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(a_file))
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.run()
     at.switch_page("pages/runs.py").run()
     at.button(key="start_demo").click().run()
@@ -293,7 +292,7 @@ def test_truncated_and_foreign_stores_are_listed_unreadable_and_other_runs_still
         (runs_dir / rid).mkdir()
         (runs_dir / rid / "run.db").write_bytes(data)
     (runs_dir / "victim" / "run.db").write_bytes(raw[: len(raw) // 2])  # cut mid-file after being listed
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.session_state["run_id"] = "good"
     at.run()
     at.switch_page("pages/runs.py").run()

@@ -194,10 +194,8 @@ def test_a_real_trainer_applies_each_new_request_exactly_once_at_a_step_boundary
 
 # ---- the live page (AppTest, real store, no trainer: requests stay pending) ------------------------------------
 def _live_page(run_id: str):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.helpers_dashboard import REPO
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    from tests.helpers_dashboard import app_test
+    at = app_test()
     at.session_state["run_id"] = run_id
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -89,11 +89,9 @@ def test_top_p_from_the_cli_to_the_trainer_ledger_markers_and_resume(tmp_path, c
 
 
 def test_the_live_page_has_a_top_p_input(runs_dir):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.helpers_dashboard import REPO, synth_run
+    from tests.helpers_dashboard import app_test, synth_run
     own = synth_run(runs_dir, "o", 6)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.session_state["run_id"] = "o"
     at.run()
     assert not at.exception, [e.value for e in at.exception]

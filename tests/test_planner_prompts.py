@@ -202,11 +202,9 @@ def test_the_live_what_if_on_a_real_run(split_run):
 
 
 def test_the_live_page_shows_the_flat_forecast_beside_the_what_if(runs_dir):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.helpers_dashboard import REPO, synth_run
+    from tests.helpers_dashboard import app_test, synth_run
     synth_run(runs_dir, "r", 12)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.session_state["run_id"] = "r"
     at.run()
     assert not at.exception, [e.value for e in at.exception]

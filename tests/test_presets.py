@@ -113,10 +113,8 @@ def test_a_ledger_reuse_row_becomes_a_preset(runs_dir):
 
 # ---- the runs page: start a run from a preset (AppTest, real stores, no browser) ------------------------------
 def _runs_page():
-    from streamlit.testing.v1 import AppTest
-
-    from tests.helpers_dashboard import REPO
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    from tests.helpers_dashboard import app_test
+    at = app_test()
     at.run()
     at.switch_page("pages/runs.py").run()
     assert not at.exception, [e.value for e in at.exception]

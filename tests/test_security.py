@@ -30,7 +30,7 @@ from grpo_core.__main__ import build_parser, main
 from grpo_core.dashboard import access, serve
 from grpo_core.errors import ConfigError
 from grpo_core.runs import run_index
-from tests.helpers_dashboard import REPO, answers, free_port, synth_run, wait_for
+from tests.helpers_dashboard import answers, app_test, free_port, REPO, synth_run, wait_for
 
 TOKEN = "s3cret-token-for-tests"
 PAGES = ["pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"]
@@ -241,7 +241,7 @@ def test_a_custom_metric_typed_in_the_start_form_is_never_imported(runs_dir, tmp
     (tmp_path / "evil_metric.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef fn(c, e): return 1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at = app_test()
     at.run()
     at.switch_page("pages/runs.py").run()
     next(t for t in at.text_area if t.label.startswith("More settings")).set_value(

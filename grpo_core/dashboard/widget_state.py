@@ -34,6 +34,11 @@ OPEN_BOUND_STEP = 0.01  # an open lower bound (temperature > 0): the smallest va
 THRESHOLD = live_settings.BY_KEY["min_group_std"]
 DIFFICULTY = live_settings.BY_KIND[live_settings.SET_DIFFICULTY]
 OPEN = (PENDING, APPLYING)  # a request not resolved yet
+# Set once a session has painted the live page: its first paint is the run line, the progress and
+# the charts, and the cards, alerts and controls come with the whole-page rerun the browser asks
+# for once it painted those (a browser short of CPU shows the charts well before the whole page's
+# ~110 elements; docs/benchmarks.md "Live page: viewers").
+PAINTED = "live_page_painted"
 
 
 @dataclass(frozen=True)

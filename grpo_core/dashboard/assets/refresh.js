@@ -7,11 +7,23 @@
 const RETRY = 3;  // no answer within RETRY periods (a request lost to a reconnect): ask again
 
 export default function render({data, setTriggerValue, parentElement}) {
-  clearTimeout(parentElement.refreshTimer);
+  const host = parentElement;
+  const token = host.refreshToken = {};  // this render's; a later render or the unmount ends it
+  const current = () => host.refreshToken === token;
+  clearTimeout(host.refreshTimer);
   const ask = () => {
+    if (!current()) return;
     setTriggerValue("due", data.n);
-    parentElement.refreshTimer = setTimeout(ask, Math.max(10, RETRY * data.every) * 1000);
+    host.refreshTimer = setTimeout(ask, Math.max(10, RETRY * data.every) * 1000);
   };
   // after the frame that paints this refresh: the wait starts once the reader can see it
-  requestAnimationFrame(() => { parentElement.refreshTimer = setTimeout(ask, data.every * 1000); });
+  requestAnimationFrame(() => { if (current()) host.refreshTimer = setTimeout(ask, data.every * 1000); });
+  // Unmounted (the run ended, the page's first paint gave way to the whole page): ask no more. An
+  // element no longer on the page would rerun the whole page, not its fragment.
+  return () => {
+    if (current()) {
+      host.refreshToken = null;
+      clearTimeout(host.refreshTimer);
+    }
+  };
 }
