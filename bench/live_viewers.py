@@ -464,7 +464,8 @@ def limits(results: list[dict], floor: dict, refresh_s: float) -> list[str]:
     if f0["seconds"] is not None and floor["warm"]["seconds"] is not None:
         out.append(f"- First chart ({base['viewers']} open, new tab, {f0['seconds']:.1f} s) against Streamlit's floor on "
                    f"the same starved browser ({floor['warm']['seconds']:.1f} s for one line and one chart): the live page's "
-                   f"own elements (sidebar, cards, what-to-do, sliders, 7 charts; {f0.get('msgs', '?')} websocket messages "
+                   f"first paint (the sidebar, the run line, its progress and 7 charts; the cards and controls come after; "
+                   f"{f0.get('msgs', '?')} websocket messages "
                    f"against {floor['warm'].get('msgs', '?')}) cost the browser the rest.")
     for r in results[1:]:
         n = r["viewers"]
