@@ -30,6 +30,9 @@ from grpo_core.runs.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+CHROMIUM = "/usr/bin/chromium"  # Debian's, driven by Playwright (make test installs it)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # nothing reaches out, no GPU
 
 
 def synth_scores(rng: np.random.Generator, P: int, G: int, step: int, steps: int) -> np.ndarray:

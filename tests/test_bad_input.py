@@ -21,7 +21,7 @@ from grpo_core.errors import StoreError
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import app_test, REPO, synth_run
+from tests.helpers_dashboard import REPO, app_test, synth_run
 
 FAST = ["--set", "model.warm_start_steps=0", "--set", "log.progress=false"]
 

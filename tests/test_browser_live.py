@@ -23,14 +23,11 @@ from grpo_core.errors import StoreError
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.run_meta import STALE_AFTER_S, pid_alive
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, answers, free_port, process_tree, wait_for
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, REPO, answers, free_port, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 SHOTS = REPO / "docs" / "screenshots"
 SCREENSHOTS = os.environ.get("GRPO_HEALTH_SCREENSHOTS") == "1"
 # Fast by default (untrained model, tiny steps); the README screenshots use the real demo
@@ -117,7 +114,7 @@ def served(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield b
         finally:

@@ -8,14 +8,11 @@ import textwrap
 
 import pytest
 
-from tests.helpers_dashboard import streamlit_app, wait_for
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, streamlit_app, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 STALL_S = 120  # no refresh at all for this long: a hung server
 APP = textwrap.dedent('''
     import numpy as np
@@ -55,7 +52,7 @@ def page(tmp_path):
     app = tmp_path / "app.py"
     app.write_text(APP)
     with streamlit_app(app, STALL_S) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             pg = browser.new_page(viewport={"width": 1000, "height": 700})
             pg.goto(url)

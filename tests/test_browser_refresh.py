@@ -8,14 +8,11 @@ import textwrap
 
 import pytest
 
-from tests.helpers_dashboard import streamlit_app, wait_for
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, streamlit_app, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 STALL_S = 120  # no rerun at all for this long: a hung server
 PERIOD_S, RUN_S = 0.1, 0.6  # each fragment run takes 6 periods: a timer would ask 6 times per run
 APP = textwrap.dedent(f'''
@@ -56,7 +53,7 @@ def served(tmp_path):
 
 def test_the_fragment_reruns_alone_one_request_per_drawn_refresh(served):
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
             sent = []

@@ -16,11 +16,9 @@ import pytest
 from grpo_core.analysis import formatting, report
 from grpo_core.runs import names, requests
 from grpo_core.runs.store import RunStore
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 STEPS = 30
 
 
@@ -89,7 +87,7 @@ def browser_page():
     """A headless Chromium page; the browser is closed whatever the test's outcome."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield browser.new_page()
         finally:

@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_core.runs import names, store
 from grpo_core.runs.config import DEMO_WEIGHTS
-from tests.helpers_dashboard import app_test, REPO, synth_run, wait_for
+from tests.helpers_dashboard import REPO, app_test, synth_run, wait_for
 
 SENDERS, PER_SENDER = 4, 25
 SENDER = r'''

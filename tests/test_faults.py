@@ -28,7 +28,7 @@ from grpo_core.__main__ import main
 from grpo_core.errors import StoreError
 from grpo_core.runs import names as run_names
 from grpo_core.runs import run_index, store
-from tests.helpers_dashboard import app_test, live_charts, REPO, synth_run, wait_for
+from tests.helpers_dashboard import REPO, app_test, live_charts, synth_run, wait_for
 
 P, G = 2, 4
 SMALL = ["grpo.steps=400", f"grpo.prompts_per_step={P}", f"grpo.group_size={G}", "grpo.max_new_tokens=8",

@@ -17,14 +17,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers_dashboard import REPO, answers, free_port, synth_run, wait_for
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, REPO, answers, free_port, synth_run, wait_for
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 
 if not Path(CHROMIUM).exists():
     pytest.skip("no /usr/bin/chromium (make test installs Debian's chromium)", allow_module_level=True)
@@ -86,7 +83,7 @@ def test_a_fresh_servers_first_page_is_the_page_asked_for_with_no_page_not_found
     from playwright.sync_api import sync_playwright
     root_server, deep_server = fresh_servers
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             body, _ = first_load(browser, root_server + "/", "Live monitor")
             assert "Page not found" not in body
@@ -110,7 +107,7 @@ def test_sessions_that_open_a_fresh_server_together_each_get_their_page_through_
     asked = {"/runs": "Start a run", "/analysis?run=older-run": "choose another run",
              "/pilot": "check reward variance before training"}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             pages = {}
             for path in asked:  # no waiting in between: the sessions' first script runs overlap

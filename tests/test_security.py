@@ -30,7 +30,7 @@ from grpo_core.__main__ import build_parser, main
 from grpo_core.dashboard import access, serve
 from grpo_core.errors import ConfigError
 from grpo_core.runs import run_index
-from tests.helpers_dashboard import answers, app_test, free_port, REPO, synth_run, wait_for
+from tests.helpers_dashboard import CHROMIUM, REPO, answers, app_test, free_port, synth_run, wait_for
 
 TOKEN = "s3cret-token-for-tests"
 PAGES = ["pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"]
@@ -134,7 +134,6 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
             f.close()
 
 
-CHROMIUM = "/usr/bin/chromium"
 
 
 def first_view(port: int, path: str) -> tuple[bool, bool]:
