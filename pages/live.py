@@ -100,7 +100,7 @@ def monitor_panel() -> live_view.LiveState | None:
     if ss.get(PAINTED):
         health(s, c, caps)
         smooth, raw = chart_controls()
-    else:  # the page's first paint: the run and its charts, the rest right after (see FIRST_PAINT)
+    else:  # the session's first paint: the run and its charts, the rest right after (see the page's end)
         smooth, raw = ss.get("smoothing", charts.DEFAULT_SMOOTHING), ss.get("raw_steps", False)
     chart_grid(s, smooth, raw)
     return s
