@@ -10,7 +10,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from grpo_core.analysis import charts, pilot
-from grpo_core.dashboard import frame, pilot_start, processes
+from grpo_core.dashboard import frame, pilot_start, processes, refresh
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs.config import DEMO_WEIGHTS
 from grpo_core.runs.live_settings import BY_KEY
@@ -187,7 +187,16 @@ def start_training(s: pilot.PilotSummary, options: dict):
 
 target = st.slider("Target trainable ratio", 0.05, 0.95, 0.3, 0.05, key="pilot_target",
                    help="the ratio the planner and the verdict aim for (health.min_trainable_ratio by default)")
+
+
+@st.fragment
+def polled(run_id: str, target: float):
+    """The pilot while it runs: the store read again 2 s after the page drew the last read."""
+    show(run_id, target, polling=True)
+    refresh.after(2.0, key="pilot_refresh")
+
+
 if live:
-    st.fragment(run_every=2.0)(show)(run_id, target, polling=True)  # poll the store while the pilot runs
+    polled(run_id, target)
 else:
     show(run_id, target)

@@ -5,7 +5,7 @@ starts and stops trainer processes (detached: they outlive this page and Streaml
 """
 import streamlit as st
 
-from grpo_core.dashboard import frame, live_cards, processes, run_list
+from grpo_core.dashboard import frame, live_cards, processes, refresh, run_list
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import presets
 from grpo_core.runs.config import DEMO_WEIGHTS, apply_overrides
@@ -44,8 +44,14 @@ if runs.empty:
         except (ConfigError, StoreError) as e:
             st.error(str(e))
 
-@st.fragment(run_every=3.0 if runs["status"].isin(LIVE_STATUSES).any() else None)
+@st.fragment
 def run_rows():
+    """Every run, refreshed every 3 s while one is live (asked by the page once it drew the rows)."""
+    run_cards()
+    refresh.after(3.0 if runs["status"].isin(LIVE_STATUSES).any() else None, key="runs_refresh")
+
+
+def run_cards():
     rows = run_list.runs_overview()
     for _, r in rows.iterrows():
         rid, status = r["run_id"], r["status"]
