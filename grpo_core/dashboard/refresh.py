@@ -25,7 +25,8 @@ def _component():
 
 def after(seconds: float | None, key: str) -> None:
     """Rerun the current fragment `seconds` after the page drew this run of it (None: no more
-    refreshes, e.g. the run has ended). Call it last in the fragment; `key` is one per fragment."""
+    refreshes, e.g. the run has ended). Call it last in the fragment; `key` is one per fragment.
+    Outside any fragment it reruns the whole page (the live page's first paint asks so for the rest)."""
     if seconds is None:
         return
     import streamlit as st
