@@ -43,7 +43,7 @@ from perf_common import machine, publish  # noqa: E402
 
 from grpo_core.dashboard import live_cache  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
-from tests.helpers_dashboard import answers, free_port, process_tree, wait_for  # noqa: E402
+from tests.helpers_dashboard import answers, free_port, process_tree, streamlit_app, wait_for  # noqa: E402
 
 HEADING = "## Live page: viewers"
 CHROMIUM = "/usr/bin/chromium"
@@ -373,25 +373,21 @@ def first_chart_trainer_paused(browser, warm, url: str, trainer: subprocess.Pope
     return out
 
 
-
-def first_chart_floor(browser, procs: "Processes", work: Path, args) -> dict:
+def first_chart_floor(browser, work: Path, args) -> dict:
     """A new page's first chart on FLOOR_APP beside the running trainer, no viewer open: what
     Streamlit itself costs a starved browser (its JS, its websocket, one element of each kind)."""
     app = work / "floor_app.py"
     app.write_text(FLOOR_APP)
-    port = free_port()
-    procs.start("floor", [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-                          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"])
-    url = f"http://127.0.0.1:{port}/"
-    wait_for(lambda: procs.check() or answers(url.rstrip("/")), 120, every=POLL_S, what="the floor app to answer")
-    warm = new_context(browser, marks=True)
-    open_page(warm, url, args.timeout_s)[0].close()  # fills its HTTP cache
-    cold = new_context(browser, marks=True)
-    out = {"first": first_chart(cold, url, args.timeout_s, []), "warm": first_chart(warm, url, args.timeout_s, [])}
-    cold.close()
-    warm.close()
+    with streamlit_app(app, 120) as url:
+        warm = new_context(browser, marks=True)
+        open_page(warm, url, args.timeout_s)[0].close()  # fills its HTTP cache
+        cold = new_context(browser, marks=True)
+        out = {"first": first_chart(cold, url, args.timeout_s, []), "warm": first_chart(warm, url, args.timeout_s, [])}
+        cold.close()
+        warm.close()
     print(f"floor: first chart {out['first']['seconds']} s (warm cache {out['warm']['seconds']} s)", file=sys.stderr)
     return out
+
 
 # ---- the section ---------------------------------------------------------------------------------
 def ok(good: bool) -> str:
@@ -589,7 +585,7 @@ def main():
                     page.context.close()
                 paused = first_chart_trainer_paused(browser, warm, f"{url}/?run={rid}", trainer,
                                                     process_tree(server.pid), args)
-                floor = first_chart_floor(browser, procs, work, args)
+                floor = first_chart_floor(browser, work, args)
             finally:
                 browser.close()
     finally:

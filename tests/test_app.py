@@ -199,7 +199,6 @@ def test_viewers_of_one_run_share_what_depends_on_the_run_alone(runs_dir, monkey
     store.close()
 
 
-
 def refreshes(at) -> dict:
     """The live page's paced refreshes (grpo_core.dashboard.refresh): {fragment's key: period, s}."""
     import json
@@ -218,7 +217,6 @@ def test_a_live_run_refreshes_at_its_pace(runs_dir):
     period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
     assert refreshes(at) == {"monitor_refresh": period, "steer_refresh": 5.0}
     store.close()
-
 
 
 def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(runs_dir):
