@@ -24,7 +24,9 @@ by < 5%, lag < 2 refresh intervals. Writes the "Live page: viewers" section of d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import math
 import os
 import shutil
 import signal
@@ -90,7 +92,10 @@ MARKS_JS = """
     if (!('chart_element' in t) && document.querySelector('.live-chart')) mark('chart_element');
     if (!('progress_text' in t) && document.body && /STEP_RE/.test(document.body.textContent)) mark('progress_text');
     const n = Array.from(document.querySelectorAll('.live-chart')).filter(g => g.querySelector('canvas')).length;
-    if (n > 0) mark('chart_drawn');
+    if (n > 0 && !('chart_drawn' in t)) {  // the frame that shows it: rAF runs before the paint, a task after it
+      mark('chart_drawn');
+      requestAnimationFrame(() => setTimeout(() => mark('chart_painted'), 0));
+    }
     if (n > plots) { plots = n; t.plots = n; t.all_plots = performance.now(); }
   }).observe(document, {childList: true, subtree: true});
 })();
@@ -112,7 +117,8 @@ BREAKDOWN = [  # (label, key): cumulative ms since navigation start
     ("Streamlit app mounted", "app_mounted"), ("websocket created", "ws_created"), ("websocket open", "ws_open"),
     ("first message from the server", "ws_first_msg"), ("first large message (> 20 kB: a figure)", "ws_first_big_msg"),
     ("progress text \"step N of\" shown", "progress_text"), ("first chart element in the DOM", "chart_element"),
-    ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("every chart drawn", "all_plots")]
+    ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("first chart painted (the frame after it)", "chart_painted"),
+    ("the bench saw it (Playwright's wait returned)", "bench_saw"), ("every chart drawn", "all_plots")]
 
 
 # Streamlit's own floor: a page of one progress-like line and one chart in the live page's element,
@@ -265,14 +271,24 @@ def open_page(ctx, url: str, timeout_s: float):
 
 def first_chart(ctx, url: str, timeout_s: float, server: list[int]) -> dict:
     """A new viewer's first chart in `ctx` (a context with the marks), and where its time went
-    (page-side marks, ms; CPU seconds of the server and of Chromium until that chart). The page
-    is closed after; the context is left open."""
+    (page-side marks, ms; CPU seconds of the server and of Chromium until that chart). `seconds`
+    runs from the bench asking for the page to the frame that painted the first chart, both on
+    this machine's clock (the page's performance.timeOrigin + its mark): Playwright's wait
+    returns later, once the page's main thread, busy with the rest of the page, runs its check
+    (`bench_saw`, in the breakdown). The page is closed after; the context is left open."""
     c0, b0 = cpu_seconds(server), cpu_seconds(chromium_pids())
-    page, seconds = open_page(ctx, url, timeout_s)
+    t0 = time.time()
+    page, seen = open_page(ctx, url, timeout_s)
     cpu = {"server_cpu_s": cpu_share(c0, cpu_seconds(server), 1.0),
            "browser_cpu_s": cpu_share(b0, cpu_seconds(chromium_pids()), 1.0)}
+    seconds = None
+    if seen is not None:
+        page.wait_for_function("window.__marks && 'chart_painted' in window.__marks", timeout=timeout_s * 1000)
+        origin = page.evaluate("performance.timeOrigin") / 1e3
+        seconds = origin + page.evaluate("window.__marks.chart_painted") / 1e3 - t0
+        cpu["bench_saw"] = (t0 + seen - origin) * 1e3
     drawn, same = -1, 0
-    for _ in range(int(timeout_s / 0.5) if seconds is not None else 0):  # every chart of the first script run: the breakdown's last row
+    for _ in range(int(timeout_s / 0.5) if seen is not None else 0):  # every chart of the first script run: the breakdown's last row
         now = page.evaluate(ALL_DRAWN_JS)
         same = same + 1 if now == drawn and now > 0 else 0
         if same >= 2:  # every chart container drawn, and no new one for a second
@@ -285,6 +301,28 @@ def first_chart(ctx, url: str, timeout_s: float, server: list[int]) -> dict:
         nav = {"marks": {}}
     page.close()
     return {"seconds": seconds, **cpu, **(nav.pop("marks") or {}), **nav}
+
+
+def first_chart_new_browser(p, wrapper: Path, url: str, timeout_s: float, server: list[int],
+                            pause=contextlib.nullcontext) -> dict:
+    """A newcomer in a browser process of its own (a new session, so an autogroup of its own at nice 19:
+    another machine's browser, not a tab among the viewers'), with a cold HTTP cache. The browser is
+    started before the clock runs (a user's browser is already open) and closed after; `pause()` spans
+    the page's load only."""
+    browser = p.chromium.launch(executable_path=str(wrapper), args=CHROME_ARGS)
+    try:
+        ctx = new_context(browser, marks=True)
+        with pause():
+            return first_chart(ctx, url, timeout_s, server)
+    finally:
+        browser.close()
+
+
+def median_reading(measure, n: int) -> dict:
+    """n readings of `measure()`: the median one (by seconds; no chart counts as the slowest), with
+    every reading's seconds as `all_seconds` (the spread the table shows)."""
+    readings = sorted((measure() for _ in range(n)), key=lambda r: math.inf if r["seconds"] is None else r["seconds"])
+    return {**readings[(n - 1) // 2], "all_seconds": [r["seconds"] for r in readings]}
 
 
 def page_step(page) -> int | None:
@@ -323,10 +361,10 @@ def watch(run_dir: Path, page, seconds: float) -> dict:
             "redraw_s": statistics.median(gaps) if gaps else None}
 
 
-def phase(browser, warm, pages: list, n: int, url: str, run_dir: Path, server_pid: int, args) -> dict:
+def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_dir: Path, server_pid: int, args) -> dict:
     """Viewers open: `n` (pages added to reach it); measure the window, then a newcomer's first
-    chart: in a new context (cold HTTP cache) and as a new tab of `warm` (a context that has
-    loaded the page before: the browser's cache holds the app's JS)."""
+    chart, --repeats times each: in a browser of its own (cold HTTP cache) and as a new tab of `warm`
+    in the viewers' browser (a context that has loaded the page before: its cache holds the app's JS)."""
     opening = []
     while len(pages) < n:
         page, seconds = open_page(new_context(browser), url, args.timeout_s)
@@ -340,40 +378,41 @@ def phase(browser, warm, pages: list, n: int, url: str, run_dir: Path, server_pi
     out = {"viewers": n, **w, "server_cpu": cpu_share(c0, cpu_seconds(server), elapsed),
            "browser_cpu": cpu_share(b0, cpu_seconds(chromium_pids()), elapsed), "opening": opening,
            "load": os.getloadavg()[0]}
-    cold = new_context(browser, marks=True)
-    out["first"] = first_chart(cold, url, args.timeout_s, server)
-    cold.close()
-    out["warm"] = first_chart(warm, url, args.timeout_s, server)
+    out["first"] = median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, server), args.repeats)
+    out["warm"] = median_reading(lambda: first_chart(warm, url, args.timeout_s, server), args.repeats)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "
-          f"browser {out['browser_cpu']:.0%}, first chart {out['first']['seconds']} s "
-          f"(warm cache {out['warm']['seconds']} s), "
+          f"browser {out['browser_cpu']:.0%}, first chart {out['first']['all_seconds']} s "
+          f"(new tab {out['warm']['all_seconds']} s), "
           f"lags {[round(x, 2) for x in out['lags']]}", file=sys.stderr)
     return out
 
 
-def first_chart_trainer_paused(browser, warm, url: str, trainer: subprocess.Popen, server: list[int], args) -> dict:
+def first_chart_trainer_paused(p, wrapper: Path, warm, url: str, trainer: subprocess.Popen, server: list[int], args) -> dict:
     """A new page's first chart with the trainer stopped (SIGSTOP) while it loads: what the page
     itself costs when its browser and the server do not share the CPU with training (a browser
     on another machine; on this 2-core box the trainer otherwise takes both cores). The trainer
     continues (SIGCONT) after each page, whatever happens; the run stays live (one page loads
     well within run_meta.STALE_AFTER_S)."""
-    out = {}
-    for kind, given in (("first", None), ("warm", warm)):
-        ctx = given or new_context(browser, marks=True)  # "first": a new context, a cold HTTP cache
+    @contextlib.contextmanager
+    def paused():
         os.killpg(trainer.pid, signal.SIGSTOP)
         try:
             time.sleep(0.5)  # the trainer's last write settles
-            out[kind] = first_chart(ctx, url, args.timeout_s, server)
+            yield
         finally:
             os.killpg(trainer.pid, signal.SIGCONT)
-            if given is None:
-                ctx.close()
-        time.sleep(3)  # a heartbeat and a few steps before the next page
-    print(f"trainer paused: first chart {out['first']['seconds']} s (warm cache {out['warm']['seconds']} s)", file=sys.stderr)
+            time.sleep(3)  # a heartbeat and a few steps before the next page
+
+    def tab():
+        with paused():
+            return first_chart(warm, url, args.timeout_s, server)
+    out = {"first": median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, server, paused), args.repeats),
+           "warm": median_reading(tab, args.repeats)}
+    print(f"trainer paused: first chart {out['first']['all_seconds']} s (new tab {out['warm']['all_seconds']} s)", file=sys.stderr)
     return out
 
 
-def first_chart_floor(browser, work: Path, args) -> dict:
+def first_chart_floor(p, wrapper: Path, browser, work: Path, args) -> dict:
     """A new page's first chart on FLOOR_APP beside the running trainer, no viewer open: what
     Streamlit itself costs a starved browser (its JS, its websocket, one element of each kind)."""
     app = work / "floor_app.py"
@@ -381,11 +420,10 @@ def first_chart_floor(browser, work: Path, args) -> dict:
     with streamlit_app(app, 120) as url:
         warm = new_context(browser, marks=True)
         open_page(warm, url, args.timeout_s)[0].close()  # fills its HTTP cache
-        cold = new_context(browser, marks=True)
-        out = {"first": first_chart(cold, url, args.timeout_s, []), "warm": first_chart(warm, url, args.timeout_s, [])}
-        cold.close()
+        out = {"first": median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, []), args.repeats),
+               "warm": median_reading(lambda: first_chart(warm, url, args.timeout_s, []), args.repeats)}
         warm.close()
-    print(f"floor: first chart {out['first']['seconds']} s (warm cache {out['warm']['seconds']} s)", file=sys.stderr)
+    print(f"floor: first chart {out['first']['all_seconds']} s (new tab {out['warm']['all_seconds']} s)", file=sys.stderr)
     return out
 
 
@@ -396,6 +434,13 @@ def ok(good: bool) -> str:
 
 def seconds_cell(s: float | None, timeout_s: float) -> str:
     return f"> {timeout_s:.0f} s ✗" if s is None else f"{s:.1f} s{ok(s < 2)}"
+
+
+def reading_cell(reading: dict, timeout_s: float) -> str:
+    """A newcomer's median first chart, with the range of its readings."""
+    seen = [x for x in reading["all_seconds"] if x is not None]
+    spread = f" ({min(seen):.1f}–{max(seen):.1f})" if len(reading["all_seconds"]) > 1 and seen else ""
+    return seconds_cell(reading["seconds"], timeout_s) + spread
 
 
 def rows(results: list[dict], refresh_s: float, timeout_s: float) -> list[str]:
@@ -415,10 +460,9 @@ def rows(results: list[dict], refresh_s: float, timeout_s: float) -> list[str]:
                                          + ok(max(r["lags"]) < 2 * refresh_s))
         if n and not r["lags"]:
             lag = "no redraw seen ✗"
-        first, tab = r["first"]["seconds"], r["warm"]["seconds"]
         redraw = "—" if r["redraw_s"] is None else f"{r['redraw_s']:.1f} s"
         out.append(f"| {n} | {r['steps_per_s']:.2f} | {slow} | {r['server_cpu']:.1%} of a core | {per} | "
-                   f"{r['browser_cpu']:.0%} of a core | {seconds_cell(first, timeout_s)} / {seconds_cell(tab, timeout_s)} | {lag} | {redraw} | {r['load']:.2f} |")
+                   f"{r['browser_cpu']:.0%} of a core | {reading_cell(r['first'], timeout_s)} / {reading_cell(r['warm'], timeout_s)} | {lag} | {redraw} | {r['load']:.2f} |")
     return out
 
 
@@ -440,29 +484,39 @@ def breakdown(results: list[dict]) -> list[str]:
     return out
 
 
+def first_chart_limit(r: dict, kind: str, key: str) -> str:
+    f = r[key]
+    if f["seconds"] is None:
+        return (f"- First chart ({r['viewers']} open, {kind}): not drawn within the timeout; Chromium at the lowest "
+                f"priority got too little CPU on this box to load the page (its main thread "
+                f"{(f.get('longtask_ms') or 0) / 1e3:.1f} s in long tasks).")
+    server_part, drawn = (f.get("ws_first_big_msg") or 0) / 1e3, (f.get("chart_drawn") or 0) / 1e3
+    return (f"- First chart ({r['viewers']} open, {kind}, {f['seconds']:.1f} s): the server's first chart "
+            f"arrived {server_part:.1f} s after navigation (session start, script run, store read, chart data), "
+            f"the first chart was drawn {drawn - server_part:.1f} s later (the browser: React applying "
+            f"{f.get('msgs', '?')} websocket messages, the charts drawing); until then the server used "
+            f"{f['server_cpu_s']:.2f} CPU s, Chromium {f['browser_cpu_s']:.2f} CPU s at nice 19 "
+            f"(the page's main thread {(f.get('longtask_ms') or 0) / 1e3:.2f} s in long tasks).")
+
+
 def limits(results: list[dict], floor: dict, refresh_s: float) -> list[str]:
     """What the numbers say limits each target, computed from this bench's readings."""
     most = results[-1]
-    f = most["warm"]
-    server_part, drawn = (f.get("ws_first_big_msg") or 0) / 1e3, (f.get("chart_drawn") or 0) / 1e3
-    if f["seconds"] is None:
-        out = [f"- First chart ({most['viewers']} open, new tab): not drawn within the timeout; Chromium at the "
-               f"lowest priority got too little CPU on this box to load the page (its main thread "
-               f"{(f.get('longtask_ms') or 0) / 1e3:.1f} s in long tasks)."]
-    else:
-        out = [f"- First chart ({most['viewers']} open, new tab, {f['seconds']:.1f} s): the server's first figure "
-               f"arrived {server_part:.1f} s after navigation (session start, script run, store read, figure JSON), "
-               f"the first chart was drawn {drawn - server_part:.1f} s later (the browser: React applying "
-               f"{f.get('msgs', '?')} websocket messages, the charts drawing); until then the server used "
-               f"{f['server_cpu_s']:.2f} CPU s, Chromium {f['browser_cpu_s']:.2f} CPU s at nice 19 "
-               f"(the page's main thread {(f.get('longtask_ms') or 0) / 1e3:.2f} s in long tasks)."]
-    base, f0 = results[0], results[0]["warm"]
-    if f0["seconds"] is not None and floor["warm"]["seconds"] is not None:
-        out.append(f"- First chart ({base['viewers']} open, new tab, {f0['seconds']:.1f} s) against Streamlit's floor on "
-                   f"the same starved browser ({floor['warm']['seconds']:.1f} s for one line and one chart): the live page's "
-                   f"first paint (the sidebar, the run line, its progress and 7 charts; the cards and controls come after; "
-                   f"{f0.get('msgs', '?')} websocket messages "
-                   f"against {floor['warm'].get('msgs', '?')}) cost the browser the rest.")
+    out = [first_chart_limit(most, kind, key) for kind, key in (("new browser", "first"), ("new tab", "warm"))]
+    if most["viewers"]:
+        out.append(f"- With {most['viewers']} viewers open, a newcomer's browser shares the CPU with theirs (Chromium at "
+                   f"nice 19 took {most['browser_cpu']:.0%} of a core to redraw them) and with the trainer; a new tab "
+                   f"also waits on its own browser's other {most['viewers']} pages. Viewers on other machines would "
+                   f"take neither; with the CPU free (the trainer paused, no viewer) the page itself needs the "
+                   f"seconds above the breakdown.")
+    base = results[0]
+    for kind, key in (("new browser", "first"), ("new tab", "warm")):
+        f0, fl = base[key], floor[key]
+        if f0["seconds"] is not None and fl["seconds"] is not None:
+            out.append(f"- First chart ({base['viewers']} open, {kind}, {f0['seconds']:.1f} s) against Streamlit's floor "
+                       f"beside the same trainer ({fl['seconds']:.1f} s for one line and one chart): the live page's "
+                       f"first paint (the sidebar, the run line, its progress and 7 charts; the cards and controls come "
+                       f"after; {f0.get('msgs', '?')} websocket messages against {fl.get('msgs', '?')}) cost the browser the rest.")
     for r in results[1:]:
         n = r["viewers"]
         per = (r["server_cpu"] - (base["server_cpu"] if base["viewers"] == 0 else 0)) / n
@@ -502,9 +556,13 @@ def section(results: list[dict], paused: dict, floor: dict, args, hist_steps: in
         f"settled ({args.settle_s:.0f} s): trainer steps/s from the store's last step; the server's CPU from "
         f"/proc (serve and its Streamlit; the trainer is not counted), per viewer above the 0-viewer "
         f"phase; the lag from a step being readable in the store to the first viewer's progress text "
-        f"showing it (both polled every {POLL_S} s); then a new page's first chart with the others open, twice: in a new "
-        f"context (*new browser*: a cold HTTP cache) and as a new tab of a context that loaded the page "
-        f"before (*new tab*: the app's JS cached).",
+        f"showing it (both polled every {POLL_S} s); then a new page's first chart with the others open, "
+        f"{args.repeats} times each (the median, and the range in brackets): in a browser process of its own "
+        f"(*new browser*: another machine's browser, its own session at nice 19, a cold HTTP cache) and as a new tab "
+        f"in the viewers' browser, in a context that loaded the page before (*new tab*: the app's JS cached). A first "
+        f"chart runs from the bench asking for the page to the frame that painted the chart (the page's "
+        f"`performance.timeOrigin` plus its mark, on this machine's clock): Playwright's own wait returns later, once "
+        f"the page's busy main thread runs its check (the breakdown's \"bench saw it\" row).",
         "",
         f"- Command: {cmd} ({minutes:.1f} min)",
         f"- Machine: {machine()}",
@@ -516,11 +574,11 @@ def section(results: list[dict], paused: dict, floor: dict, args, hist_steps: in
         "",
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
-        f"new browser {seconds_cell(paused['first']['seconds'], args.timeout_s)}, new tab "
-        f"{seconds_cell(paused['warm']['seconds'], args.timeout_s)}. Streamlit's own floor beside the running trainer, "
+        f"new browser {reading_cell(paused['first'], args.timeout_s)}, new tab "
+        f"{reading_cell(paused['warm'], args.timeout_s)}. Streamlit's own floor beside the running trainer, "
         f"no viewer open: a minimal app of its own (one line of text and one chart in the live page's element, "
-        f"`FLOOR_APP`), same browser: new browser {seconds_cell(floor['first']['seconds'], args.timeout_s)}, new tab "
-        f"{seconds_cell(floor['warm']['seconds'], args.timeout_s)}. Their breakdowns are the last four columns below.",
+        f"`FLOOR_APP`), same browsers: new browser {reading_cell(floor['first'], args.timeout_s)}, new tab "
+        f"{reading_cell(floor['warm'], args.timeout_s)}. Their breakdowns are the last four columns below.",
         "",
         "Where a new page's first chart goes (page-side `performance.now()` marks; the websocket is "
         "Streamlit's, wrapped by an init script; each row is cumulative):",
@@ -542,6 +600,7 @@ def main():
     ap.add_argument("--history-steps", type=int, default=10_000, help="steps of the run before the viewers open")
     ap.add_argument("--cache-dir", default=str(ROOT / "bench" / ".cache" / "live_viewers"),
                     help="where the trained history is kept between benches")
+    ap.add_argument("--repeats", type=int, default=3, help="a newcomer's first chart: readings per kind and phase (the table shows their median and range)")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="give up waiting on a page's first chart after this")
     ap.add_argument("--browser-priority", choices=["autogroup", "nice"], default="autogroup",
                     help="autogroup: nice 19 and the browser session's autogroup at nice 19 (the lowest); "
@@ -574,18 +633,19 @@ def main():
         wait_for(lambda: procs.check() or last_step(run_dir) > start_step + 5, 300, every=POLL_S, what="the resumed trainer's first steps")
         results = []
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(niced_chromium(work, args.browser_priority == "autogroup")), args=CHROME_ARGS)
+            wrapper = niced_chromium(work, args.browser_priority == "autogroup")
+            browser = p.chromium.launch(executable_path=str(wrapper), args=CHROME_ARGS)
             try:
                 pages: list = []
                 warm = new_context(browser, marks=True)
                 open_page(warm, f"{url}/?run={rid}", args.timeout_s)[0].close()  # fills its HTTP cache
                 for n in args.viewers:
-                    results.append(phase(browser, warm, pages, n, f"{url}/?run={rid}", run_dir, server.pid, args))
+                    results.append(phase(p, wrapper, browser, warm, pages, n, f"{url}/?run={rid}", run_dir, server.pid, args))
                 for page in pages:  # the viewers' own load out of the paused-trainer reading
                     page.context.close()
-                paused = first_chart_trainer_paused(browser, warm, f"{url}/?run={rid}", trainer,
+                paused = first_chart_trainer_paused(p, wrapper, warm, f"{url}/?run={rid}", trainer,
                                                     process_tree(server.pid), args)
-                floor = first_chart_floor(browser, work, args)
+                floor = first_chart_floor(p, wrapper, browser, work, args)
             finally:
                 browser.close()
     finally:
