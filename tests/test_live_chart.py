@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
+import pytest
 
 from grpo_core.analysis import charts
 from grpo_core.analysis.downsample import envelope_names
@@ -59,6 +61,17 @@ def test_a_bins_minimum_and_maximum_stay_two_points():
     fig = charts._figure(charts._series(df, "v", "v", "#123456", 0.0), "t", "y")
     x, y = _values(live_chart.spec(fig), "v (raw)")
     assert list(y) == [0.1, 0.9, 0.2] and x[0] == 8 and 8 < x[1] < 8.01 and x[2] == 24
+
+
+def test_values_near_the_float_limits_reach_the_chart():
+    """A smoothed stack decays through thousands of zero steps to subnormal values (the demo's
+    flat-causes chart, every step drawn, at 12,000 steps: 5e-324); they are sent as 0, the rest to
+    DIGITS digits, and the chart encodes (JSON refuses the NaN an overflowing scale made)."""
+    v = np.array([0.123456789, 1e-300, 1e-310, 5e-324, -1e-320, 1.5e300, -2.0e-5])
+    fig = go.Figure(go.Scatter(x=np.arange(len(v)), y=v, mode="lines", name="v"))
+    chart = json.loads(live_chart.encode(live_chart.spec(fig)))
+    _, y = _values(chart, "v")
+    assert list(y) == pytest.approx([0.123457, 1e-300, 0.0, 0.0, 0.0, 1.5e300, -2.0e-5], rel=1e-12, abs=0.0)
 
 
 def test_stacked_causes_are_running_sums_listed_top_first():

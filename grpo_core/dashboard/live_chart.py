@@ -24,6 +24,7 @@ COMPONENT = "grpo_health_live_chart"
 LIBRARY = "grpo_health_uplot"
 FILL_ALPHA = 0.25  # a filled area under its line (plotly's fill='tozeroy', a stacked band)
 DIGITS = 6  # significant digits sent per value: more than a chart or its legend shows
+MAX_SCALE_EXP = 300  # values below 1e-300 are sent as 0 (10.0 ** 309 is already inf)
 
 
 def spec(fig, height: int | None = None) -> dict:
@@ -93,7 +94,9 @@ def _column(steps: np.ndarray, x: np.ndarray, y: np.ndarray) -> list:
     col[np.searchsorted(steps, x)] = y
     shown = np.isfinite(col) & (col != 0)
     scale = np.ones_like(col)
-    scale[shown] = 10.0 ** (DIGITS - 1 - np.floor(np.log10(np.abs(col[shown]))))
+    # capped: a smoothed line decaying through thousands of zero steps reaches 1e-310, whose scale
+    # would overflow to inf (inf / inf: NaN, which JSON refuses); such a value rounds to 0 instead
+    scale[shown] = 10.0 ** np.minimum(DIGITS - 1 - np.floor(np.log10(np.abs(col[shown]))), MAX_SCALE_EXP)
     out = (np.round(col * scale) / scale).astype(object)
     out[~np.isfinite(col)] = None
     return out.tolist()
