@@ -13,10 +13,12 @@ Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the 
 - the dashboard server's CPU (serve and its Streamlit, /proc utime + stime), total and per viewer;
 - the lag from a step being readable in the store to the first viewer's page showing "step N of":
   the bench polls both every POLL_S;
-- then a new page's first chart (goto until the first chart's canvas is drawn: live_chart's uPlot), with
-  the others open, in a new browser context (a cold HTTP cache), and where its time went (page-side
-  performance.now() marks: the HTML, the JS bundle, the websocket, its first message, the first
-  large message (a chart's data), the first chart element, its canvas, every chart drawn).
+- then a new page's first chart, with the others open, --repeats times (the median and the range): from
+  asking for the page to the frame that painted its first chart (live_chart's uPlot canvas), in a
+  browser process of its own (a cold HTTP cache) and as a new tab of the viewers' browser, and where
+  its time went (page-side performance.now() marks: the HTML, the JS bundle, the websocket, its first
+  message, the first large message (a chart's data), the first chart element, its canvas, the frame
+  that painted it, when Playwright saw it, every chart drawn).
 
 Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the trainer
 by < 5%, lag < 2 refresh intervals. Writes the "Live page: viewers" section of docs/benchmarks.md.
