@@ -1,0 +1,187 @@
+"""bench/live_viewers.py's section of docs/benchmarks.md: its readings as the table, the breakdown of
+a new page's first chart, and what limits each target. Formatting only: live_viewers measures."""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+from perf_common import machine
+
+from grpo_core.dashboard import live_cache
+
+HEADING = "## Live page: viewers"
+BREAKDOWN = [  # (label, key): cumulative ms since navigation start
+    ("HTML received", "html"), ("DOMContentLoaded", "dom"), ("largest JS file received", "big_js"), ("last JS file received", "js_last"),
+    ("Streamlit app mounted", "app_mounted"), ("websocket created", "ws_created"), ("websocket open", "ws_open"),
+    ("first message from the server", "ws_first_msg"), ("first large message (> 20 kB: a figure)", "ws_first_big_msg"),
+    ("progress text \"step N of\" shown", "progress_text"), ("first chart element in the DOM", "chart_element"),
+    ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("first chart painted (the frame after it)", "chart_painted"),
+    ("the bench saw it (Playwright's wait returned)", "bench_saw"), ("every chart drawn", "all_plots")]
+
+
+def ok(good: bool) -> str:
+    return " ✓" if good else " ✗"
+
+
+def seconds_cell(s: float | None, timeout_s: float) -> str:
+    return f"> {timeout_s:.0f} s ✗" if s is None else f"{s:.1f} s{ok(s < 2)}"
+
+
+def reading_cell(reading: dict, timeout_s: float) -> str:
+    """A newcomer's median first chart, with the range of its readings."""
+    seen = [x for x in reading["all_seconds"] if x is not None]
+    spread = f" ({min(seen):.1f}–{max(seen):.1f})" if len(reading["all_seconds"]) > 1 and seen else ""
+    return seconds_cell(reading["seconds"], timeout_s) + spread
+
+
+def rows(results: list[dict], refresh_s: float, timeout_s: float) -> list[str]:
+    base = next((r for r in results if r["viewers"] == 0), None)
+    idle_server = base["server_cpu"] if base else 0.0
+    out = ["| viewers open | trainer steps/s | vs 0 viewers | server CPU (serve + Streamlit) | server per viewer "
+           "(above 0 viewers) | Chromium CPU (nice 19) | a new page's first chart: new browser / new tab | lag store -> page (median, max) "
+           "| page redraw every | load avg |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        n = r["viewers"]
+        slow = "—" if not base or n == 0 else f"{r['steps_per_s'] / base['steps_per_s'] - 1:+.1%}"
+        if base and n:
+            slow += ok(r["steps_per_s"] >= 0.95 * base["steps_per_s"])
+        per = "—" if n == 0 else f"{(r['server_cpu'] - idle_server) / n:.1%}" + ok((r["server_cpu"] - idle_server) / n < 0.05)
+        lag = "—" if not r["lags"] else (f"{statistics.median(r['lags']):.2f} s, {max(r['lags']):.2f} s"
+                                         + ok(max(r["lags"]) < 2 * refresh_s))
+        if n and not r["lags"]:
+            lag = "no redraw seen ✗"
+        redraw = "—" if r["redraw_s"] is None else f"{r['redraw_s']:.1f} s"
+        out.append(f"| {n} | {r['steps_per_s']:.2f} | {slow} | {r['server_cpu']:.1%} of a core | {per} | "
+                   f"{r['browser_cpu']:.0%} of a core | {reading_cell(r['first'], timeout_s)} / {reading_cell(r['warm'], timeout_s)} | {lag} | {redraw} | {r['load']:.2f} |")
+    return out
+
+
+def breakdown(results: list[dict]) -> list[str]:
+    cols = [(f"{r['viewers']} open, {kind}", r[key]) for r in results for kind, key in (("new browser", "first"),
+                                                                                          ("new tab", "warm"))]
+    out = ["| a new page, ms since navigation start | " + " | ".join(c for c, _ in cols) + " |",
+           "| --- |" + " --- |" * len(cols)]
+    for label, key in BREAKDOWN:
+        cells = [f.get(key) for _, f in cols]
+        out.append(f"| {label} | " + " | ".join("—" if c is None else f"{c:,.0f}" for c in cells) + " |")
+    out.append("| JS files / kB (largest kB) | " + " | ".join(
+        f"{f.get('js_files', '?')} / {f.get('js_kb') or 0:,.0f} ({f.get('big_js_kb') or 0:,.0f})" for _, f in cols) + " |")
+    out.append("| CPU s until the first chart: server / Chromium (all its pages) / page main thread in long tasks | "
+               + " | ".join(f"{f['server_cpu_s']:.2f} / {f['browser_cpu_s']:.2f} / {(f.get('longtask_ms') or 0) / 1e3:.2f}"
+                            for _, f in cols) + " |")
+    out.append("| charts drawn / websocket messages / kB received until the first chart | " + " | ".join(
+        f"{f.get('plots', '?')} / {f.get('msgs', '?')} / {f.get('bytes', 0) / 1e3:,.0f}" for _, f in cols) + " |")
+    return out
+
+
+def first_chart_limit(r: dict, kind: str, key: str) -> str:
+    f = r[key]
+    if f["seconds"] is None:
+        return (f"- First chart ({r['viewers']} open, {kind}): not drawn within the timeout; Chromium at the lowest "
+                f"priority got too little CPU on this box to load the page (its main thread "
+                f"{(f.get('longtask_ms') or 0) / 1e3:.1f} s in long tasks).")
+    server_part, drawn = (f.get("ws_first_big_msg") or 0) / 1e3, (f.get("chart_drawn") or 0) / 1e3
+    return (f"- First chart ({r['viewers']} open, {kind}, {f['seconds']:.1f} s): the server's first chart "
+            f"arrived {server_part:.1f} s after navigation (session start, script run, store read, chart data), "
+            f"the first chart was drawn {drawn - server_part:.1f} s later (the browser: React applying "
+            f"{f.get('msgs', '?')} websocket messages, the charts drawing); until then the server used "
+            f"{f['server_cpu_s']:.2f} CPU s, Chromium {f['browser_cpu_s']:.2f} CPU s at nice 19 "
+            f"(the page's main thread {(f.get('longtask_ms') or 0) / 1e3:.2f} s in long tasks).")
+
+
+def limits(results: list[dict], floor: dict, refresh_s: float) -> list[str]:
+    """What the numbers say limits each target, computed from this bench's readings."""
+    most = results[-1]
+    out = [first_chart_limit(most, kind, key) for kind, key in (("new browser", "first"), ("new tab", "warm"))]
+    if most["viewers"]:
+        out.append(f"- With {most['viewers']} viewers open, a newcomer's browser shares the CPU with theirs (Chromium at "
+                   f"nice 19 took {most['browser_cpu']:.0%} of a core to redraw them) and with the trainer; a new tab "
+                   f"also waits on its own browser's other {most['viewers']} pages. Viewers on other machines would "
+                   f"take neither; with the CPU free (the trainer paused, no viewer) the page itself needs the "
+                   f"seconds above the breakdown.")
+    base = results[0]
+    for kind, key in (("new browser", "first"), ("new tab", "warm")):
+        f0, fl = base[key], floor[key]
+        if f0["seconds"] is not None and fl["seconds"] is not None:
+            out.append(f"- First chart ({base['viewers']} open, {kind}, {f0['seconds']:.1f} s) against Streamlit's floor "
+                       f"beside the same trainer ({fl['seconds']:.1f} s for one line and one chart): the live page's "
+                       f"first paint (the sidebar, the run line, its progress and 7 charts; the cards and controls come "
+                       f"after; {f0.get('msgs', '?')} websocket messages against {fl.get('msgs', '?')}) cost the browser the rest.")
+    for r in results[1:]:
+        n = r["viewers"]
+        per = (r["server_cpu"] - (base["server_cpu"] if base["viewers"] == 0 else 0)) / n
+        period = r["redraw_s"] or refresh_s  # each page asks for its next refresh once it drew the last one
+        out.append(f"- {n} viewer{'s' if n > 1 else ''}: the server used {per:.1%} of a core per viewer, {per * period * 1e3:.0f} ms "
+                   f"of CPU per viewer per refresh (one per {period:.1f} s); Chromium used {r['browser_cpu']:.0%} of a core; "
+                   f"trainer {r['steps_per_s']:.2f} steps/s against {base['steps_per_s']:.2f} "
+                   f"(load average {r['load']:.1f} on {len(os.sched_getaffinity(0))} cores: the trainer, the server, "
+                   "Chromium and other work share them).")
+    lags = [x for r in results for x in r["lags"]]
+    if lags:
+        out.append(f"- Lag (max {max(lags):.2f} s over all phases): a step is readable once the trainer commits "
+                   f"(`log.commit_every_s`, 1 s by default), then shown at the page's next refresh, which the page asks "
+                   f"for `live_cache.MIN_REFRESH_S` = {refresh_s:g} s (a fast run's period) after it drew the last one "
+                   f"(grpo_core/dashboard/refresh.py), plus the server's run and the browser's draw.")
+    return out
+
+
+def section(results: list[dict], paused: dict, floor: dict, args, run: dict) -> str:
+    """The section: `run` says how the bench ran (hist_steps, hist_s, start_step, minutes, train_set,
+    budget, poll_s); args are its command-line arguments."""
+    refresh_s = live_cache.MIN_REFRESH_S  # a fast run's poll period (live_cache.refresh_interval)
+    priority = (", its session's autogroup at nice 19 too (with autogroups on, nice alone ranks only within "
+                "a session)" if args.browser_priority == "autogroup" else
+                " only (`--browser-priority nice`; with autogroups on, the browser's session then weighs as much "
+                "as the trainer's)")
+    cmd = "`.venv/bin/python bench/live_viewers.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "") + "`"
+    return "\n".join([
+        HEADING, "",
+        f"Issue 29's table, regenerated: the real trainer keeps training a run of {run['hist_steps']:,} steps "
+        f"while `python -m grpo_core serve --no-demo` serves it to headless Chromium pages on its live page. "
+        f"The history was trained once by `python -m grpo_core train` ({run['hist_s']:.0f} s, cached under "
+        f"`{args.cache_dir}`) with the config every phase uses ({', '.join(f'`{s}`' for s in run['train_set'])}; the "
+        f"built-in model on the demo task), then each bench copies it and resumes it (`train --resume`, "
+        f"budget {run['budget']:,}) from step {run['start_step']:,}: one trainer process through all phases. The browsers stand "
+        f"in for browsers on other machines: one browser process at `nice -n 19`{priority}; the trainer and "
+        f"serve run in sessions of their own; one context per viewer, "
+        f"background throttling off (every page redraws). Per phase, {args.phase_s:.0f} s after the pages "
+        f"settled ({args.settle_s:.0f} s): trainer steps/s from the store's last step; the server's CPU from "
+        f"/proc (serve and its Streamlit; the trainer is not counted), per viewer above the 0-viewer "
+        f"phase; the lag from a step being readable in the store to the first viewer's progress text "
+        f"showing it (both polled every {run['poll_s']} s); then a new page's first chart with the others open, "
+        f"{args.repeats} times each (the median, and the range in brackets): in a browser process of its own "
+        f"(*new browser*: another machine's browser, its own session at nice 19, a cold HTTP cache) and as a new tab "
+        f"in the viewers' browser, in a context that loaded the page before (*new tab*: the app's JS cached). A first "
+        f"chart runs from the bench asking for the page to the frame that painted the chart (the page's "
+        f"`performance.timeOrigin` plus its mark, on this machine's clock): Playwright's own wait returns later, once "
+        f"the page's busy main thread runs its check (the breakdown's \"bench saw it\" row).",
+        "",
+        f"- Command: {cmd} ({run['minutes']:.1f} min)",
+        f"- Machine: {machine()}",
+        f"- Measured: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the "
+        f"trainer by < 5%, lag < 2 refresh intervals ({2 * refresh_s:.0f} s at `live_cache.MIN_REFRESH_S` = {refresh_s:g} s, a fast run's period)",
+        "",
+        *rows(results, refresh_s, args.timeout_s),
+        "",
+        f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
+        f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
+        f"new browser {reading_cell(paused['first'], args.timeout_s)}, new tab "
+        f"{reading_cell(paused['warm'], args.timeout_s)}. Streamlit's own floor beside the running trainer, "
+        f"no viewer open: a minimal app of its own (one line of text and one chart in the live page's element, "
+        f"`FLOOR_APP`), same browsers: new browser {reading_cell(floor['first'], args.timeout_s)}, new tab "
+        f"{reading_cell(floor['warm'], args.timeout_s)}. Their breakdowns are the last four columns below.",
+        "",
+        "Where a new page's first chart goes (page-side `performance.now()` marks; the websocket is "
+        "Streamlit's, wrapped by an init script; each row is cumulative):",
+        "",
+        *breakdown(results + [{"viewers": "trainer paused, 0", **paused}, {"viewers": "Streamlit floor, 0", **floor}]),
+        "",
+        "What limits each (computed from these readings; one run on a shared box: a distribution would need repeats):",
+        "",
+        *limits(results, floor, refresh_s),
+        "",
+    ])
