@@ -33,10 +33,8 @@ from grpo_core.dashboard import processes  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.config import HealthConfig  # noqa: E402
 from grpo_core.runs.store import EV_ALERT, RunStore  # noqa: E402
-from tests.helpers_dashboard import answers, wait_for  # noqa: E402
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, answers, wait_for  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 SHOTS = ROOT / "docs" / "screenshots"
 DOC = ROOT / "docs" / "demo.md"
 START, END = "<!-- demo_story -->", "<!-- /demo_story -->"
@@ -237,7 +235,7 @@ def watch(url: str, root: Path, minutes: list[float], t0: float) -> tuple[str, l
         time.sleep(0.5)
     checks = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for m in minutes:
             time.sleep(max(0.0, t0 + 60 * m - time.time()))
             c = look(browser, url, rid, m)

@@ -47,13 +47,12 @@ from live_viewers_report import HEADING, section  # noqa: E402
 from perf_common import publish  # noqa: E402
 
 from grpo_core.runs.store import RunStore  # noqa: E402
-from tests.helpers_dashboard import answers, free_port, process_tree, streamlit_app, wait_for  # noqa: E402
+from tests.helpers_dashboard import (CHROMIUM, CHROMIUM_ARGS, answers, free_port, process_tree,  # noqa: E402
+                                    streamlit_app, wait_for)
 
-CHROMIUM = "/usr/bin/chromium"
 # Every page really redraws (no background-tab throttling): the worst case for the server.
-CHROME_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--disable-background-timer-throttling",
-               "--disable-renderer-backgrounding", "--disable-backgrounding-occluded-windows"]
+CHROME_ARGS = CHROMIUM_ARGS + ["--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+                               "--disable-backgrounding-occluded-windows"]
 # The trainer's config, the same for the history and every phase.
 TRAIN_SET = ["grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=8", "log.checkpoint_every=0",
              "log.progress=false", "autopilot.enabled=false"]

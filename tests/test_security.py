@@ -134,8 +134,6 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
             f.close()
 
 
-
-
 def first_view(port: int, path: str) -> tuple[bool, bool]:
     """(token box shown, secret run shown) for a browser's first visit to /<path>."""
     from playwright.sync_api import sync_playwright
