@@ -78,8 +78,10 @@ except StoreError as e:
 def monitor():
     """The run's cards, alerts and charts, refreshed at the run's pace once the page drew them
     (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes)."""
-    s = monitor_panel()
-    if s is None:  # the store could not be read: try again while the run was live
+    s = None
+    with refresh.guarded("the run's cards and charts"):
+        s = monitor_panel()
+    if s is None:  # the store could not be read, or a bug: try again while the run was live
         period = live_cache.STALE_REFRESH_S if LIVE else None
     else:
         period = live_cache.refresh_interval(s)
@@ -223,7 +225,8 @@ def steer():
     """The steering panel, refreshed less often: it picks up new rollouts and settings."""
     if not ss.get(PAINTED):
         return  # the page's first paint: the panel comes right after
-    steer_panel()
+    with refresh.guarded("the steering panel"):
+        steer_panel()
     refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_refresh")
 
 

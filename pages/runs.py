@@ -47,12 +47,14 @@ if runs.empty:
 @st.fragment
 def run_rows():
     """Every run, refreshed every 3 s while one is live (asked by the page once it drew the rows)."""
-    run_cards()
-    refresh.after(3.0 if runs["status"].isin(LIVE_STATUSES).any() else None, key="runs_refresh")
+    rows = runs
+    with refresh.guarded("the run list"):
+        rows = run_list.runs_overview()  # read again at each refresh: a run may have started or ended
+        run_cards(rows)
+    refresh.after(3.0 if rows["status"].isin(LIVE_STATUSES).any() else None, key="runs_refresh")
 
 
-def run_cards():
-    rows = run_list.runs_overview()
+def run_cards(rows):
     for _, r in rows.iterrows():
         rid, status = r["run_id"], r["status"]
         with st.container(border=True):

@@ -219,6 +219,30 @@ def test_a_live_run_refreshes_at_its_pace(runs_dir):
     store.close()
 
 
+def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_dir, monkeypatch, caplog):
+    """An exception nobody foresaw while drawing the monitor or the steering panel (here: the
+    run's capabilities fail) shows one line naming the panel and the error, not Streamlit's
+    traceback, which ended the page's refresh chain; the traceback is logged, the panels ask for
+    their next refresh, and the next refresh that works draws the page again."""
+    from grpo_core.dashboard import live_cards
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    real = live_cards.capabilities
+
+    def broken(s):
+        raise RuntimeError("capabilities exploded\nsecond line of the message")
+    monkeypatch.setattr(live_cards, "capabilities", broken)
+    at = app(run_id="r")  # fails on any exception shown as Streamlit's traceback
+    errors = texts(at.error)
+    assert [e.split(":")[0] for e in errors] == ["Could not draw the run's cards and charts", "Could not draw the steering panel"]
+    assert all("RuntimeError: capabilities exploded. This is a bug" in e and "second line" not in e for e in errors)
+    assert set(refreshes(at)) == {"monitor_refresh", "steer_refresh"}
+    assert "capabilities exploded" in caplog.text and "Traceback" in caplog.text
+    monkeypatch.setattr(live_cards, "capabilities", real)
+    at.run()  # the next refresh
+    assert not at.exception and not at.error and "Trainable ratio (cumulative)" in metrics(at)
+    store.close()
+
+
 def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(runs_dir):
     """A session's first run of the live page draws the run line, its progress and its charts, and
     asks its browser for the whole page once that is painted (a refresh at 0 s outside the

@@ -7,14 +7,21 @@ a components-v2 element (assets/refresh.js) as the fragment's last element; in t
 `seconds` after the frame that painted the fragment, then reruns that fragment alone. The pace is
 then the run's (live_cache.refresh_interval, given anew at each refresh) or the page's, whichever
 is slower, and a page that cannot keep up costs its browser less instead of more.
+
+`guarded(what)` wraps a refreshing panel's body: an error nobody foresaw (a bug) shows one line
+instead of Streamlit's traceback, which ended the page's refreshes (nothing after it ran, so no
+next refresh was asked for); the traceback goes to the server's log, and the refreshes go on.
 """
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
 ASSETS = Path(__file__).parent / "assets"
 COMPONENT = "grpo_health_refresh"
+logger = logging.getLogger(__name__)
 
 
 @cache
@@ -33,3 +40,22 @@ def after(seconds: float | None, key: str) -> None:
     count = st.session_state.get(f"{key}_count", 0) + 1  # new data at each refresh: the page's script runs
     st.session_state[f"{key}_count"] = count
     _component()(data={"every": float(seconds), "n": count}, key=key, on_due_change=lambda: None)
+
+
+@contextmanager
+def guarded(what: str):
+    """Run a refreshing panel's body; an unexpected exception (Streamlit's own rerun and stop are
+    not Exceptions) is logged with its traceback and shown as one line naming `what` and the error.
+    The caller's refresh.after still runs: the next refresh may well succeed."""
+    import streamlit as st
+    try:
+        yield
+    except Exception as error:
+        logger.exception("drawing %s failed", what)
+        st.error(failure_line(what, error))
+
+
+def failure_line(what: str, error: Exception) -> str:
+    first = (str(error).strip().splitlines() or [""])[0]
+    return (f"Could not draw {what}: {type(error).__name__}: {first or 'no message'}. This is a bug: the "
+            "traceback is in the dashboard's log; the page tries again at its next refresh.")
