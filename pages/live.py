@@ -78,22 +78,23 @@ except StoreError as e:
 def monitor():
     """The run's cards, alerts and charts, refreshed at the run's pace once the page drew them
     (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes)."""
-    s = None
+    s, sent = None, 0
     with refresh.guarded("the run's cards and charts"):
-        s = monitor_panel()
+        s, sent = monitor_panel()
     if s is None:  # the store could not be read, or a bug: try again while the run was live
         period = live_cache.STALE_REFRESH_S if LIVE else None
-    else:
-        period = live_cache.refresh_interval(s)
+    else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
+        period = live_chart.paced(live_cache.refresh_interval(s), sent)
     refresh.after(period, key="monitor_refresh")
 
 
-def monitor_panel() -> live_view.LiveState | None:
+def monitor_panel() -> tuple[live_view.LiveState | None, int]:
+    """The panel, and the bytes of chart data it sent."""
     try:
         s = state()
     except StoreError as e:  # the run was deleted or damaged while we watched
         st.error(str(e))
-        return None
+        return None, 0
     if s.is_live != LIVE:  # ended or came back: the whole page changes
         st.rerun()
     c = shared(s, "cards", fn=lambda: live_cards.cards(s))
@@ -104,8 +105,7 @@ def monitor_panel() -> live_view.LiveState | None:
         smooth, raw = chart_controls()
     else:  # the session's first paint: the run and its charts, the rest right after (see the page's end)
         smooth, raw = ss.get("smoothing", charts.DEFAULT_SMOOTHING), ss.get("raw_steps", False)
-    chart_grid(s, smooth, raw)
-    return s
+    return s, chart_grid(s, smooth, raw)
 
 
 def run_line(s: live_view.LiveState, c: live_cards.Cards, caps: dict):
@@ -167,12 +167,14 @@ def chart_controls() -> tuple[float, bool]:
                                 "TensorBoard's (0 = raw); the raw values stay as a faint line (in old history, "
                                 "each bin's min and max, so no spike is lost)")
     raw = row[1].toggle("Every step (raw)", key="raw_steps", help="read every step from the store instead of the "
-                        "binned history (long runs: slower to draw; cut to 20,000 points per line by min/max)")
+                        "binned history (long runs: slower to draw, refreshed less often, at most "
+                        f"{live_chart.SEND_RATE // 1000} kB/s; cut to 20,000 points per line by min/max)")
     return smooth, raw
 
 
-def chart_grid(s: live_view.LiveState, smooth: float, raw: bool):
-    """The run's charts, two per row (live_chart: uPlot, built per version for every viewer)."""
+def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
+    """The run's charts, two per row (live_chart: uPlot, built per version for every viewer); the
+    bytes of their data."""
     specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.payloads(charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
         live_view.current_settings(s)["outcome_metric"], smoothing=smooth)))
@@ -186,6 +188,7 @@ def chart_grid(s: live_view.LiveState, smooth: float, raw: bool):
             live_chart.draw(chart, key=f"chart_{key}")
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
+    return sum(len(chart) for _, chart in shown)
 
 
 def raw_steps(s: live_view.LiveState):

@@ -243,6 +243,27 @@ def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_di
     store.close()
 
 
+def test_a_view_too_large_to_resend_at_the_runs_pace_refreshes_less_often(runs_dir, monkeypatch):
+    """The monitor's period is the run's, or the chart bytes it sends over live_chart.SEND_RATE
+    when that is longer (every step of a long run: 2.6 MB at 10,000 steps)."""
+    from grpo_core.dashboard import live_cache, live_chart
+    store = synth_run(runs_dir, "r", 1600, P=2, G=4, steps_total=2000)  # bins of 2 steps (live_view.MAX_BINS)
+    at = app(run_id="r")
+    period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
+    assert refreshes(at)["monitor_refresh"] == period  # a few kB: the run's pace
+
+    def sent(at) -> int:
+        return sum(len(e.proto.bytes) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT)
+    monkeypatch.setattr(live_chart, "SEND_RATE", 1_000)  # 1 kB/s: both views are too large for the run's pace
+    at.run()
+    binned = sent(at)
+    assert binned / 1_000 > period and refreshes(at)["monitor_refresh"] == pytest.approx(binned / 1_000)
+    at.toggle(key="raw_steps").set_value(True).run()
+    raw = sent(at)
+    assert raw > binned and refreshes(at)["monitor_refresh"] == pytest.approx(raw / 1_000)
+    store.close()
+
+
 def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(runs_dir):
     """A session's first run of the live page draws the run line, its progress and its charts, and
     asks its browser for the whole page once that is painted (a refresh at 0 s outside the

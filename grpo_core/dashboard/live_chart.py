@@ -25,6 +25,7 @@ LIBRARY = "grpo_health_uplot"
 FILL_ALPHA = 0.25  # a filled area under its line (plotly's fill='tozeroy', a stacked band)
 DIGITS = 6  # significant digits sent per value: more than a chart or its legend shows
 MAX_SCALE_EXP = 300  # values below 1e-300 are sent as 0 (10.0 ** 309 is already inf)
+SEND_RATE = 250_000  # bytes/s of chart data a live page is sent at most: a larger view refreshes less often
 
 
 def spec(fig, height: int | None = None) -> dict:
@@ -63,6 +64,13 @@ def encode(chart: dict) -> bytes:
 def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]]:
     """charts.live_charts' (key, figure or None) as (key, the element's bytes or None)."""
     return [(key, None if fig is None else encode(spec(fig))) for key, fig in figures]
+
+
+def paced(period: float | None, sent: int) -> float | None:
+    """A live page's refresh period for charts of `sent` bytes: `period` (the run's pace; None: no
+    more refreshes), or longer for a view too large to resend that often: every step of a
+    12,000-step run is 4.9 MB, every 2 s a tab's whole link (an SSH tunnel) and its browser's parse."""
+    return None if period is None else max(period, sent / SEND_RATE)
 
 
 def _points(x, y) -> tuple[np.ndarray, np.ndarray]:
