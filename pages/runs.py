@@ -10,7 +10,7 @@ from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import presets
 from grpo_core.runs.config import DEMO_WEIGHTS, apply_overrides
 from grpo_core.runs.live_settings import BY_KEY
-from grpo_core.runs.run_meta import LIVE_STATUSES, ranks_label, status_label
+from grpo_core.runs.run_meta import LIVE_STATUSES, STALE, ranks_label, status_label
 
 GROUP_SIZE = BY_KEY["group_size"]
 PROMPTS = BY_KEY["prompts_per_step"]  # the bounds a live request has (live_settings)
@@ -46,12 +46,14 @@ if runs.empty:
 
 @st.fragment
 def run_rows():
-    """Every run, refreshed every 3 s while one is live (asked by the page once it drew the rows)."""
+    """Every run, refreshed every 3 s while one is live or stale (it may come back), asked by the
+    page once it drew the rows; the rows are read again at each refresh, so polling ends with the
+    last live run."""
     rows = runs
     with refresh.guarded("the run list"):
-        rows = run_list.runs_overview()  # read again at each refresh: a run may have started or ended
+        rows = run_list.runs_overview()
         run_cards(rows)
-    refresh.after(3.0 if rows["status"].isin(LIVE_STATUSES).any() else None, key="runs_refresh")
+    refresh.after(3.0 if rows["status"].isin((*LIVE_STATUSES, STALE)).any() else None, key="runs_refresh")
 
 
 def run_cards(rows):

@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, streamlit_app, wait_for
+from grpo_core.runs.run_meta import FINISHED
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_app, synth_run, wait_for
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -69,3 +70,41 @@ def test_the_fragment_reruns_alone_one_request_per_drawn_refresh(served):
             assert asked <= runs + 2, f"{asked} requests for {runs} refreshes"
         finally:
             browser.close()
+
+
+def test_the_runs_page_polls_while_a_run_is_live_and_stops_when_it_ends(tmp_path, monkeypatch):
+    """The Runs page's rows refresh every 3 s while a run is live (or stale: it may come back),
+    and stop once none is: each refresh decides from the rows it just read (it decided from the
+    page's first read, and polled a finished run forever). Counted: the fragment runs the server
+    finished, read from the page's websocket."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    store = synth_run(tmp_path, "r", 5)
+    store.heartbeat()  # running: live (then stale, which also polls, past run_meta.STALE_AFTER_S)
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
+    runs = []
+
+    def count(payload):
+        if isinstance(payload, bytes):
+            msg = ForwardMsg.FromString(payload)
+            if msg.HasField("script_finished") and msg.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:
+                runs.append(msg)
+    with streamlit_app(REPO / "app.py", STALL_S) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("websocket", lambda ws: ws.on("framereceived", count))
+            page.goto(f"{url}/runs")
+
+            def refreshed(n: int) -> bool:
+                page.wait_for_timeout(100)  # Playwright hands the frames received meanwhile to count()
+                return len(runs) >= n
+            wait_for(lambda: refreshed(2), STALL_S, what="two refreshes of the run list")
+            store.set_status(FINISHED)
+            wait_for(lambda: "finished" in page.inner_text("main"), STALL_S, what="the run shown finished")
+            done = len(runs)
+            # No refresh was asked after the run that showed it finished; the old page asked every 3 s.
+            page.wait_for_timeout(4 * 3000)
+            assert len(runs) <= done + 1, f"{len(runs) - done} refreshes after the run ended"  # +1: one in flight
+        finally:
+            browser.close()
+            store.close()
