@@ -103,7 +103,7 @@ def test_the_runs_page_polls_while_a_run_is_live_and_stops_when_it_ends(tmp_path
             wait_for(lambda: "finished" in page.inner_text("main"), STALL_S, what="the run shown finished")
             done = len(runs)
             # No refresh was asked after the run that showed it finished; the old page asked every 3 s.
-            page.wait_for_timeout(4 * 3000)
+            page.wait_for_timeout(2 * 3000 + 1000)
             assert len(runs) <= done + 1, f"{len(runs) - done} refreshes after the run ended"  # +1: one in flight
         finally:
             browser.close()
