@@ -98,7 +98,7 @@ def test_the_runs_page_polls_while_a_run_is_live_and_stops_when_it_ends(tmp_path
             def refreshed(n: int) -> bool:
                 page.wait_for_timeout(100)  # Playwright hands the frames received meanwhile to count()
                 return len(runs) >= n
-            wait_for(lambda: refreshed(2), STALL_S, what="two refreshes of the run list")
+            wait_for(lambda: refreshed(1), STALL_S, what="a refresh of the run list")
             store.set_status(FINISHED)
             wait_for(lambda: "finished" in page.inner_text("main"), STALL_S, what="the run shown finished")
             done = len(runs)
