@@ -208,12 +208,16 @@ def chart_specs(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
+def live_chart_bytes(at) -> list[bytes]:
+    """The live page's charts as the page is sent them (live_chart.encode's bytes)."""
+    from grpo_core.dashboard import live_chart
+    return [e.proto.bytes for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
+
+
 def live_charts(at) -> list[dict]:
     """The live page's charts as their elements receive them (live_chart.spec's dicts)."""
     import json
-
-    from grpo_core.dashboard import live_chart
-    return [json.loads(e.proto.bytes) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
+    return [json.loads(b) for b in live_chart_bytes(at)]
 
 
 def series(chart: dict, label: str) -> list[tuple[float, float]]:
