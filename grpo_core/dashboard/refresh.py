@@ -56,6 +56,7 @@ def guarded(what: str):
 
 
 def failure_line(what: str, error: Exception) -> str:
+    """The one line `guarded` shows: what failed, the error's type and first line, what happens next."""
     first = (str(error).strip().splitlines() or [""])[0]
     return (f"Could not draw {what}: {type(error).__name__}: {first or 'no message'}. This is a bug: the "
             "traceback is in the dashboard's log; the page tries again at its next refresh.")
