@@ -18,7 +18,9 @@ Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the 
   browser process of its own (a cold HTTP cache) and as a new tab of the viewers' browser, and where
   its time went (page-side performance.now() marks: the HTML, the JS bundle, the websocket, its first
   message, the first large message (a chart's data), the first chart element, its canvas, the frame
-  that painted it, when Playwright saw it, every chart drawn).
+  that painted it, when Playwright saw it, every chart drawn);
+- the same two on Streamlit's floor page (FLOOR_APP: one line and one chart, a Streamlit of its own),
+  right after: what any Streamlit page costs a browser in that place, beside the trainer and the viewers.
 
 Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the trainer
 by < 5%, lag < 2 refresh intervals. Writes the "Live page: viewers" section of docs/benchmarks.md.
@@ -354,10 +356,12 @@ def watch(run_dir: Path, page, seconds: float) -> dict:
             "redraw_s": statistics.median(gaps) if gaps else None}
 
 
-def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_dir: Path, server_pid: int, args) -> dict:
+def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_dir: Path, server_pid: int,
+          floor: "Floor", args) -> dict:
     """Viewers open: `n` (pages added to reach it); measure the window, then a newcomer's first
     chart, --repeats times each: in a browser of its own (cold HTTP cache) and as a new tab of `warm`
-    in the viewers' browser (a context that has loaded the page before: its cache holds the app's JS)."""
+    in the viewers' browser (a context that has loaded the page before: its cache holds the app's JS);
+    then the same two on Streamlit's floor page, in the same place (the same viewers open)."""
     opening = []
     while len(pages) < n:
         page, seconds = open_page(new_context(browser), url, args.timeout_s)
@@ -373,10 +377,11 @@ def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_di
            "load": os.getloadavg()[0]}
     out["first"] = median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, server), args.repeats)
     out["warm"] = median_reading(lambda: first_chart(warm, url, args.timeout_s, server), args.repeats)
+    out["floor"] = floor.measure(p, wrapper, args)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "
           f"browser {out['browser_cpu']:.0%}, first chart {out['first']['all_seconds']} s "
-          f"(new tab {out['warm']['all_seconds']} s), "
-          f"lags {[round(x, 2) for x in out['lags']]}", file=sys.stderr)
+          f"(new tab {out['warm']['all_seconds']} s), floor {out['floor']['first']['all_seconds']} s "
+          f"(new tab {out['floor']['warm']['all_seconds']} s), lags {[round(x, 2) for x in out['lags']]}", file=sys.stderr)
     return out
 
 
@@ -405,19 +410,27 @@ def first_chart_trainer_paused(p, wrapper: Path, warm, url: str, trainer: subpro
     return out
 
 
-def first_chart_floor(p, wrapper: Path, browser, work: Path, args) -> dict:
-    """A new page's first chart on FLOOR_APP beside the running trainer, no viewer open: what
-    Streamlit itself costs a starved browser (its JS, its websocket, one element of each kind)."""
-    app = work / "floor_app.py"
-    app.write_text(FLOOR_APP)
-    with streamlit_app(app, 120) as url:
-        warm = new_context(browser, marks=True)
-        open_page(warm, url, args.timeout_s)[0].close()  # fills its HTTP cache
-        out = {"first": median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, []), args.repeats),
-               "warm": median_reading(lambda: first_chart(warm, url, args.timeout_s, []), args.repeats)}
-        warm.close()
-    print(f"floor: first chart {out['first']['all_seconds']} s (new tab {out['warm']['all_seconds']} s)", file=sys.stderr)
-    return out
+class Floor:
+    """Streamlit's own floor: FLOOR_APP served by a Streamlit of its own beside the running trainer,
+    and a context of the viewers' browser that loaded it once (its new tabs find the JS cached).
+    measure() reads a new page's first chart on it, in a new browser and as a new tab, wherever the
+    bench stands (the viewers of that phase open): what any Streamlit page costs a starved browser
+    there (its JS, its websocket, one element of each kind)."""
+
+    def __init__(self, browser, work: Path, args):
+        app = work / "floor_app.py"
+        app.write_text(FLOOR_APP)
+        self.stack = contextlib.ExitStack()
+        self.url = self.stack.enter_context(streamlit_app(app, 120))
+        self.warm = new_context(browser, marks=True)
+        open_page(self.warm, self.url, args.timeout_s)[0].close()  # fills its HTTP cache
+
+    def measure(self, p, wrapper: Path, args) -> dict:
+        return {"first": median_reading(lambda: first_chart_new_browser(p, wrapper, self.url, args.timeout_s, []), args.repeats),
+                "warm": median_reading(lambda: first_chart(self.warm, self.url, args.timeout_s, []), args.repeats)}
+
+    def close(self):
+        self.stack.close()
 
 
 def main():
@@ -467,19 +480,23 @@ def main():
                 pages: list = []
                 warm = new_context(browser, marks=True)
                 open_page(warm, f"{url}/?run={rid}", args.timeout_s)[0].close()  # fills its HTTP cache
-                for n in args.viewers:
-                    results.append(phase(p, wrapper, browser, warm, pages, n, f"{url}/?run={rid}", run_dir, server.pid, args))
+                floor = Floor(browser, work, args)
+                try:
+                    for n in args.viewers:
+                        results.append(phase(p, wrapper, browser, warm, pages, n, f"{url}/?run={rid}", run_dir,
+                                             server.pid, floor, args))
+                finally:
+                    floor.close()
                 for page in pages:  # the viewers' own load out of the paused-trainer reading
                     page.context.close()
                 paused = first_chart_trainer_paused(p, wrapper, warm, f"{url}/?run={rid}", trainer,
                                                     process_tree(server.pid), args)
-                floor = first_chart_floor(p, wrapper, browser, work, args)
             finally:
                 browser.close()
     finally:
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
-    text = section(results, paused, floor, args, {"hist_steps": args.history_steps, "hist_s": history_seconds(hist_root),
+    text = section(results, paused, args, {"hist_steps": args.history_steps, "hist_s": history_seconds(hist_root),
                                                   "start_step": start_step, "minutes": (time.time() - t_start) / 60,
                                                   "train_set": TRAIN_SET, "budget": BUDGET, "poll_s": POLL_S})
     publish(HEADING, text, write=not args.no_write)
