@@ -313,6 +313,13 @@ def first_chart_new_browser(p, wrapper: Path, url: str, timeout_s: float, server
         browser.close()
 
 
+def newcomers(p, wrapper: Path, warm, url: str, server: list[int], args) -> dict:
+    """A new page's first chart on `url`, --repeats times each: "first" in a browser process of its
+    own (a cold HTTP cache), "warm" as a new tab of `warm` (a context that loaded the page before)."""
+    return {"first": median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, server), args.repeats),
+            "warm": median_reading(lambda: first_chart(warm, url, args.timeout_s, server), args.repeats)}
+
+
 def median_reading(measure, n: int) -> dict:
     """n readings of `measure()`: the median one (by seconds; no chart counts as the slowest), with
     every reading's seconds as `all_seconds` (the spread the table shows)."""
@@ -375,9 +382,8 @@ def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_di
     out = {"viewers": n, **w, "server_cpu": cpu_share(c0, cpu_seconds(server), elapsed),
            "browser_cpu": cpu_share(b0, cpu_seconds(chromium_pids()), elapsed), "opening": opening,
            "load": os.getloadavg()[0]}
-    out["first"] = median_reading(lambda: first_chart_new_browser(p, wrapper, url, args.timeout_s, server), args.repeats)
-    out["warm"] = median_reading(lambda: first_chart(warm, url, args.timeout_s, server), args.repeats)
-    out["floor"] = floor.measure(p, wrapper, args)
+    out.update(newcomers(p, wrapper, warm, url, server, args))
+    out["floor"] = newcomers(p, wrapper, floor.warm, floor.url, [], args)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "
           f"browser {out['browser_cpu']:.0%}, first chart {out['first']['all_seconds']} s "
           f"(new tab {out['warm']['all_seconds']} s), floor {out['floor']['first']['all_seconds']} s "
@@ -413,9 +419,9 @@ def first_chart_trainer_paused(p, wrapper: Path, warm, url: str, trainer: subpro
 class Floor:
     """Streamlit's own floor: FLOOR_APP served by a Streamlit of its own beside the running trainer,
     and a context of the viewers' browser that loaded it once (its new tabs find the JS cached).
-    measure() reads a new page's first chart on it, in a new browser and as a new tab, wherever the
-    bench stands (the viewers of that phase open): what any Streamlit page costs a starved browser
-    there (its JS, its websocket, one element of each kind)."""
+    Each phase reads a newcomer's first chart on it (`newcomers`) with that phase's viewers open:
+    what any Streamlit page costs a starved browser there (its JS, its websocket, one element of
+    each kind)."""
 
     def __init__(self, browser, work: Path, args):
         app = work / "floor_app.py"
@@ -424,10 +430,6 @@ class Floor:
         self.url = self.stack.enter_context(streamlit_app(app, 120))
         self.warm = new_context(browser, marks=True)
         open_page(self.warm, self.url, args.timeout_s)[0].close()  # fills its HTTP cache
-
-    def measure(self, p, wrapper: Path, args) -> dict:
-        return {"first": median_reading(lambda: first_chart_new_browser(p, wrapper, self.url, args.timeout_s, []), args.repeats),
-                "warm": median_reading(lambda: first_chart(self.warm, self.url, args.timeout_s, []), args.repeats)}
 
     def close(self):
         self.stack.close()

@@ -20,6 +20,8 @@ BREAKDOWN = [  # (label, key): cumulative ms since navigation start
     ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("first chart painted (the frame after it)", "chart_painted"),
     ("the bench saw it (Playwright's wait returned)", "bench_saw"), ("every chart drawn", "all_plots")]
 
+KINDS = (("new browser", "first"), ("new tab", "warm"))  # a newcomer's two readings: (label, key)
+
 
 def ok(good: bool) -> str:
     return " ✓" if good else " ✗"
@@ -62,8 +64,7 @@ def rows(results: list[dict], refresh_s: float, timeout_s: float) -> list[str]:
 
 
 def breakdown(results: list[dict]) -> list[str]:
-    cols = [(f"{r['viewers']} open, {kind}", r[key]) for r in results for kind, key in (("new browser", "first"),
-                                                                                          ("new tab", "warm"))]
+    cols = [(f"{r['viewers']} open, {kind}", r[key]) for r in results for kind, key in KINDS]
     out = ["| a new page, ms since navigation start | " + " | ".join(c for c, _ in cols) + " |",
            "| --- |" + " --- |" * len(cols)]
     for label, key in BREAKDOWN:
@@ -97,7 +98,7 @@ def first_chart_limit(r: dict, kind: str, key: str) -> str:
 def limits(results: list[dict], refresh_s: float) -> list[str]:
     """What the numbers say limits each target, computed from this bench's readings."""
     most = results[-1]
-    out = [first_chart_limit(most, kind, key) for kind, key in (("new browser", "first"), ("new tab", "warm"))]
+    out = [first_chart_limit(most, kind, key) for kind, key in KINDS]
     if most["viewers"]:
         out.append(f"- With {most['viewers']} viewers open, a newcomer's browser shares the CPU with theirs (Chromium at "
                    f"nice 19 took {most['browser_cpu']:.0%} of a core to redraw them) and with the trainer; a new tab "
@@ -105,7 +106,7 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
                    f"take neither; with the CPU free (the trainer paused, no viewer) the page itself needs the "
                    f"seconds above the breakdown.")
     for r in results:
-        for kind, key in (("new browser", "first"), ("new tab", "warm")):
+        for kind, key in KINDS:
             ours, floor = r[key]["seconds"], r["floor"][key]["seconds"]
             if ours is None or floor is None:
                 continue
