@@ -215,9 +215,9 @@ def live_chart_bytes(at) -> list[bytes]:
 
 
 def live_charts(at) -> list[dict]:
-    """The live page's charts as their elements receive them (live_chart.spec's dicts)."""
-    import json
-    return [json.loads(b) for b in live_chart_bytes(at)]
+    """The live page's charts as their elements receive them (live_chart.spec's dicts, decoded)."""
+    from grpo_core.dashboard import live_chart
+    return [live_chart.decode(b) for b in live_chart_bytes(at)]
 
 
 def series(chart: dict, label: str) -> list[tuple[float, float]]:

@@ -6,6 +6,7 @@ back to the data. Waits follow the app's refresh counter, not a wall clock."""
 import re
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, streamlit_app, wait_for
@@ -87,6 +88,12 @@ def test_the_chart_draws_the_figure_and_keeps_a_readers_zoom_across_refreshes(pa
     assert [h["text"] for h in chart["hlines"]] == ["healthy > 0.3"]
     assert [v["x"] for v in chart["vlines"]] == [12] and "exact=0.7" in chart["vlines"][0]["hover"]
     assert chart["last"] >= 39 + count
+    # The element decoded live_chart.encode's floats: each line's values at its steps.
+    steps, raw, line, cumulative = (np.array(col, float) for col in page.evaluate(f"{CHART}.data"))
+    np.testing.assert_array_equal(steps, np.arange(len(steps)))
+    np.testing.assert_allclose(raw, 0.5 + 0.4 * np.sin(steps / 5.0), rtol=1e-6)  # float32: 7 digits
+    np.testing.assert_allclose(line, raw, rtol=1e-6)  # smoothing 0: the line is the raw series
+    np.testing.assert_allclose(cumulative, np.cumsum(raw) / (steps + 1), rtol=1e-5)
 
     # Hovering the change marker names the change under the chart.
     over = page.locator(".live-chart .u-over").bounding_box()

@@ -1,8 +1,6 @@
 """grpo_core.dashboard.live_chart.spec: a charts.py figure in uPlot's terms carries every line's
 values at its own steps, the fills, stacks, thresholds and change markers of the figure, and
-nothing the figure did not draw. (The element in a real browser: tests/test_browser_live_chart.py.)"""
-import json
-
+nothing the figure did not draw; encode's bytes decode to it. (The element in a real browser: tests/test_browser_live_chart.py.)"""
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -16,6 +14,11 @@ from tests.helpers_dashboard import series
 from tests.test_charts import run  # noqa: F401  (the charts' 40-step run with two weight changes)
 
 
+def _sent(fig) -> dict:
+    """A figure as the element receives it: spec, encoded, decoded."""
+    return live_chart.decode(live_chart.encode(live_chart.spec(fig)))
+
+
 def _values(spec, label):
     """(steps, values) of one series as arrays (helpers_dashboard.series' points)."""
     points = np.array(series(spec, label), dtype=float).reshape(-1, 2)
@@ -27,8 +30,7 @@ def test_every_live_chart_carries_each_traces_points_at_its_own_steps(run):
     figs = [(k, f) for k, f in charts.live_charts(wide, live_view.run_metrics(run.get_meta()), run.changes(),
                                                   smoothing=0.6) if f is not None]
     for key, fig in figs:
-        spec = live_chart.spec(fig)
-        assert json.loads(live_chart.encode(spec)) == spec  # what the element receives: plain JSON, no NaN
+        spec = _sent(fig)
         assert spec["x"] == sorted(spec["x"]) and len(spec["y"]) == len(spec["series"]) == len(fig.data), key
         assert all(len(col) == len(spec["x"]) for col in spec["y"]), key
         for trace in fig.data:
@@ -37,7 +39,7 @@ def test_every_live_chart_carries_each_traces_points_at_its_own_steps(run):
             np.testing.assert_allclose(x, np.asarray(trace.x, float)[finite])
             np.testing.assert_allclose(y, np.asarray(trace.y, float)[finite], rtol=1e-5)
         assert spec["title"] == fig.layout.title.text
-    ratio = live_chart.spec(dict(figs)["ratio"])
+    ratio = _sent(dict(figs)["ratio"])
     assert ratio["y_range"] == [0, 1.05] and ratio["hlines"] == [
         {"y": 0.3, "colour": "#C0392B", "dash": "dash", "text": "healthy > 0.3"}]
     raw, line = (next(s for s in ratio["series"] if s["label"] == n) for n in ("per step (raw)", "per step"))
@@ -48,7 +50,7 @@ def test_every_live_chart_carries_each_traces_points_at_its_own_steps(run):
 
 def test_change_markers_keep_their_step_label_and_what_changed(run):
     fig = charts.reward_chart(run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
-    marks = live_chart.spec(fig)["vlines"]
+    marks = _sent(fig)["vlines"]
     assert [m["x"] for m in marks] == [12.0, 30.0]
     assert marks[1]["hover"].startswith("step 30") and "length=0.4" in marks[1]["hover"]
     assert marks[0]["label"] == charts.MARKER_LABELS["set_weights"]
@@ -59,25 +61,44 @@ def test_a_bins_minimum_and_maximum_stay_two_points():
     low, high = envelope_names("v")
     df = pd.DataFrame({"v": [0.5, 0.2], low: [0.1, 0.2], high: [0.9, 0.2]}, index=[8, 24])
     fig = charts._figure(charts._series(df, "v", "v", "#123456", 0.0), "t", "y")
-    x, y = _values(live_chart.spec(fig), "v (raw)")
-    assert list(y) == [0.1, 0.9, 0.2] and x[0] == 8 and 8 < x[1] < 8.01 and x[2] == 24
+    x, y = _values(_sent(fig), "v (raw)")
+    assert list(y) == pytest.approx([0.1, 0.9, 0.2], rel=1e-7) and x[0] == 8 and 8 < x[1] < 8.01 and x[2] == 24
 
 
 def test_values_near_the_float_limits_reach_the_chart():
-    """A smoothed stack decays through thousands of zero steps to subnormal values (the demo's
-    flat-causes chart, every step drawn, at 12,000 steps: 5e-324); they are sent as 0, the rest to
-    DIGITS digits, and the chart encodes (JSON refuses the NaN an overflowing scale made)."""
-    v = np.array([0.123456789, 1e-300, 1e-310, 5e-324, -1e-320, 1.5e300, -2.0e-5])
-    fig = go.Figure(go.Scatter(x=np.arange(len(v)), y=v, mode="lines", name="v"))
-    chart = json.loads(live_chart.encode(live_chart.spec(fig)))
-    _, y = _values(chart, "v")
-    assert list(y) == pytest.approx([0.123457, 1e-300, 0.0, 0.0, 0.0, 1.5e300, -2.0e-5], rel=1e-12, abs=0.0)
+    """Values are sent as float32 (7 digits, more than a chart or its legend shows): a smoothed stack
+    decaying through thousands of zero steps to subnormal values (the demo's flat-causes chart, every
+    step drawn, at 12,000 steps: 5e-324) arrives as 0. A chart with a value float32 cannot hold is
+    sent as float64, exactly. An infinite value is no point (a gap), as a missing one."""
+    v = np.array([0.123456789, 1e-300, 1e-310, 5e-324, -1e-320, 3.0e38, -2.0e-5, np.inf, np.nan])
+    _, y = _values(_sent(go.Figure(go.Scatter(x=np.arange(len(v)), y=v, mode="lines", name="v"))), "v")
+    assert list(y) == pytest.approx([0.123456789, 0.0, 0.0, 0.0, 0.0, 3.0e38, -2.0e-5], rel=1e-7, abs=0.0)
+    huge = np.array([0.123456789, 1e-300, 1.5e300])
+    _, y = _values(_sent(go.Figure(go.Scatter(x=np.arange(3), y=huge, mode="lines", name="v"))), "v")
+    assert list(y) == list(huge)
+
+
+def test_the_bytes_hold_the_columns_as_floats_after_an_aligned_header():
+    """What assets/live_chart.js reads: a uint32 header length, the JSON header, padding, the steps
+    as float64 at a multiple of 8, then each line's float32 values."""
+    import json
+    import struct
+    fig = go.Figure([go.Scatter(x=[1, 2, 3], y=[0.5, np.nan, 1.5], mode="lines", name="a"),
+                     go.Scatter(x=[2], y=[7.0], mode="lines", name="b")])
+    data = live_chart.encode(live_chart.spec(fig))
+    (size,) = struct.unpack_from("<I", data)
+    head = json.loads(data[4:4 + size])
+    assert (head["n"], head["lines"], head["dtype"]) == (3, 2, "f4") and "x" not in head and "y" not in head
+    at = 4 + size + (-(4 + size) % 8)
+    assert at % 8 == 0 and len(data) == at + 3 * 8 + 2 * 3 * 4
+    assert np.frombuffer(data, "<f8", 3, at).tolist() == [1.0, 2.0, 3.0]
+    np.testing.assert_array_equal(np.frombuffer(data, "<f4", 6, at + 24), [0.5, np.nan, 1.5, np.nan, 7.0, np.nan])
 
 
 def test_stacked_causes_are_running_sums_listed_top_first():
     df = pd.DataFrame({n: [1.0, 2.0] for n in list(names.FLAT_CAUSES.values())[:3]}, index=[0, 1])
     fig = charts.flat_causes_chart(df)
-    spec = live_chart.spec(fig)
+    spec = _sent(fig)
     labels = [s["label"] for s in spec["series"]]
     assert labels == [t.name for t in fig.data][::-1]
     assert spec["y"][0] == [3.0, 6.0] and spec["y"][-1] == [1.0, 2.0]  # the top band: the step's flat groups
@@ -87,10 +108,10 @@ def test_stacked_causes_are_running_sums_listed_top_first():
 def test_step_lines_markers_and_filled_areas_are_kept():
     df = pd.DataFrame({names.metric_weight("a"): [0.5, 0.7], names.GROUPS_SUBMITTED: [4.0, 4.0],
                        names.GROUPS_TRAINABLE: [1.0, 3.0], names.EVAL_REWARD: [0.2, np.nan]}, index=[0, 5])
-    weights = live_chart.spec(charts.weights_chart(df, ["a"]))
+    weights = _sent(charts.weights_chart(df, ["a"]))
     assert weights["series"][0]["step"] is True
-    groups = live_chart.spec(charts.groups_chart(df))
+    groups = _sent(charts.groups_chart(df))
     filled = {s["label"]: s["fill"] for s in groups["series"]}
     assert filled["trainable"] and not filled["submitted"] and groups["series"][-1]["dash"] == "dash"
-    evaluation = live_chart.spec(charts.eval_chart(df))
+    evaluation = _sent(charts.eval_chart(df))
     assert evaluation["series"][0]["points"] is True and evaluation["x"] == [0.0]

@@ -8,12 +8,15 @@ Streamlit components-v2 element (assets/live_chart.js) whose script runs in the 
 uPlot chart across refreshes and hands it the new columns only, so a reader's zoom survives a
 refresh; uPlot (assets/uPlot.iife.min.js, MIT) is 51 kB against plotly.js' 4.7 MB, and draws on a
 canvas (bench/chart_renderers.py: docs/benchmarks.md "Live charts"). `encode` makes a chart's bytes
-once per version for every viewer: handed to the element as bytes, Streamlit neither serialises
-nor hashes them as JSON again for each session at each refresh.
+once per version for every viewer: a short JSON header and the columns as raw little-endian floats
+(steps float64; values float32, or float64 for a chart whose values float32 cannot hold), so
+neither Python nor the browser formats or parses a number as text, and a refresh sends 4 bytes a
+value; `decode` reads them back (tests; assets/live_chart.js reads them in the page).
 """
 from __future__ import annotations
 
 import json
+import struct
 from functools import cache
 from pathlib import Path
 
@@ -23,8 +26,7 @@ ASSETS = Path(__file__).parent / "assets"
 COMPONENT = "grpo_health_live_chart"
 LIBRARY = "grpo_health_uplot"
 FILL_ALPHA = 0.25  # a filled area under its line (plotly's fill='tozeroy', a stacked band)
-DIGITS = 6  # significant digits sent per value: more than a chart or its legend shows
-MAX_SCALE_EXP = 300  # values below 1e-300 are sent as 0 (10.0 ** 309 is already inf)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # a chart with a larger value sends its values as float64
 SEND_RATE = 250_000  # bytes/s of chart data a live page is sent at most: a larger view refreshes less often
 
 
@@ -47,7 +49,7 @@ def spec(fig, height: int | None = None) -> dict:
     return {"title": _text(layout.get("title")), "y_title": _text(yaxis.get("title")),
             "y_range": [float(v) for v in y_range] if y_range else None,
             "height": int(height or layout.get("height") or 300),
-            "x": steps.tolist(), "y": [_column(steps, x, y) for x, y in lines],
+            "x": steps, "y": [_column(steps, x, y) for x, y in lines],
             "series": [_series(t, stacked) for t in traces],
             "hlines": _hlines(layout), "vlines": _vlines(layout)}
 
@@ -57,8 +59,32 @@ def _text(title) -> str:
 
 
 def encode(chart: dict) -> bytes:
-    """A chart (`spec`'s dict) as the element receives it: compact JSON, UTF-8."""
-    return json.dumps(chart, allow_nan=False, separators=(",", ":")).encode()
+    """A chart (`spec`'s dict) as the element receives it: the byte length of a UTF-8 JSON header
+    (uint32), the header (everything but the columns, plus "n" steps, "lines" and the values'
+    "dtype"), padding to 8 bytes, the steps (float64), then each line's values (NaN: no point)."""
+    x = np.asarray(chart["x"], "<f8")
+    ys = [np.asarray(y, np.float64) for y in chart["y"]]
+    wide = any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in ys)
+    dtype = "<f8" if wide else "<f4"
+    head = {k: v for k, v in chart.items() if k not in ("x", "y")}
+    head.update(n=len(x), lines=len(ys), dtype="f8" if wide else "f4")
+    text = json.dumps(head, allow_nan=False, separators=(",", ":")).encode()
+    pad = b"\0" * (-(4 + len(text)) % 8)  # the steps start at a multiple of 8: a Float64Array view over them
+    return b"".join([struct.pack("<I", len(text)), text, pad, x.tobytes(), *(y.astype(dtype).tobytes() for y in ys)])
+
+
+def decode(data: bytes) -> dict:
+    """`encode`'s bytes back as a dict: "x" the steps, "y" each line's values with None where it
+    has no point (what assets/live_chart.js hands uPlot)."""
+    (size,) = struct.unpack_from("<I", data)
+    head = json.loads(data[4:4 + size])
+    n, lines, dtype = head.pop("n"), head.pop("lines"), "<" + head.pop("dtype")
+    at = 4 + size + (-(4 + size) % 8)
+    x = np.frombuffer(data, "<f8", n, at)
+    at += 8 * n
+    width = np.dtype(dtype).itemsize * n
+    ys = [np.frombuffer(data, dtype, n, at + i * width).astype(np.float64) for i in range(lines)]
+    return {**head, "x": x.tolist(), "y": [[None if np.isnan(v) else v for v in y.tolist()] for y in ys]}
 
 
 def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]]:
@@ -69,7 +95,7 @@ def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]
 def paced(period: float | None, sent: int) -> float | None:
     """A live page's refresh period for charts of `sent` bytes: `period` (the run's pace; None: no
     more refreshes), or longer for a view too large to resend that often: every step of a
-    12,000-step run is 4.9 MB, every 2 s a tab's whole link (an SSH tunnel) and its browser's parse."""
+    12,000-step run is megabytes, every 2 s a tab's whole link (an SSH tunnel) and its browser's work."""
     return None if period is None else max(period, sent / SEND_RATE)
 
 
@@ -95,19 +121,13 @@ def _stack(traces, lines):
     return [sums.get(i, lines[i]) for i in order], [traces[i] for i in order]
 
 
-def _column(steps: np.ndarray, x: np.ndarray, y: np.ndarray) -> list:
-    """A line's values on the chart's steps: None where it has no point, else the value cut to
-    DIGITS significant digits (vectorised: this runs for every line at every new step)."""
+def _column(steps: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A line's values on the chart's steps: NaN where it has no point or no finite value
+    (vectorised: this runs for every line at every new step)."""
     col = np.full(len(steps), np.nan)
     col[np.searchsorted(steps, x)] = y
-    shown = np.isfinite(col) & (col != 0)
-    scale = np.ones_like(col)
-    # capped: a smoothed line decaying through thousands of zero steps reaches 1e-310, whose scale
-    # would overflow to inf (inf / inf: NaN, which JSON refuses); such a value rounds to 0 instead
-    scale[shown] = 10.0 ** np.minimum(DIGITS - 1 - np.floor(np.log10(np.abs(col[shown]))), MAX_SCALE_EXP)
-    out = (np.round(col * scale) / scale).astype(object)
-    out[~np.isfinite(col)] = None
-    return out.tolist()
+    col[~np.isfinite(col)] = np.nan  # an infinite value is not a point uPlot can draw
+    return col
 
 
 def _rgba(colour: str | None, alpha: float) -> str | None:

@@ -1,10 +1,27 @@
 // The live page's chart: one uPlot per element, kept across the page's refreshes. A refresh hands
 // the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
 // legend's toggles survive, where rebuilding the chart would reset them. Runs in the page (a
-// Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.encode's JSON bytes of
-// live_chart.spec's dict; `uPlot` is the global the library element defines.
+// Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.encode's bytes of
+// live_chart.spec's dict (decode reads them); `uPlot` is the global the library element defines.
 const charts = new WeakMap();
 const DASHES = {dash: [6, 4], dot: [2, 3], dashdot: [6, 3, 2, 3], longdash: [10, 4]};
+
+// live_chart.encode's layout: uint32 header length, a JSON header, padding to 8 bytes, the steps
+// (float64), each line's values (float32 or float64, NaN: no point, which uPlot takes as null).
+function decode(bytes) {
+  const buf = new Uint8Array(bytes).slice().buffer;  // a copy of its own, at offset 0: aligned views
+  const size = new DataView(buf).getUint32(0, true);
+  const data = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, size)));
+  let at = 4 + size + ((8 - ((4 + size) % 8)) % 8);
+  data.x = Array.from(new Float64Array(buf, at, data.n));
+  at += 8 * data.n;
+  const Values = data.dtype === "f8" ? Float64Array : Float32Array;
+  data.y = [];
+  for (let i = 0; i < data.lines; i++, at += Values.BYTES_PER_ELEMENT * data.n) {
+    data.y.push(Array.from(new Values(buf, at, data.n), v => (Number.isNaN(v) ? null : v)));
+  }
+  return data;
+}
 
 function columns(data) {
   return [data.x, ...data.y];
@@ -111,7 +128,7 @@ export default function render(component) {
     return;
   }
   const {parentElement} = component;
-  const data = JSON.parse(new TextDecoder().decode(component.data));
+  const data = decode(component.data);
   let host = parentElement.querySelector(".live-chart");
   if (!host) {
     host = document.createElement("div");
