@@ -79,8 +79,8 @@ def group_successes(groups: pd.DataFrame, rollouts: pd.DataFrame, metric: str) -
     cols = ["step", "group", "prompt_id", "trials", "successes"]
     if rollouts.empty or metric not in rollouts.columns:
         return pd.DataFrame(columns=cols)
-    r = rollouts.assign(ok=(rollouts[metric].fillna(0.0) >= SUCCESS_AT).astype(int))
-    per = r.groupby(["step", "group"]).agg(trials=("ok", "size"), successes=("ok", "sum")).reset_index()
+    ok = (rollouts[metric].fillna(0.0) >= SUCCESS_AT).astype(int).groupby([rollouts["step"], rollouts["group"]])
+    per = pd.DataFrame({"trials": ok.size(), "successes": ok.sum()}).reset_index()  # (named .agg: 3x the time)
     keys = ["step", "group", "prompt_id"]
     ids = groups[keys] if len(groups) else pd.DataFrame(columns=keys)
     per = per.merge(ids, on=["step", "group"], how="left")
@@ -93,8 +93,9 @@ def prompt_counts(per_group: pd.DataFrame) -> pd.DataFrame:
     """group_successes -> one row per prompt: prompt_id, groups, trials, successes."""
     if per_group.empty:
         return pd.DataFrame(columns=["prompt_id", "groups", "trials", "successes"])
-    return per_group.groupby("prompt_id").agg(groups=("step", "size"), trials=("trials", "sum"),
-                                              successes=("successes", "sum")).reset_index()
+    per = per_group.groupby("prompt_id")
+    return pd.DataFrame({"groups": per.size(), "trials": per["trials"].sum(),
+                         "successes": per["successes"].sum()}).reset_index()
 
 
 def measured_flat(per_group: pd.DataFrame) -> float | None:

@@ -69,8 +69,13 @@ class RatioSeries:
 
 
 def _from_counts(submitted: pd.Series, trainable: pd.Series, source: str) -> RatioSeries:
-    both = pd.DataFrame({"s": submitted, "t": trainable}).dropna()
-    return RatioSeries((both["t"] / both["s"].where(both["s"] > 0)).dropna(), source, both["s"], both["t"])
+    """Two columns of one frame (one index): the steps where both are logged, the ratio where a
+    group was submitted. In numpy: the health verdict asks for it several times per refresh."""
+    s, t = submitted.to_numpy(np.float64), trainable.to_numpy(np.float64)
+    both = ~(np.isnan(s) | np.isnan(t))
+    index, s, t = submitted.index[both], s[both], t[both]
+    some = s > 0
+    return RatioSeries(pd.Series(t[some] / s[some], index[some]), source, pd.Series(s, index), pd.Series(t, index))
 
 
 def ratio_sources(wide: pd.DataFrame) -> Iterator[RatioSeries]:
