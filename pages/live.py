@@ -177,7 +177,7 @@ def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
     bytes of their data."""
     specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.payloads(charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
-        live_view.current_settings(s)["outcome_metric"], smoothing=smooth)))
+        live_view.current_settings(s)["outcome_metric"], smoothing=smooth, plain=True)))
     missing = [key for key, chart in specs if chart is None]
     shown = [(key, chart) for key, chart in specs if chart is not None]
     if not shown:

@@ -48,6 +48,20 @@ def test_every_live_chart_carries_each_traces_points_at_its_own_steps(run):
                                rtol=1e-5)
 
 
+def test_the_live_page_draws_the_plain_dicts_as_the_figures(run):
+    """The live page builds each chart's plain dict (charts.live_charts(plain=True)), no plotly
+    Figure: the element receives the same bytes as from the Figure of the same chart."""
+    args = (run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
+    figures = charts.live_charts(*args, smoothing=0.6)
+    plain = charts.live_charts(*args, smoothing=0.6, plain=True)
+    assert [k for k, _ in plain] == [k for k, _ in figures]
+    for (key, fig), (_, d) in zip(figures, plain):
+        assert (fig is None) == (d is None), key
+        if fig is not None:
+            assert isinstance(d, dict) and not isinstance(d, go.Figure), key
+            assert live_chart.encode(live_chart.spec(d)) == live_chart.encode(live_chart.spec(fig)), key
+
+
 def test_change_markers_keep_their_step_label_and_what_changed(run):
     fig = charts.reward_chart(run.scalars_wide(), live_view.run_metrics(run.get_meta()), run.changes())
     marks = _sent(fig)["vlines"]

@@ -4,8 +4,9 @@ The live builders take a wide frame (index step, columns names.*: `RunStore.scal
 or `live.chart_frame()`) and the applied changes (`RunStore.changes()`), and returns a
 `plotly.graph_objects.Figure`, or None when the run logged nothing the chart needs (an
 imported run has no group counts: the page says so instead of drawing an empty chart). The
-live page draws these figures with uPlot (dashboard.live_chart reads them); the other pages
-and the report draw theirs with plotly.
+live page draws these figures with uPlot (dashboard.live_chart reads them) from their plain
+dicts (each live builder's `.plain`: no plotly Figure built); the other pages and the report
+draw theirs with plotly.
 Every applied weight/threshold/difficulty change is a dotted vertical line on every
 chart, labelled at the top, so a change in a curve can be read against its cause.
 A measured series is drawn as a faint raw line under a smoothed line (`smoothing`, W&B's
@@ -20,6 +21,7 @@ change ledger; the pilot page's (at the end) a pilot.PilotSummary's tables and p
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -173,11 +175,10 @@ def _hline(y: float, colour: str, text: str = "", dash: str = "dash") -> tuple[d
     return shape, note
 
 
-def _figure(traces: list[dict], title: str, y_title: str, y_range=None, key: str = "",
-            hlines: list[tuple[dict, dict | None]] = (), changes=None) -> go.Figure:
-    """Assemble the figure from plain dicts and skip plotly's per-property validation: the
-    specs are fixed here (tests/test_charts.py builds them validated), and validation is
-    most of the cost of a refresh."""
+def _figure_dict(traces: list[dict], title: str, y_title: str, y_range=None, key: str = "",
+                 hlines: list[tuple[dict, dict | None]] = (), changes=None) -> dict:
+    """plotly's plain figure dict (data, layout) of a chart: its traces, title, y axis, threshold
+    lines and change markers."""
     shapes = [h[0] for h in hlines]
     notes = [h[1] for h in hlines if h[1]]
     ms, mn = marker_specs(changes)
@@ -187,7 +188,26 @@ def _figure(traces: list[dict], title: str, y_title: str, y_range=None, key: str
               "legend": {"orientation": "h", "y": -0.25, "font": {"size": 10}},
               "hovermode": "x unified", "uirevision": key or title,
               "shapes": shapes + ms, "annotations": notes + mn}
-    return go.Figure({"data": traces, "layout": layout}, _validate=VALIDATE)
+    return {"data": traces, "layout": layout}
+
+
+def _figure(*args, **kwargs) -> go.Figure:
+    """_figure_dict's figure, assembled without plotly's per-property validation: the specs are
+    fixed here (tests/test_charts.py builds them validated), and validation is most of its cost."""
+    return go.Figure(_figure_dict(*args, **kwargs), _validate=VALIDATE)
+
+
+def _plotly(builder):
+    """A live chart's builder, which returns its plain figure dict (or None), as one that returns a
+    plotly Figure (the analysis page, the report, the tests); the plain one stays `.plain`. The live
+    page draws with uPlot, whose reader (dashboard.live_chart.spec) takes the dict as it is, and a
+    Figure deep-copies every trace and marker it is given: most of the figures' time at each new step."""
+    @functools.wraps(builder)
+    def figure(*args, **kwargs) -> go.Figure | None:
+        plain = builder(*args, **kwargs)
+        return None if plain is None else go.Figure(plain, _validate=VALIDATE)
+    figure.plain = builder
+    return figure
 
 
 VALIDATE = False  # tests switch it on to check every spec against plotly's schema
@@ -228,7 +248,8 @@ def add_markers(fig: go.Figure, changes: pd.DataFrame | None, kinds=MARKED) -> g
 
 
 # ---- the charts ----------------------------------------------------------------------------------
-def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0) -> dict | None:
     """Trainable ratio per step (smoothed over its raw points) and cumulative (a running total:
     drawn as is), with the healthy line."""
     traces = []
@@ -241,11 +262,12 @@ def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0
         traces.append(_line(df, CUM_TRAINABLE_RATIO, "cumulative", TOTAL_COLOUR, width=2.2))
     if not traces:
         return None
-    return _figure(traces, "Trainable ratio", "trainable / submitted groups", [0, 1.05], "ratio",
+    return _figure_dict(traces, "Trainable ratio", "trainable / submitted groups", [0, 1.05], "ratio",
                    [_hline(min_ratio, "#C0392B", f"healthy > {min_ratio:g}")], changes)
 
 
-def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def groups_chart(df, changes=None, smoothing: float = 0.0) -> dict | None:
     """Groups submitted vs trainable per step: the compute spent (a setting: drawn as is) vs the
     compute that taught (smoothed, filled)."""
     if not _has(df, GROUPS_SUBMITTED, GROUPS_TRAINABLE):
@@ -256,7 +278,7 @@ def groups_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
         if _has(df, name):  # why the others taught nothing (step_stats.group_outcomes)
             traces += _series(df, name, label, colour, smoothing, dash="dot")
     top = _top(df, [GROUPS_SUBMITTED, GROUPS_TRAINABLE])
-    return _figure(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
+    return _figure_dict(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
                    changes=changes)
 
 
@@ -265,7 +287,8 @@ CAUSE_COLOURS = dict(zip(FLAT_CAUSES, ["#A50F15", PALETTE[0], PALETTE[3], PALETT
                                        PALETTE[7], "#BBBBBB", "#777777"]))
 
 
-def flat_causes_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def flat_causes_chart(df, changes=None, smoothing: float = 0.0) -> dict | None:
     """Why the flat groups were flat, per step: one stacked band per cause (analysis.flat_causes), so
     the stack's top is the step's flat groups (submitted - trainable). A run that logged only all
     solved / none solved (or no causes) gets None: the groups chart draws those two."""
@@ -277,40 +300,44 @@ def flat_causes_chart(df, changes=None, smoothing: float = 0.0) -> go.Figure | N
                "line": {"color": CAUSE_COLOURS[c], "width": 0.8}}
               for c, n in have if df[n].fillna(0.0).any()]  # a cause no step had: no band (the legend stays short)
     top = max(1.0, float(df[[n for _, n in have]].sum(axis=1).max()) * 1.1)
-    return _figure(traces, "Why groups were flat", "flat groups per step", [0, top], key="flat", changes=changes)
+    return _figure_dict(traces, "Why groups were flat", "flat groups per step", [0, top], key="flat", changes=changes)
 
 
+@_plotly
 def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 1e-3,
-                     smoothing: float = 0.0) -> go.Figure | None:
+                     smoothing: float = 0.0) -> dict | None:
     """Per-metric within-group std: a line near 0 is a uniform metric (a variance bottleneck)."""
     have = [m for m in metrics if _has(df, metric_group_std(m))]
     if not have:
         return None
     traces = [t for m in have for t in _series(df, metric_group_std(m), m, metric_colour(metrics, m), smoothing)]
-    return _figure(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
+    return _figure_dict(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
                    hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
 
 
-def reward_chart(df, metrics: list[str], changes=None, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def reward_chart(df, metrics: list[str], changes=None, smoothing: float = 0.0) -> dict | None:
     """Total reward (weighted) and each metric's raw mean."""
     traces = _series(df, REWARD, "total (weighted)", TOTAL_COLOUR, smoothing, width=2.4) if _has(df, REWARD) else []
     traces += [t for m in metrics if _has(df, metric_mean(m))
                for t in _series(df, metric_mean(m), m, metric_colour(metrics, m), smoothing, dash="dot")]
     if not traces:
         return None
-    return _figure(traces, "Reward: total and per-metric means", "reward", key="reward", changes=changes)
+    return _figure_dict(traces, "Reward: total and per-metric means", "reward", key="reward", changes=changes)
 
 
-def reward_std_chart(df, changes=None, min_reward_std: float = 0.1, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def reward_std_chart(df, changes=None, min_reward_std: float = 0.1, smoothing: float = 0.0) -> dict | None:
     """Mean within-group std of the total reward: the signal GRPO's advantages are made of."""
     if not _has(df, REWARD_STD):
         return None
-    return _figure(_series(df, REWARD_STD, "mean group reward std", PALETTE[3], smoothing), "Group reward std",
+    return _figure_dict(_series(df, REWARD_STD, "mean group reward std", PALETTE[3], smoothing), "Group reward std",
                    "std of total reward", key="reward_std",
                    hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
 
 
-def phantom_chart(df, changes=None, outcome_metric: str | None = None, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def phantom_chart(df, changes=None, outcome_metric: str | None = None, smoothing: float = 0.0) -> dict | None:
     """Groups that pass the std gate only through shaping terms (outcome metric uniform), and
     those that pass it on float rounding alone (a TRL run's near-ties: TRL trains them).
     Without an outcome gate (reward.outcome_metric) there are no phantoms, and the title says so."""
@@ -323,7 +350,7 @@ def phantom_chart(df, changes=None, outcome_metric: str | None = None, smoothing
     traces = _series(df, PHANTOM_GROUPS, "phantom groups", PALETTE[4], smoothing)
     if _has(df, NOISE_GROUPS):
         traces += _series(df, NOISE_GROUPS, "float-noise groups (spread is rounding)", PALETTE[5], smoothing)
-    return _figure(traces, title, "groups per step", [0, top], key="phantom", changes=changes)
+    return _figure_dict(traces, title, "groups per step", [0, top], key="phantom", changes=changes)
 
 
 def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
@@ -335,7 +362,8 @@ def weights_chart(df, metrics: list[str], changes=None) -> go.Figure | None:
     return _figure(traces, "Reward weights in force", "weight", key="weights", changes=changes)
 
 
-def eval_chart(df, changes=None) -> go.Figure | None:
+@_plotly
+def eval_chart(df, changes=None) -> dict | None:
     """Held-out evaluation: reward and pass@1 on prompts the policy never trains on (a point
     per evaluation, eval.every steps apart)."""
     have = [(n, label, colour, dash) for n, label, colour, dash in
@@ -348,10 +376,11 @@ def eval_chart(df, changes=None) -> go.Figure | None:
         s = df[n].dropna()  # the evaluated steps only: a line through them
         traces.append({"type": "scatter", "mode": "lines+markers", "x": s.index.to_numpy(), "y": s.to_numpy(),
                        "name": label, "line": {"color": colour, "dash": dash, "width": 1.8}, "marker": {"size": 6}})
-    return _figure(traces, "Held-out evaluation", "reward / pass@1", key="eval", changes=changes)
+    return _figure_dict(traces, "Held-out evaluation", "reward / pass@1", key="eval", changes=changes)
 
 
-def collapse_chart(df, changes=None) -> go.Figure | None:
+@_plotly
+def collapse_chart(df, changes=None) -> dict | None:
     """The template-collapse check (health.collapse_every): the share of sampled completions their own
     prompt scores best, a point per check, over the chance line 1/N (completions that ignore their
     prompt). Falling to the chance line is collapse the trainable ratio does not show."""
@@ -365,11 +394,12 @@ def collapse_chart(df, changes=None) -> go.Figure | None:
         traces.append({"type": "scatter", "mode": "lines", "x": x, "y": checked[COLLAPSE_CHANCE].to_numpy(),
                        "name": "chance (1/N): completions ignore their prompt",
                        "line": {"color": "#C0392B", "dash": "dash", "width": 1.2, "shape": "hv"}})
-    return _figure(traces, "Template collapse: does a completion find its prompt?", "retrieval accuracy",
+    return _figure_dict(traces, "Template collapse: does a completion find its prompt?", "retrieval accuracy",
                    [0, 1.05], key="collapse", changes=changes)
 
 
-def sampler_chart(df, changes=None, max_diff: float = 0.1, smoothing: float = 0.0) -> go.Figure | None:
+@_plotly
+def sampler_chart(df, changes=None, max_diff: float = 0.1, smoothing: float = 0.0) -> dict | None:
     """grpo.engine=vllm: how far the sampling engine's token log-probs are from the trainer's
     (mean and max |difference|): ~0 while the engine holds the trainer's weights."""
     if not _has(df, SAMPLER_LOGP_DIFF_MEAN):
@@ -377,29 +407,31 @@ def sampler_chart(df, changes=None, max_diff: float = 0.1, smoothing: float = 0.
     traces = _series(df, SAMPLER_LOGP_DIFF_MEAN, "mean |log-prob difference|", PALETTE[0], smoothing)
     if _has(df, SAMPLER_LOGP_DIFF_MAX):
         traces += _series(df, SAMPLER_LOGP_DIFF_MAX, "max |log-prob difference|", PALETTE[4], smoothing)
-    return _figure(traces, "Sampler vs trainer", "|trainer - sampler| log-prob per token", key="sampler",
+    return _figure_dict(traces, "Sampler vs trainer", "|trainer - sampler| log-prob per token", key="sampler",
                    hlines=[_hline(max_diff, "#C0392B", f"alert > {max_diff:g}")], changes=changes)
 
 
 def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
-                outcome_metric: str | None = None, smoothing: float = 0.0) -> list[tuple[str, go.Figure | None]]:
+                outcome_metric: str | None = None, smoothing: float = 0.0,
+                plain: bool = False) -> list[tuple[str, go.Figure | dict | None]]:
     """The live page's charts in display order: (key, figure or None when there is no data);
-    smoothing: the EMA of every measured series (the page's slider)."""
+    smoothing: the EMA of every measured series (the page's slider); plain: plotly's figure
+    dicts, not Figures (the live page: dashboard.live_chart reads them as they are)."""
     min_ratio = getattr(health_cfg, "min_trainable_ratio", 0.3)
     min_std = getattr(health_cfg, "min_reward_std", 0.1)
     uni = getattr(health_cfg, "uniform_std", 1e-3)
     sm = smoothing
-    return [("ratio", ratio_chart(df, changes, min_ratio, sm)),
-            ("groups", groups_chart(df, changes, sm)),
-            ("flat", flat_causes_chart(df, changes, sm)),
-            ("metric_std", metric_std_chart(df, metrics, changes, uni, sm)),
-            ("reward", reward_chart(df, metrics, changes, sm)),
-            ("reward_std", reward_std_chart(df, changes, min_std, sm)),
-            ("phantom", phantom_chart(df, changes, outcome_metric, sm)),
-            ("eval", eval_chart(df, changes)),
-            ("collapse", collapse_chart(df, changes)),
-            ("sampler", sampler_chart(df, changes, getattr(health_cfg, "max_sampler_logp_diff", 0.1), sm))]
-
+    built = {"ratio": (ratio_chart, (df, changes, min_ratio, sm)),
+             "groups": (groups_chart, (df, changes, sm)),
+             "flat": (flat_causes_chart, (df, changes, sm)),
+             "metric_std": (metric_std_chart, (df, metrics, changes, uni, sm)),
+             "reward": (reward_chart, (df, metrics, changes, sm)),
+             "reward_std": (reward_std_chart, (df, changes, min_std, sm)),
+             "phantom": (phantom_chart, (df, changes, outcome_metric, sm)),
+             "eval": (eval_chart, (df, changes)),
+             "collapse": (collapse_chart, (df, changes)),
+             "sampler": (sampler_chart, (df, changes, getattr(health_cfg, "max_sampler_logp_diff", 0.1), sm))}
+    return [(key, (chart.plain if plain else chart)(*args)) for key, (chart, args) in built.items()]
 
 CHART_HELP = {
     "ratio": "Share of groups whose rewards differ enough to give a gradient (per step and cumulative).",

@@ -31,14 +31,15 @@ SEND_RATE = 250_000  # bytes/s of chart data a live page is sent at most: a larg
 
 
 def spec(fig, height: int | None = None) -> dict:
-    """uPlot's terms for a plotly figure of charts.py (scatter traces with lines, markers or both;
+    """uPlot's terms for a figure of charts.py, a plotly Figure or its plain dict (a live builder's
+    `.plain`, what the live page draws) (scatter traces with lines, markers or both;
     `fill`, `stackgroup`, `line.shape == 'hv'`, `opacity`, `showlegend`, `legendgroup`; layout
     title, y title and range, threshold shapes across the plot and change markers at a step)."""
     # plotly's own plain dicts (BaseFigure._data, _layout), read not written: its public accessors
     # validate at every attribute read and to_plotly_json copies and base64-encodes every array, each
     # costlier than all of spec, which runs at every new step. tests/test_live_chart.py checks what
     # spec reads against the public accessors.
-    traces, layout = fig._data, fig._layout
+    traces, layout = (fig["data"], fig["layout"]) if isinstance(fig, dict) else (fig._data, fig._layout)
     lines = [_points(t["x"], t["y"]) for t in traces]
     stacked = any(t.get("stackgroup") for t in traces)
     if stacked:  # a stack draws running sums, the top band first so each lower one paints over it
@@ -88,7 +89,7 @@ def decode(data: bytes) -> dict:
 
 
 def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]]:
-    """charts.live_charts' (key, figure or None) as (key, the element's bytes or None)."""
+    """charts.live_charts' (key, figure or its dict, or None) as (key, the element's bytes or None)."""
     return [(key, None if fig is None else encode(spec(fig))) for key, fig in figures]
 
 
