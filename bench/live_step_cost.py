@@ -5,9 +5,10 @@ for all viewers), so with one viewer open it is most of what that viewer costs t
 a run that makes a step faster than the page refreshes, every refresh pays it. A synthetic run of
 10,000 steps (tests.helpers_dashboard.synth_run: every per-step scalar, rollouts for the last 50
 steps, 8 prompts x G=8, 5 metrics) grows by a few steps before each reading; each part is timed in
-process CPU as the page calls it: the store read (live_cache.current), the health cards, the chart
-frame, charts.live_charts' figures (plain dicts, as the page builds them), live_chart.spec and live_chart.encode (the charts' bytes), the
-top alert's fix, and the steering panel's flat-group forecast and what-if (every 5 s). No browser,
+process CPU as the page calls it: the store read (live_cache.current), the health cards and the
+top alert's fix (advice.what_to_do), the chart frame, charts.live_charts' figures (plain dicts, as
+the page builds them), live_chart.spec and live_chart.encode (the charts' bytes); and the steering
+panel's flat-group forecast and what-if (its own fragment, every 5 s). No browser,
 no Streamlit: bench/live_viewers.py measures those.
 
 Writes the "Live page: the work of a new step" section of docs/benchmarks.md.
@@ -28,8 +29,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 
 HEADING = "## Live page: the work of a new step"
-MONITOR = ["store read", "health cards", "chart frame", "figures", "uPlot specs", "encode"]  # the charts' fragment
-STEER = ["top alert's fix", "flat-group forecast", "what-if"]  # the steering panel
+MONITOR = ["store read", "health cards", "top alert's fix", "chart frame", "figures", "uPlot specs", "encode"]  # the charts' fragment
+STEER = ["flat-group forecast", "what-if"]  # the steering panel
 
 
 def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[float]], int]:
@@ -57,6 +58,7 @@ def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[floa
         live_cache.expire(run_dir)
         s = timed("store read", lambda: live_cache.current(run_dir))
         c = timed("health cards", lambda: live_cards.cards(s))
+        timed("top alert's fix", lambda: advice.what_to_do(s, c))
         frame = timed("chart frame", lambda: live_view.chart_frame(s))
         cur = live_view.current_settings(s)
         figs = timed("figures", lambda: charts.live_charts(frame, s.metrics, s.changes, live_view.health_config(s.meta),
@@ -64,7 +66,6 @@ def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[floa
                                                              plain=True))
         specs = timed("uPlot specs", lambda: [live_chart.spec(f) for _, f in figs if f is not None])
         sent = sum(len(b) for b in timed("encode", lambda: [live_chart.encode(x) for x in specs]))
-        timed("top alert's fix", lambda: advice.what_to_do(s, c))
         timed("flat-group forecast", lambda: advice.flat_forecast(s, 8))
         timed("what-if", lambda: advice.what_if(s, cur["weights"], cur["min_group_std"]))
     store.close()
