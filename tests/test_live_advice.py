@@ -70,6 +70,18 @@ def test_the_advice_is_computed_once_per_new_step(solved, monkeypatch):
     assert advice.what_to_do(solved) is first
 
 
+def test_new_rollouts_judge_the_advice_again_at_most_every_advice_s(solved, monkeypatch):
+    monkeypatch.setattr(advice, "ADVICE_S", 1e9)
+    first = advice.what_to_do(solved)
+    solved.rollout_step += 1  # a later refresh read new rollouts: the same alerts and weights
+    monkeypatch.setattr(advice, "fixes", lambda *a, **k: pytest.fail("judged again within ADVICE_S"))
+    assert advice.what_to_do(solved) is first
+    monkeypatch.setattr(advice, "ADVICE_S", 0.0)  # ADVICE_S has passed
+    calls = []
+    monkeypatch.setattr(advice, "fixes", lambda *a, **k: calls.append(a) or ([], []))
+    assert advice.what_to_do(solved) is not first and len(calls) == 1
+
+
 def test_no_alert_no_advice(runs_dir):
     from tests.helpers_dashboard import synth_run
     store = synth_run(runs_dir, "fresh", 3)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,7 @@ def suggestions(state: LiveState, weights: dict | None = None, min_group_std: fl
 # ---- what to do now: the top alert's fix as one request ---------------------------------------------
 # The fix each alert asks for, in the order tried (the autopilot's move functions decide whether
 # it applies and predict its effect, so the page offers what the autopilot would do, one click away).
+ADVICE_S = 5.0  # the top alert's fix is judged again for new rollouts at most this often (what_to_do)
 ALERT_FIXES = {"zero_trainable": ("group_size", "weights", "temperature"),
                "low_ratio": ("difficulty", "group_size", "weights", "temperature"),
                "declining_ratio": ("difficulty", "group_size", "temperature"),
@@ -138,12 +140,13 @@ def what_to_do(state: LiveState, c: Cards | None = None) -> dict | None:
     """The top alert (critical first) and the fixes it asks for, first the one to click; None
     when no alert is up. A healthy run, or one whose alerts no move answers, says so instead."""
     c = c or cards(state)
-    # Judged once per rollout window (read every 5 s) and set of alerts, not at every new step:
-    # the page asks every 2 s, and the move functions' cost at each step of a fast run would
-    # compete with the sliders' own messages for the server.
-    key = (state.rollout_step, tuple(sorted(a.kind for a in c.alerts)), tuple(sorted(current_settings(state)["weights"].items())))
-    if state.advice_cache is not None and state.advice_cache[0] == key:
-        return state.advice_cache[1]
+    # Judged again at once for a new set of alerts or weights, but for new rollouts at most every
+    # ADVICE_S: a fast run brings new rollouts at each of the page's refreshes (2 s), and the move
+    # functions' cost at each would compete with the sliders' own messages for the server.
+    key = (tuple(sorted(a.kind for a in c.alerts)), tuple(sorted(current_settings(state)["weights"].items())))
+    now, cached = time.monotonic(), state.advice_cache
+    if cached is not None and cached[0] == key and (cached[1] == state.rollout_step or now - cached[2] < ADVICE_S):
+        return cached[3]
     out = None
     if c.alerts:
         top = sorted(c.alerts, key=lambda x: x.severity != "critical")[0]
@@ -157,7 +160,7 @@ def what_to_do(state: LiveState, c: Cards | None = None) -> dict | None:
             why_not.insert(0, f"{counts[cause]:g} flat groups over the last {window} steps failed to score: no "
                               "setting fixes that; fix the reward function (the group inspector shows each error)")
         out = {"alert": top, "fixes": found, "why_not": why_not, "cause": cause}
-    state.advice_cache = (key, out)
+    state.advice_cache = (key, state.rollout_step, now, out)
     return out
 
 

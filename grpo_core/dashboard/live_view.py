@@ -125,7 +125,7 @@ class LiveState:
     loaded_at: float = 0.0
     frame_cache: tuple | None = None  # (version, chart frame)
     arrays_cache: tuple | None = None  # (rollout_step, RolloutArrays): advice.rollout_arrays
-    advice_cache: tuple | None = None  # ((rollout_step, alert kinds, weights), advice.what_to_do's answer)
+    advice_cache: tuple | None = None  # ((alert kinds, weights), rollout_step, time, advice.what_to_do's answer)
 
     @property
     def status(self) -> str:
