@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 
 HEADING = "## Live page: the work of a new step"
-MONITOR = ["store read", "health cards", "top alert's fix", "chart frame", "figures", "uPlot specs", "encode"]  # the charts' fragment
-STEER = ["flat-group forecast", "what-if"]  # the steering panel
+# the charts' fragment, then the steering panel
+MONITOR = ["store read", "health cards", "top alert's fix", "chart frame", "figures", "uPlot specs", "encode"]
+STEER = ["flat-group forecast", "what-if"]
 
 
 def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[float]], int]:

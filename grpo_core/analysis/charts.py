@@ -263,7 +263,7 @@ def ratio_chart(df, changes=None, min_ratio: float = 0.3, smoothing: float = 0.0
     if not traces:
         return None
     return _figure_dict(traces, "Trainable ratio", "trainable / submitted groups", [0, 1.05], "ratio",
-                   [_hline(min_ratio, "#C0392B", f"healthy > {min_ratio:g}")], changes)
+                        [_hline(min_ratio, "#C0392B", f"healthy > {min_ratio:g}")], changes)
 
 
 @_plotly
@@ -279,7 +279,7 @@ def groups_chart(df, changes=None, smoothing: float = 0.0) -> dict | None:
             traces += _series(df, name, label, colour, smoothing, dash="dot")
     top = _top(df, [GROUPS_SUBMITTED, GROUPS_TRAINABLE])
     return _figure_dict(traces, "Groups submitted vs trainable", "groups per step", [0, top], key="groups",
-                   changes=changes)
+                        changes=changes)
 
 
 # One colour per flat-group cause (names.FLAT_CAUSES' keys), stable across the live page and the report.
@@ -312,7 +312,7 @@ def metric_std_chart(df, metrics: list[str], changes=None, uniform_std: float = 
         return None
     traces = [t for m in have for t in _series(df, metric_group_std(m), m, metric_colour(metrics, m), smoothing)]
     return _figure_dict(traces, "Within-group std per metric", "mean within-group std", key="metric_std",
-                   hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
+                        hlines=[_hline(uniform_std, "#999999", "uniform", "dot")], changes=changes)
 
 
 @_plotly
@@ -332,8 +332,8 @@ def reward_std_chart(df, changes=None, min_reward_std: float = 0.1, smoothing: f
     if not _has(df, REWARD_STD):
         return None
     return _figure_dict(_series(df, REWARD_STD, "mean group reward std", PALETTE[3], smoothing), "Group reward std",
-                   "std of total reward", key="reward_std",
-                   hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
+                        "std of total reward", key="reward_std",
+                        hlines=[_hline(min_reward_std, "#C0392B", f"healthy > {min_reward_std:g}")], changes=changes)
 
 
 @_plotly
@@ -395,7 +395,7 @@ def collapse_chart(df, changes=None) -> dict | None:
                        "name": "chance (1/N): completions ignore their prompt",
                        "line": {"color": "#C0392B", "dash": "dash", "width": 1.2, "shape": "hv"}})
     return _figure_dict(traces, "Template collapse: does a completion find its prompt?", "retrieval accuracy",
-                   [0, 1.05], key="collapse", changes=changes)
+                        [0, 1.05], key="collapse", changes=changes)
 
 
 @_plotly
@@ -408,7 +408,7 @@ def sampler_chart(df, changes=None, max_diff: float = 0.1, smoothing: float = 0.
     if _has(df, SAMPLER_LOGP_DIFF_MAX):
         traces += _series(df, SAMPLER_LOGP_DIFF_MAX, "max |log-prob difference|", PALETTE[4], smoothing)
     return _figure_dict(traces, "Sampler vs trainer", "|trainer - sampler| log-prob per token", key="sampler",
-                   hlines=[_hline(max_diff, "#C0392B", f"alert > {max_diff:g}")], changes=changes)
+                        hlines=[_hline(max_diff, "#C0392B", f"alert > {max_diff:g}")], changes=changes)
 
 
 def live_charts(df: pd.DataFrame, metrics: list[str], changes=None, health_cfg=None,
