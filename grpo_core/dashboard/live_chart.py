@@ -65,13 +65,12 @@ def encode(chart: dict) -> bytes:
     "dtype"), padding to 8 bytes, the steps (float64), then each line's values (NaN: no point)."""
     x = np.asarray(chart["x"], "<f8")
     ys = [np.asarray(y, np.float64) for y in chart["y"]]
-    wide = any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in ys)
-    dtype = "<f8" if wide else "<f4"
+    kind = "f8" if any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in ys) else "f4"
     head = {k: v for k, v in chart.items() if k not in ("x", "y")}
-    head.update(n=len(x), lines=len(ys), dtype="f8" if wide else "f4")
+    head.update(n=len(x), lines=len(ys), dtype=kind)
     text = json.dumps(head, allow_nan=False, separators=(",", ":")).encode()
-    pad = b"\0" * (-(4 + len(text)) % 8)  # the steps start at a multiple of 8: a Float64Array view over them
-    return b"".join([struct.pack("<I", len(text)), text, pad, x.tobytes(), *(y.astype(dtype).tobytes() for y in ys)])
+    pad = b"\0" * (_columns_at(len(text)) - 4 - len(text))
+    return b"".join([struct.pack("<I", len(text)), text, pad, x.tobytes(), *(y.astype("<" + kind).tobytes() for y in ys)])
 
 
 def decode(data: bytes) -> dict:
@@ -80,12 +79,18 @@ def decode(data: bytes) -> dict:
     (size,) = struct.unpack_from("<I", data)
     head = json.loads(data[4:4 + size])
     n, lines, dtype = head.pop("n"), head.pop("lines"), "<" + head.pop("dtype")
-    at = 4 + size + (-(4 + size) % 8)
+    at = _columns_at(size)
     x = np.frombuffer(data, "<f8", n, at)
     at += 8 * n
     width = np.dtype(dtype).itemsize * n
     ys = [np.frombuffer(data, dtype, n, at + i * width).astype(np.float64) for i in range(lines)]
     return {**head, "x": x.tolist(), "y": [[None if np.isnan(v) else v for v in y.tolist()] for y in ys]}
+
+
+def _columns_at(header_size: int) -> int:
+    """Where the columns start: after the uint32 and the header, at a multiple of 8 (the steps are
+    viewed as a Float64Array in the page, which needs an aligned offset)."""
+    return 4 + header_size + (-(4 + header_size) % 8)
 
 
 def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]]:
