@@ -5,7 +5,8 @@ for all viewers), so with one viewer open it is most of what that viewer costs t
 a run that makes a step faster than the page refreshes, every refresh pays it. A synthetic run of
 10,000 steps (tests.helpers_dashboard.synth_run: every per-step scalar, rollouts for the last 50
 steps, 8 prompts x G=8, 5 metrics) grows by a few steps before each reading; each part is timed in
-process CPU as the page calls it: the store read (live_cache.current), the health cards and the
+process CPU as the page calls it: the store read (live_cache.current; the rollouts apart, read at
+the steering panel's period, live_cache.ROLLOUTS_S), the health cards and the
 top alert's fix (advice.what_to_do), the chart frame, charts.live_charts' figures (plain dicts, as
 the page builds them), live_chart.spec and live_chart.encode (the charts' bytes); and the steering
 panel's flat-group forecast and what-if (its own fragment, every 5 s). No browser,
@@ -31,7 +32,7 @@ from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 HEADING = "## Live page: the work of a new step"
 # the charts' fragment, then the steering panel
 MONITOR = ["store read", "health cards", "top alert's fix", "chart frame", "figures", "uPlot specs", "encode"]
-STEER = ["flat-group forecast", "what-if"]
+STEER = ["rollouts read", "flat-group forecast", "what-if"]
 
 
 def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[float]], int]:
@@ -57,6 +58,7 @@ def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[floa
         synth_run(root, "r", grow, rollouts_last=grow, store=store, start=step, steps_total=10 * history)
         step += grow
         live_cache.expire(run_dir)
+        live_cache.ROLLOUTS_S = 1e9  # a refresh of the charts between two of the steering panel's
         s = timed("store read", lambda: live_cache.current(run_dir))
         c = timed("health cards", lambda: live_cards.cards(s))
         timed("top alert's fix", lambda: advice.what_to_do(s, c))
@@ -67,6 +69,9 @@ def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[floa
                                                              plain=True))
         specs = timed("uPlot specs", lambda: [live_chart.spec(f) for _, f in figs if f is not None])
         sent = sum(len(b) for b in timed("encode", lambda: [live_chart.encode(x) for x in specs]))
+        live_cache.expire(run_dir)
+        live_cache.ROLLOUTS_S = 0.0  # the steering panel's refresh: the rollouts of the steps since its last
+        s = timed("rollouts read", lambda: live_cache.current(run_dir))
         timed("flat-group forecast", lambda: advice.flat_forecast(s, 8))
         timed("what-if", lambda: advice.what_if(s, cur["weights"], cur["min_group_std"]))
     store.close()

@@ -203,7 +203,7 @@ def raw_steps(s: live_view.LiveState):
 def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
     """The top alert's fix as one click (what the autopilot would do), with its predicted effect;
     only fixes the process behind the run applies (a TRL callback takes no group-size request)."""
-    answer = shared(s, "what_to_do", fn=lambda: advice.what_to_do(s, c))  # per version, for every viewer
+    answer = shared(s, "what_to_do", s.rollout_step, fn=lambda: advice.what_to_do(s, c))  # for every viewer
     if answer is None:
         return
     offered = [f for f in answer["fixes"] if f.kind in accepts]
@@ -249,7 +249,7 @@ def steer_panel():
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
     try:
-        wi = shared(s, "what_if", tuple(weights.items()), thr, fn=lambda: advice.what_if(s, weights, thr))
+        wi = shared(s, "what_if", s.rollout_step, tuple(weights.items()), thr, fn=lambda: advice.what_if(s, weights, thr))
     except ConfigError as e:
         st.error(str(e))
         wi = None
@@ -317,7 +317,8 @@ def flat_line(s: live_view.LiveState, group_size):
     if not group_size:
         return  # an imported run that did not log its G
     try:
-        f = shared(s, "flat_forecast", int(group_size), fn=lambda: advice.flat_forecast(s, int(group_size)))
+        f = shared(s, "flat_forecast", s.rollout_step, int(group_size),
+                   fn=lambda: advice.flat_forecast(s, int(group_size)))
     except (StoreError, ValueError) as e:
         st.caption(f"Flat-group forecast unavailable: {e}")
         return

@@ -119,6 +119,23 @@ def test_heartbeat_updates_meta_without_a_load(runs_dir):
     assert s.version == first.version and live_cache.loads(store.run_dir) == 1
 
 
+def test_rollouts_are_read_at_their_own_period_not_with_every_step(runs_dir, monkeypatch):
+    store = _small(runs_dir)  # rollouts at every step
+    monkeypatch.setattr(live_cache, "ROLLOUTS_S", 3600.0)
+    first = live_cache.current(store.run_dir)
+    assert first.rollout_step == 30 and first.rollouts["step"].max() == 30  # a first load reads them
+    _extend(store, 31, steps=2)
+    s = live_cache.current(store.run_dir)  # the charts' refresh: the new steps, not their rollouts
+    assert s.last_step == 32 and s.version == first.version + 1
+    assert s.rollout_step == 30 and s.rollouts["step"].max() == 30
+    monkeypatch.setattr(live_cache, "ROLLOUTS_S", 0.0)  # the period passed, nothing new in the store
+    r = live_cache.current(store.run_dir)
+    assert r.rollout_step == 32 and set(r.rollouts["step"]) == set(range(1, 33))  # the window, the new steps' added
+    assert r.version == s.version and s.rollout_step == 30  # the charts' view is the same; the snapshot untouched
+    assert live_cache.loads(store.run_dir) == 3
+    assert live_cache.current(store.run_dir) is r and live_cache.loads(store.run_dir) == 3  # up to date: no load
+
+
 def test_request_status_and_run_status_changes_are_seen_without_a_new_step(runs_dir):
     store = _small(runs_dir)
     live_cache.current(store.run_dir)

@@ -4,7 +4,9 @@ Streamlit runs each browser session as a thread of one process. Without this mod
 session read the store and rebuilt its own LiveState at every refresh; with it, `current(run_dir)`
 asks the store "anything new?" (RunStore.probe: one short indexed read, no transaction left
 open) at most once per PROBE_S per run however many viewers ask, calls live_view.load only when
-the probe changed, and gives every session the same LiveState.
+the probe changed, and gives every session the same LiveState. The what-if window's rollouts
+(the steering panel's, and the top alert's fix) are read at most once per ROLLOUTS_S, the
+steering panel's period, not with every new step the charts show.
 
 Snapshots: a LiveState handed out is never changed by a later refresh. The refresh works on a
 shallow copy (its lists and dicts copied; live_view.load assigns new frames, it never edits one in
@@ -44,6 +46,7 @@ from grpo_core.runs.store import RunStore
 logger = logging.getLogger(__name__)
 
 PROBE_S = 0.5  # at most one "anything new?" read per run this often, whatever the number of viewers
+ROLLOUTS_S = 5.0  # the what-if window's new rollouts are read at most this often (the steering panel's period)
 MAX_RUNS = 16  # runs kept at once (each: one LiveState, ~1 MB on a long run, and its memo)
 EVICT_S = 300.0  # a run no viewer asked for in this long is dropped
 MEMO_SIZE = 12  # derived values kept per run (figure sets, cards, what-ifs): the last version or two x the views asked for
@@ -62,6 +65,7 @@ class _Run:
     state: LiveState | None = None
     probe: tuple | None = None
     probed_at: float = -math.inf  # time.monotonic() of the last probe
+    rollouts_at: float = -math.inf  # time.monotonic() of the last load that read the rollouts
     error: str | None = None  # the last probe's or load's StoreError, raised again until the next probe
     asked_at: float = 0.0
     memo: OrderedDict = field(default_factory=OrderedDict)
@@ -115,13 +119,17 @@ def current(run_dir: str | Path) -> LiveState:
 
 
 def _update(run_dir, run: _Run):
-    """Probe; load only what changed: nothing, the meta alone, or live_view's incremental load."""
+    """Probe; load only what changed: nothing, the meta alone, or live_view's incremental load
+    (with the rollouts of the steps since they were last read, once ROLLOUTS_S has passed)."""
+    now = time.monotonic()
+    rollouts = now - run.rollouts_at >= ROLLOUTS_S
+    behind = run.state is not None and rollouts and run.state.rollout_step < run.state.last_step
     try:
         with RunStore(_db(run_dir), readonly=True) as store:
             probe = store.probe()
-            if run.state is not None and probe == run.probe:
+            if run.state is not None and probe == run.probe and not behind:
                 return
-            if run.state is not None and probe[:-1] == run.probe[:-1]:  # a heartbeat or a status: no rows to read
+            if run.state is not None and probe[:-1] == run.probe[:-1] and not behind:  # a heartbeat or a status: no rows to read
                 new = _snapshot(run.state)
                 new.meta, new.rows_read, new.loaded_at = store.get_meta(), 0, time.time()
                 run.state, run.probe = new, probe
@@ -130,8 +138,10 @@ def _update(run_dir, run: _Run):
         raise StoreError(f"run {Path(run_dir).name} cannot be read: {e}") from None
     old = run.state
     mine = _snapshot(old) if old is not None else None
-    new = live_view.load(run_dir, mine)
+    new = live_view.load(run_dir, mine, rollouts=rollouts)
     run.loads += 1
+    if rollouts or mine is None or new is not mine:  # a first load reads the rollouts too
+        run.rollouts_at = now
     if old is not None and new is not mine:  # a fresh first load (a resumed run redid steps)
         new.version = old.version + 1  # versions stay monotone: memo keys never meet an old value
         run.steps.clear()

@@ -1,7 +1,7 @@
 """The live monitor's view of one run: a LiveState read from the store by what changed.
 
 It holds the run's chart history and gives the settings in force. `load(run, state)` makes a session's LiveState current: scalars of new steps, new change
-events, control rows that were still open, rollouts of new steps. Memory stays bounded
+events, control rows that were still open, rollouts of new steps (when asked). Memory stays bounded
 however long the run: the last `RECENT_STEPS` steps are kept raw (every health window fits
 in them), older steps as bins (sum, count, min and max per name) whose width doubles
 whenever there are more than `MAX_BINS` bins, so a chart draws their means and their extremes
@@ -119,8 +119,8 @@ class LiveState:
     control: pd.DataFrame = field(default_factory=pd.DataFrame)
     moves: list = field(default_factory=list)  # the autopilot's events (payload + step), oldest first
     rollouts: pd.DataFrame = field(default_factory=pd.DataFrame)  # the what-if window
-    rollout_step: int = -1
-    version: int = 0  # bumped whenever something new was read
+    rollout_step: int = -1  # the rollouts are read up to this step (at their own period: load's rollouts)
+    version: int = 0  # bumped whenever a new step, event or request row was read (not for rollouts: rollout_step)
     rows_read: int = 0  # scalar rows the last load brought into Python (tests pin incremental reads)
     loaded_at: float = 0.0
     frame_cache: tuple | None = None  # (version, chart frame)
@@ -148,11 +148,13 @@ class LiveState:
 
 
 # ---- loading -------------------------------------------------------------------------------------
-def load(run: str | Path, state: LiveState | None = None) -> LiveState:
-    """First load (state None, or another run) or incremental refresh of `state`.
-    A store that cannot be read (deleted, corrupt) raises StoreError with the reason."""
+def load(run: str | Path, state: LiveState | None = None, rollouts: bool = True) -> LiveState:
+    """First load (state None, or another run) or incremental refresh of `state`; rollouts False:
+    a refresh leaves the what-if window's rollouts as they were (live_cache reads them at the
+    steering panel's period: the charts never need them). A store that cannot be read (deleted,
+    corrupt) raises StoreError with the reason."""
     try:
-        return _load(run, state)
+        return _load(run, state, rollouts)
     except sqlite3.DatabaseError as e:
         raise StoreError(f"run {Path(run).name} cannot be read: {e}") from None
 
@@ -165,14 +167,14 @@ def _open(run) -> RunStore:
     return RunStore.open(run, readonly=True)
 
 
-def _load(run, state):
+def _load(run, state, rollouts):
     with _open(run) as store:
         if state is None or state.db != str(store.path):
             return _first_load(store)
         last = store.last_step()
         if last is not None and last < state.last_step:  # a resumed run redid steps: start over
             return _first_load(store)
-        _refresh(store, state)
+        _refresh(store, state, rollouts)
         return state
 
 
@@ -204,7 +206,7 @@ def _first_load(store: RunStore) -> LiveState:
     return state
 
 
-def _refresh(store: RunStore, state: LiveState):
+def _refresh(store: RunStore, state: LiveState, rollouts: bool):
     state.meta = store.get_meta()
     state.rows_read = 0
     new = _wide(store, state.last_step, state.names)
@@ -217,7 +219,8 @@ def _refresh(store: RunStore, state: LiveState):
         changed = True
     changed |= _read_events(store, state)
     changed |= _read_control(store, state)
-    _read_rollouts(store, state)
+    if rollouts:
+        _read_rollouts(store, state)
     state.loaded_at = time.time()
     if changed:
         state.version += 1
