@@ -38,6 +38,7 @@ from grpo_core.dashboard import live_cache  # noqa: E402
 from tests.helpers_dashboard import free_port, wait_for  # noqa: E402
 
 HEADING = "## Live charts: plotly, ECharts, uPlot"
+JS = ROOT / "grpo_core" / "dashboard" / "assets" / "live_chart.js"  # the uPlot element's script
 # The page both renderers share; RENDER draws one figure (`fig`, key `key`) in column `col`.
 PAGE = '''import sys, time
 import numpy as np
@@ -186,8 +187,8 @@ def section(results: list[dict], args, minutes: float) -> str:
         "notwithstanding), so the plotly live page could not be zoomed while its run trained; Streamlit's ECharts "
         "element would reset one too (it applies each option with `setOption(option, {notMerge: true})`, read in its "
         "frontend bundle). The uPlot element keeps it: its script owns the chart and swaps the data only. Its bytes "
-        "are the charts' data (JSON, 6 significant digits) and live_chart.js (5 kB, inline: it travels with each "
-        "chart's update); uPlot itself is an element of its own outside the fragment, sent once per page.",
+        "are the charts' data (`live_chart.encode`: a JSON header, the steps as float64, the values as float32) and "
+        f"live_chart.js ({JS.stat().st_size / 1000:.0f} kB, inline: it travels with each chart's update); uPlot itself is an element of its own outside the fragment, sent once per page.",
         "",
     ])
 

@@ -192,8 +192,8 @@ def main() -> int:
         "",
         "## Verdicts",
         "",
-        f"| check | result |",
-        f"| --- | --- |",
+        "| check | result |",
+        "| --- | --- |",
         f"| reward +{RISE} within {RISE_WITHIN_S:.0f} s | {'PASS' if ok1 else 'FAIL'}: start {start_reward:.3f} "
         f"(mean of steps 1-10), best rolling mean in the first {RISE_WITHIN_S:.0f} s {best_3min:.3f}"
         + (f"; +{RISE} reached at step {rise_step}, {wall.loc[rise_step]:.0f} s after launch" if ok1 else "") + " |",

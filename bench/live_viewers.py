@@ -489,8 +489,11 @@ def main():
                                              server.pid, floor, args))
                 finally:
                     floor.close()
-                for page in pages:  # the viewers' own load out of the paused-trainer reading
+                for page in pages:  # the viewers' own load out of the readings below
                     page.context.close()
+                time.sleep(args.settle_s)
+                alone_after = watch(run_dir, None, args.phase_s)["steps_per_s"]  # the box's drift over the phases
+                print(f"trainer alone again: {alone_after:.2f} steps/s", file=sys.stderr)
                 paused = first_chart_trainer_paused(p, wrapper, warm, f"{url}/?run={rid}", trainer,
                                                     process_tree(server.pid), args)
             finally:
@@ -500,7 +503,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     text = section(results, paused, args, {"hist_steps": args.history_steps, "hist_s": history_seconds(hist_root),
                                                   "start_step": start_step, "minutes": (time.time() - t_start) / 60,
-                                                  "train_set": TRAIN_SET, "budget": BUDGET, "poll_s": POLL_S})
+                                                  "train_set": TRAIN_SET, "budget": BUDGET, "poll_s": POLL_S,
+                                                  "alone_after": alone_after})
     publish(HEADING, text, write=not args.no_write)
 
 

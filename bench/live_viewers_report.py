@@ -38,7 +38,16 @@ def reading_cell(reading: dict, timeout_s: float) -> str:
     return seconds_cell(reading["seconds"], timeout_s) + spread
 
 
-def rows(results: list[dict], refresh_s: float, timeout_s: float) -> list[str]:
+def alone(results: list[dict], run: dict) -> float | None:
+    """The trainer's steps/s with no viewer open: the mean of the 0-viewer phase (the first) and of
+    the reading after the last phase (its viewers closed), which the box's own drift over the
+    bench moves as much as any viewer; None without a 0-viewer phase."""
+    base = next((r["steps_per_s"] for r in results if r["viewers"] == 0), None)
+    after = run.get("alone_after")
+    return base if base is None or after is None else (base + after) / 2
+
+
+def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: float | None) -> list[str]:
     base = next((r for r in results if r["viewers"] == 0), None)
     idle_server = base["server_cpu"] if base else 0.0
     out = ["| viewers open | trainer steps/s | vs 0 viewers | server CPU (serve + Streamlit) | server per viewer "
@@ -47,9 +56,9 @@ def rows(results: list[dict], refresh_s: float, timeout_s: float) -> list[str]:
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         n = r["viewers"]
-        slow = "—" if not base or n == 0 else f"{r['steps_per_s'] / base['steps_per_s'] - 1:+.1%}"
-        if base and n:
-            slow += ok(r["steps_per_s"] >= 0.95 * base["steps_per_s"])
+        slow = "—" if not alone_rate or n == 0 else f"{r['steps_per_s'] / alone_rate - 1:+.1%}"
+        if alone_rate and n:
+            slow += ok(r["steps_per_s"] >= 0.95 * alone_rate)
         per = "—" if n == 0 else f"{(r['server_cpu'] - idle_server) / n:.1%}" + ok((r["server_cpu"] - idle_server) / n < 0.05)
         lag = "—" if not r["lags"] else (f"{statistics.median(r['lags']):.2f} s, {max(r['lags']):.2f} s"
                                          + ok(max(r["lags"]) < 2 * refresh_s))
@@ -95,7 +104,7 @@ def first_chart_limit(r: dict, kind: str, key: str) -> str:
             f"(the page's main thread {(f.get('longtask_ms') or 0) / 1e3:.2f} s in long tasks).")
 
 
-def limits(results: list[dict], refresh_s: float) -> list[str]:
+def limits(results: list[dict], refresh_s: float, alone_rate: float | None) -> list[str]:
     """What the numbers say limits each target, computed from this bench's readings."""
     most = results[-1]
     out = [first_chart_limit(most, kind, key) for kind, key in KINDS]
@@ -125,7 +134,7 @@ def limits(results: list[dict], refresh_s: float) -> list[str]:
         period = r["redraw_s"] or refresh_s  # each page asks for its next refresh once it drew the last one
         out.append(f"- {n} viewer{'s' if n > 1 else ''}: the server used {per:.1%} of a core per viewer, {per * period * 1e3:.0f} ms "
                    f"of CPU per viewer per refresh (one per {period:.1f} s); Chromium used {r['browser_cpu']:.0%} of a core; "
-                   f"trainer {r['steps_per_s']:.2f} steps/s against {base['steps_per_s']:.2f} "
+                   f"trainer {r['steps_per_s']:.2f} steps/s against {alone_rate or base['steps_per_s']:.2f} alone "
                    f"(load average {r['load']:.1f} on {len(os.sched_getaffinity(0))} cores: the trainer, the server, "
                    "Chromium and other work share them).")
     lags = [x for r in results for x in r["lags"]]
@@ -179,8 +188,12 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         f"- Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the "
         f"trainer by < 5%, lag < 2 refresh intervals ({2 * refresh_s:.0f} s at `live_cache.MIN_REFRESH_S` = {refresh_s:g} s, a fast run's period)",
         "",
-        *rows(results, refresh_s, args.timeout_s),
+        *rows(results, refresh_s, args.timeout_s, alone(results, run)),
         "",
+        *([f"The trainer alone: {results[0]['steps_per_s']:.2f} steps/s in the 0-viewer phase (the first), "
+           f"{run['alone_after']:.2f} in {args.phase_s:.0f} s after the last phase (its viewers closed); the \"vs 0 "
+           f"viewers\" column compares with their mean, {alone(results, run):.2f}: their difference is the box's own "
+           f"drift over the bench.", ""] if run.get("alone_after") and results[0]["viewers"] == 0 else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
         f"new browser {reading_cell(paused['first'], args.timeout_s)}, new tab "
@@ -198,6 +211,6 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         "",
         "What limits each (computed from these readings; one run on a shared box: a distribution would need repeats):",
         "",
-        *limits(results, refresh_s),
+        *limits(results, refresh_s, alone(results, run)),
         "",
     ])
