@@ -275,8 +275,10 @@ def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(r
     assert not at.exception, [e.value for e in at.exception]
     assert len(live_charts(at)) >= 6 and any("step 40 of 100" in str(p.proto) for p in at.get("progress"))
     assert not at.metric and not at.slider and refreshes(at)["first_paint"] == 0.0
+    assert not at.selectbox and at.query_params["run"] in ("r", ["r"])  # the run picked, its box drawn with the rest
     at.run()  # what the browser asks for once it painted the charts
     assert "Trainable ratio (cumulative)" in metrics(at)
+    assert at.selectbox(key="run_id").value == "r"
     assert {"Chart smoothing", "exact", "min_group_std"} <= {s.label for s in at.slider}  # the steering panel too
     assert "first_paint" not in refreshes(at) and len(live_charts(at)) >= 6
     store.close()
@@ -378,6 +380,8 @@ def test_url_run_parameter_picks_the_run(runs_dir):
     at.query_params["run"] = "a"
     at.run()
     assert at.session_state["run_id"] == "a" and at.query_params["run"] in ("a", ["a"])
+    at.run()  # the whole page, with the run picker's box: what the browser asks for after the first paint
+    assert at.session_state["run_id"] == "a"
     at.sidebar.selectbox[0].set_value("b").run()
     assert at.session_state["run_id"] == "b" and at.query_params["run"] in ("b", ["b"])
 

@@ -30,7 +30,7 @@ from grpo_core.__main__ import build_parser, main
 from grpo_core.dashboard import access, serve
 from grpo_core.errors import ConfigError
 from grpo_core.runs import run_index
-from tests.helpers_dashboard import CHROMIUM, REPO, answers, app_test, free_port, synth_run, wait_for
+from tests.helpers_dashboard import CHROMIUM, REPO, answers, app_test, free_port, live_charts, synth_run, wait_for
 
 TOKEN = "s3cret-token-for-tests"
 PAGES = ["pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"]
@@ -170,7 +170,7 @@ def gated(path: str) -> AppTest:
 def shows_nothing_but_the_box(at: AppTest, secret_run: str):
     assert [t.label for t in at.text_input] == ["Access token"]
     assert at.text_input[0].proto.type == at.text_input[0].proto.PASSWORD
-    assert not at.sidebar.selectbox and not at.button and not at.get("plotly_chart")
+    assert not at.sidebar.selectbox and not at.button and not live_charts(at)
     assert secret_run not in json.dumps([str(e.proto) for e in at.main])
 
 
@@ -189,8 +189,10 @@ def test_the_right_token_opens_the_app_for_that_session_only(runs_dir, monkeypat
     monkeypatch.setenv(access.TOKEN_ENV, TOKEN)
     synth_run(runs_dir, "secret-run", 3).close()
     at = gated("app.py")
-    at.text_input[0].set_value(TOKEN).run()
-    assert not at.exception and at.sidebar.selectbox and at.session_state["run_id"] == "secret-run"
+    at.text_input[0].set_value(TOKEN).run()  # the live page's first paint: the run line and its charts
+    assert not at.exception and live_charts(at) and at.session_state["run_id"] == "secret-run"
+    at.run()  # the rest, with the run picker
+    assert not at.exception and at.sidebar.selectbox
     at.switch_page("pages/runs.py").run()
     assert not at.exception and any("secret-run" in m.value for m in at.markdown)
     other = gated("app.py")  # another browser session asks again
@@ -201,7 +203,7 @@ def test_without_a_token_nothing_is_asked(runs_dir, monkeypatch):
     monkeypatch.delenv(access.TOKEN_ENV, raising=False)
     synth_run(runs_dir, "r", 3).close()
     at = gated("app.py")
-    assert "Access token" not in [t.label for t in at.text_input] and at.sidebar.selectbox
+    assert "Access token" not in [t.label for t in at.text_input] and live_charts(at)
 
 
 def test_token_compare_is_constant_time(monkeypatch):

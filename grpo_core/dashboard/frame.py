@@ -25,7 +25,7 @@ import contextvars
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from grpo_core.dashboard import run_list
+from grpo_core.dashboard import run_list, widget_state
 from grpo_core.dashboard.access import require_token
 from grpo_core.runs.run_index import list_runs
 
@@ -36,6 +36,9 @@ FAVICON = "📈"
 # True while main() runs the page st.navigation picked. A ContextVar, not a module global:
 # the module is shared by every session's script thread, a context variable's value is not.
 IN_APP = contextvars.ContextVar("grpo_health_in_app", default=False)
+
+
+LIVE = 1  # the live monitor's place in pages()
 
 
 def pages() -> list:
@@ -52,9 +55,10 @@ def pages() -> list:
     ]
 
 
-def pick_run():
-    """Sidebar run picker. st.session_state["run_id"] is what every page reads; a page that
-    wants to switch runs sets st.session_state["goto_run"] and reruns."""
+def pick_run(show: bool = True):
+    """Sidebar run picker (`show` False: the run is picked, the box drawn at a later run).
+    st.session_state["run_id"] is what every page reads; a page that wants to switch runs sets
+    st.session_state["goto_run"] and reruns."""
     ss = st.session_state
     runs = list_runs()
     ids = runs["run_id"].tolist()
@@ -65,9 +69,10 @@ def pick_run():
         wanted = st.query_params.get("run")
         ss["run_id"] = wanted if wanted in ids else run_list.default_run(runs=runs)
     with st.sidebar:
-        if ids:
+        if ids and show:
             st.selectbox("Run", ids, key="run_id", format_func=lambda r: f"{r} · {status.get(r, '?')}",
                          help="The run every page shows. Also in the URL: ?run=<id>")
+        if ids:
             st.query_params["run"] = ss["run_id"]
         else:
             st.caption("No runs yet: start one on the Runs page.")
@@ -75,11 +80,15 @@ def pick_run():
 
 def main():
     """The app: page config, the token gate (nothing below shows until it matches), the run
-    picker, then the page st.navigation picks, run inside IN_APP."""
+    picker, then the page st.navigation picks, run inside IN_APP. The live page's first paint
+    (pages/live.py: the run line and the charts, the rest at the rerun its browser asks for once
+    it painted them) leaves the run picker's box to that rerun too: a select box is a large part of
+    a new page's work before its first chart (docs/benchmarks.md "Live page: viewers")."""
     st.set_page_config(page_title="GRPO Health", page_icon=FAVICON, layout="wide")
     require_token()
-    pick_run()
-    page = st.navigation(pages())
+    listed = pages()
+    page = st.navigation(listed)  # its menu tops the sidebar, above the run picker
+    pick_run(show=page is not listed[LIVE] or bool(st.session_state.get(widget_state.PAINTED)))
     token = IN_APP.set(True)
     try:
         page.run()
