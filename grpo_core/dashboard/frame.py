@@ -38,7 +38,7 @@ FAVICON = "📈"
 IN_APP = contextvars.ContextVar("grpo_health_in_app", default=False)
 
 
-LIVE = 1  # the live monitor's place in pages()
+LIVE_TITLE = "Live monitor"  # the live page's title in the menu (main() tells its first paint by it)
 
 
 def pages() -> list:
@@ -49,7 +49,7 @@ def pages() -> list:
     that hash with app.py rather than with pages/live.py on its own."""
     return [
         st.Page("pages/runs.py", title="Runs", icon=":material/list:", url_path="runs"),
-        st.Page("pages/live.py", title="Live monitor", icon=":material/monitoring:", url_path="monitor", default=True),
+        st.Page("pages/live.py", title=LIVE_TITLE, icon=":material/monitoring:", url_path="monitor", default=True),
         st.Page("pages/analysis.py", title="Analysis", icon=":material/analytics:", url_path="analysis"),
         st.Page("pages/pilot.py", title="Pilot", icon=":material/science:", url_path="pilot"),
     ]
@@ -86,9 +86,8 @@ def main():
     a new page's work before its first chart (docs/benchmarks.md "Live page: viewers")."""
     st.set_page_config(page_title="GRPO Health", page_icon=FAVICON, layout="wide")
     require_token()
-    listed = pages()
-    page = st.navigation(listed)  # its menu tops the sidebar, above the run picker
-    pick_run(show=page is not listed[LIVE] or bool(st.session_state.get(widget_state.PAINTED)))
+    page = st.navigation(pages())  # its menu tops the sidebar, above the run picker
+    pick_run(show=page.title != LIVE_TITLE or bool(st.session_state.get(widget_state.PAINTED)))
     token = IN_APP.set(True)
     try:
         page.run()
