@@ -155,6 +155,7 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
     """The section: `run` says how the bench ran (hist_steps, hist_s, start_step, minutes, train_set,
     budget, poll_s); args are its command-line arguments."""
     refresh_s = live_cache.MIN_REFRESH_S  # a fast run's poll period (live_cache.refresh_interval)
+    alone_rate = alone(results, run)
     priority = (", its session's autogroup at nice 19 too (with autogroups on, nice alone ranks only within "
                 "a session)" if args.browser_priority == "autogroup" else
                 " only (`--browser-priority nice`; with autogroups on, the browser's session then weighs as much "
@@ -188,11 +189,11 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         f"- Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the "
         f"trainer by < 5%, lag < 2 refresh intervals ({2 * refresh_s:.0f} s at `live_cache.MIN_REFRESH_S` = {refresh_s:g} s, a fast run's period)",
         "",
-        *rows(results, refresh_s, args.timeout_s, alone(results, run)),
+        *rows(results, refresh_s, args.timeout_s, alone_rate),
         "",
         *([f"The trainer alone: {results[0]['steps_per_s']:.2f} steps/s in the 0-viewer phase (the first), "
            f"{run['alone_after']:.2f} in {args.phase_s:.0f} s after the last phase (its viewers closed); the \"vs 0 "
-           f"viewers\" column compares with their mean, {alone(results, run):.2f}: their difference is the box's own "
+           f"viewers\" column compares with their mean, {alone_rate:.2f}: their difference is the box's own "
            f"drift over the bench.", ""] if run.get("alone_after") and results[0]["viewers"] == 0 else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
@@ -211,6 +212,6 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         "",
         "What limits each (computed from these readings; one run on a shared box: a distribution would need repeats):",
         "",
-        *limits(results, refresh_s, alone(results, run)),
+        *limits(results, refresh_s, alone_rate),
         "",
     ])

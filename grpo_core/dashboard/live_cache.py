@@ -123,13 +123,14 @@ def _update(run_dir, run: _Run):
     (with the rollouts of the steps since they were last read, once ROLLOUTS_S has passed)."""
     now = time.monotonic()
     rollouts = now - run.rollouts_at >= ROLLOUTS_S
-    behind = run.state is not None and rollouts and run.state.rollout_step < run.state.last_step
+    # A state to keep unless the store changed: its rollouts are read up to its last step, or not due yet.
+    settled = run.state is not None and not (rollouts and run.state.rollout_step < run.state.last_step)
     try:
         with RunStore(_db(run_dir), readonly=True) as store:
             probe = store.probe()
-            if run.state is not None and probe == run.probe and not behind:
+            if settled and probe == run.probe:
                 return
-            if run.state is not None and probe[:-1] == run.probe[:-1] and not behind:  # a heartbeat or a status: no rows to read
+            if settled and probe[:-1] == run.probe[:-1]:  # a heartbeat or a status: no rows to read
                 new = _snapshot(run.state)
                 new.meta, new.rows_read, new.loaded_at = store.get_meta(), 0, time.time()
                 run.state, run.probe = new, probe
@@ -140,7 +141,7 @@ def _update(run_dir, run: _Run):
     mine = _snapshot(old) if old is not None else None
     new = live_view.load(run_dir, mine, rollouts=rollouts)
     run.loads += 1
-    if rollouts or mine is None or new is not mine:  # a first load reads the rollouts too
+    if rollouts or new is not mine:  # a first load reads the rollouts too
         run.rollouts_at = now
     if old is not None and new is not mine:  # a fresh first load (a resumed run redid steps)
         new.version = old.version + 1  # versions stay monotone: memo keys never meet an old value
