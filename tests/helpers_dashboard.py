@@ -109,10 +109,19 @@ def free_port() -> int:
 
 
 def process_tree(pid: int) -> list[int]:
-    """A process and its descendants (Linux /proc)."""
+    """A process and its descendants (Linux /proc); a process or thread that exits while it is
+    read (a browser's helpers come and go) is left out, not an error."""
     out = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return out
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for child in children:
             out += process_tree(int(child))
     return out
 
