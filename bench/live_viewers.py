@@ -10,6 +10,8 @@ standing in for browsers on other machines) opens one page per viewer on the run
 
 Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the pages settled:
 - trainer steps/s, from the store's last step at the window's ends (and against 0 viewers);
+- with viewers open, the trainer's steps/s paired: --pairs pairs of PAIR_S windows with the viewers'
+  browser drawing and stopped (SIGSTOP), the target's reading (the box's drift cancels within a pair);
 - the dashboard server's CPU (serve and its Streamlit, /proc utime + stime), total and per viewer;
 - the lag from a step being readable in the store to the first viewer's page showing "step N of":
   the bench polls both every POLL_S;
@@ -60,6 +62,9 @@ TRAIN_SET = ["grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_token
              "log.progress=false", "autopilot.enabled=false"]
 BUDGET = 10_000_000  # the resumed run's budget (the largest allowed): it keeps training through every phase
 POLL_S = 0.2  # how often the bench reads the store's last step and the watched page's step
+# One half of a paired trainer reading (`paired`): short, so the box's drift moves both halves alike,
+# and within a stopped browser's websocket grace (Streamlit pings every 30 s and waits 30 s for the pong).
+PAIR_S = 8.0
 STEP_RE = r"step ([\d,]+) of"
 PAGE_STEP_JS = f"""(() => {{ const m = /{STEP_RE}/.exec(document.body ? document.body.textContent : '');
     return m ? Number(m[1].replace(/,/g, '')) : null; }})()"""
@@ -334,6 +339,52 @@ def page_step(page) -> int | None:
         return None
 
 
+def commit_rate(run_dir: Path, seconds: float) -> tuple[float, float]:
+    """(steps, seconds) between the first and the last commit the bench saw in `seconds` of polling:
+    the trainer commits every second or so, so counting from the window's ends would be off by up
+    to a commit's steps; counting between commits is off by a poll at most."""
+    seen: list[tuple[float, int]] = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        s = last_step(run_dir)
+        if not seen or s > seen[-1][1]:
+            seen.append((time.perf_counter(), s))
+        time.sleep(POLL_S)
+    if len(seen) < 3:  # the window's first reading is not a commit the bench saw happen
+        return 0.0, 0.0
+    return float(seen[-1][1] - seen[1][1]), seen[-1][0] - seen[1][0]
+
+
+@contextlib.contextmanager
+def stopped(pids: list[int]):
+    """The processes stopped (SIGSTOP) while the block runs, continued (SIGCONT) however it ends."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def paired(run_dir: Path, pairs: int) -> dict:
+    """The trainer's steps/s with the open viewers drawing and with their browser stopped (no page
+    draws, so none asks the server for a refresh: the viewers cost nothing), in `pairs` pairs of
+    PAIR_S windows, alternately ordered (ABBA): the box's drift, which moves the trainer alone by
+    20-80% over a bench, moves both halves of a pair alike, and a steady drift cancels out."""
+    totals = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drawing? -> [steps, seconds]
+    for i in range(pairs):
+        for drawing in ((True, False) if i % 2 == 0 else (False, True)):
+            with (contextlib.nullcontext() if drawing else stopped(chromium_pids())):
+                steps, seconds = commit_rate(run_dir, PAIR_S)
+            totals[drawing][0] += steps
+            totals[drawing][1] += seconds
+    rate = {k: (v[0] / v[1] if v[1] else None) for k, v in totals.items()}
+    return {"drawing": rate[True], "stopped": rate[False], "pairs": pairs}
+
+
 # ---- one phase ---------------------------------------------------------------------------------
 def watch(run_dir: Path, page, seconds: float) -> dict:
     """Poll the store's last step and (with a page) the page's step for `seconds`: the trainer's
@@ -382,12 +433,15 @@ def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_di
     out = {"viewers": n, **w, "server_cpu": cpu_share(c0, cpu_seconds(server), elapsed),
            "browser_cpu": cpu_share(b0, cpu_seconds(chromium_pids()), elapsed), "opening": opening,
            "load": os.getloadavg()[0]}
+    if n and args.pairs:
+        out["paired"] = paired(run_dir, args.pairs)
     out.update(newcomers(p, wrapper, warm, url, server, args))
     out["floor"] = newcomers(p, wrapper, floor.warm, floor.url, [], args)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "
           f"browser {out['browser_cpu']:.0%}, first chart {out['first']['all_seconds']} s "
           f"(new tab {out['warm']['all_seconds']} s), floor {out['floor']['first']['all_seconds']} s "
-          f"(new tab {out['floor']['warm']['all_seconds']} s), lags {[round(x, 2) for x in out['lags']]}", file=sys.stderr)
+          f"(new tab {out['floor']['warm']['all_seconds']} s), lags {[round(x, 2) for x in out['lags']]}, "
+          f"paired {out.get('paired')}", file=sys.stderr)
     return out
 
 
@@ -443,6 +497,8 @@ def main():
     ap.add_argument("--history-steps", type=int, default=10_000, help="steps of the run before the viewers open")
     ap.add_argument("--cache-dir", default=str(ROOT / "bench" / ".cache" / "live_viewers"),
                     help="where the trained history is kept between benches")
+    ap.add_argument("--pairs", type=int, default=4, help=f"per phase with viewers, pairs of {PAIR_S:.0f}-s trainer readings with "
+                    "the viewers' browser drawing and stopped (0: none)")
     ap.add_argument("--repeats", type=int, default=3, help="a newcomer's first chart: readings per kind and phase (the table shows their median and range)")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="give up waiting on a page's first chart after this")
     ap.add_argument("--browser-priority", choices=["autogroup", "nice"], default="autogroup",
@@ -503,7 +559,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     text = section(results, paused, args, {"hist_steps": args.history_steps, "hist_s": history_seconds(hist_root),
                                                   "start_step": start_step, "minutes": (time.time() - t_start) / 60,
-                                                  "train_set": TRAIN_SET, "budget": BUDGET, "poll_s": POLL_S,
+                                                  "train_set": TRAIN_SET, "budget": BUDGET, "poll_s": POLL_S, "pair_s": PAIR_S,
                                                   "alone_after": alone_after})
     publish(HEADING, text, write=not args.no_write)
 
