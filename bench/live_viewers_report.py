@@ -203,11 +203,12 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         *([f"The trainer alone: {results[0]['steps_per_s']:.2f} steps/s in the 0-viewer phase (the first), "
            f"{run['alone_after']:.2f} in {args.phase_s:.0f} s after the last phase (its viewers closed); the \"vs 0 "
            f"viewers\" column compares with their mean, {alone_rate:.2f}: their difference is the box's own "
-           f"drift over the bench, so the target is read from the paired column: per phase with viewers, "
-           f"{args.pairs} pairs of {run['pair_s']:.0f}-s windows (in ABBA order) with the viewers' browser drawing and "
-           f"stopped (SIGSTOP: no page draws, so none asks the server for a refresh), the trainer's steps/s counted "
-           f"between the commits the bench saw in each (drawing / stopped in brackets).", ""]
-          if run.get("alone_after") and results[0]["viewers"] == 0 else []),
+           f"drift over the bench.", ""] if run.get("alone_after") and results[0]["viewers"] == 0 else []),
+        *([f"The 10-viewer target is read from the paired column: per phase with viewers, {args.pairs} pairs of "
+           f"{run['pair_s']:.0f}-s windows (in ABBA order) with the viewers' browser drawing and stopped (SIGSTOP: no "
+           f"page draws, so none asks the server for a refresh), the trainer's steps/s counted between the commits "
+           f"the bench saw in each (drawing / stopped in brackets): the box's drift moves both halves of a pair alike.", ""]
+          if args.pairs else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
         f"new browser {reading_cell(paused['first'], args.timeout_s)}, new tab "
