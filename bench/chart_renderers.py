@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from live_viewers import (CHROME_ARGS, CHROMIUM, answers, chromium_pids, cpu_seconds, cpu_share, history,  # noqa: E402
-                          new_context)
+from live_viewers import history  # noqa: E402
+from live_viewers_pages import CHROME_ARGS, chromium_pids, cpu_seconds, cpu_share, new_context  # noqa: E402
 from perf_common import machine, publish  # noqa: E402
 
 from grpo_core.dashboard import live_cache  # noqa: E402
-from tests.helpers_dashboard import free_port, wait_for  # noqa: E402
+from tests.helpers_dashboard import CHROMIUM, answers, free_port, wait_for  # noqa: E402
 
 HEADING = "## Live charts: plotly, ECharts, uPlot"
 JS = ROOT / "grpo_core" / "dashboard" / "assets" / "live_chart.js"  # the uPlot element's script
