@@ -184,16 +184,22 @@ def paired(run_dir: Path, pairs: int) -> dict:
     """The trainer's steps/s with the open viewers drawing and with their browser stopped (no page
     draws, so none asks the server for a refresh: the viewers cost nothing), in `pairs` pairs of
     PAIR_S windows, alternately ordered (ABBA): the box's drift, which moves the trainer alone by
-    20-80% over a bench, moves both halves of a pair alike, and a steady drift cancels out."""
+    20-80% over a bench, moves both halves of a pair alike, and a steady drift cancels out. Each
+    pair's change (drawing / stopped - 1) is kept: their spread is the reading's own uncertainty."""
     totals = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drawing? -> [steps, seconds]
+    changes = []
     for i in range(pairs):
+        pair = {}
         for drawing in ((True, False) if i % 2 == 0 else (False, True)):
             with (contextlib.nullcontext() if drawing else stopped(chromium_pids())):
                 steps, seconds = commit_rate(run_dir, PAIR_S)
             totals[drawing][0] += steps
             totals[drawing][1] += seconds
+            pair[drawing] = steps / seconds if seconds else 0.0
+        if pair[True] and pair[False]:  # a half without two commits seen has no rate
+            changes.append(pair[True] / pair[False] - 1)
     rate = {k: (v[0] / v[1] if v[1] else None) for k, v in totals.items()}
-    return {"drawing": rate[True], "stopped": rate[False], "pairs": pairs}
+    return {"drawing": rate[True], "stopped": rate[False], "pairs": pairs, "changes": changes}
 
 
 # ---- one phase ---------------------------------------------------------------------------------
@@ -312,7 +318,7 @@ def main():
     ap.add_argument("--history-steps", type=int, default=10_000, help="steps of the run before the viewers open")
     ap.add_argument("--cache-dir", default=str(ROOT / "bench" / ".cache" / "live_viewers"),
                     help="where the trained history is kept between benches")
-    ap.add_argument("--pairs", type=int, default=4, help=f"per phase with viewers, pairs of {PAIR_S:.0f}-s trainer readings with "
+    ap.add_argument("--pairs", type=int, default=8, help=f"per phase with viewers, pairs of {PAIR_S:.0f}-s trainer readings with "
                     "the viewers' browser drawing and stopped (0: none)")
     ap.add_argument("--repeats", type=int, default=3, help="a newcomer's first chart: readings per kind and phase (the table shows their median and range)")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="give up waiting on a page's first chart after this")

@@ -47,14 +47,34 @@ def alone(results: list[dict], run: dict) -> float | None:
     return base if base is None or after is None else (base + after) / 2
 
 
+def paired_change(p: dict) -> tuple[float, float | None]:
+    """The trainer's change with the viewers drawing: the mean of the pairs' changes and twice its
+    standard error (None with fewer than 2 pairs), else the totals' ratio alone."""
+    changes = p.get("changes") or []
+    if len(changes) < 2:
+        return p["drawing"] / p["stopped"] - 1, None
+    return statistics.mean(changes), 2 * statistics.stdev(changes) / len(changes) ** 0.5
+
+
+def slowdown_verdict(change: float, margin: float | None) -> str:
+    """The 10-viewer target (slower by < 5%), decided only where the whole interval lies on one side."""
+    if margin is None:
+        return ok(change > -0.05)
+    if change - margin > -0.05:
+        return " ✓"
+    return " ✗" if change + margin < -0.05 else " undecided"
+
+
 def paired_cell(r: dict) -> str:
     """The trainer with the viewers drawing against their browser stopped, pair by pair (the target's
-    reading: 10 viewers slow the trainer by < 5%)."""
+    reading: 10 viewers slow the trainer by < 5%): the mean change ± twice its standard error."""
     p = r.get("paired")
     if not p or not p["drawing"] or not p["stopped"]:
         return "—"
-    change = p["drawing"] / p["stopped"] - 1
-    return f"{change:+.1%}" + (ok(change > -0.05) if r["viewers"] >= 10 else "") + f" ({p['drawing']:.1f} / {p['stopped']:.1f})"
+    change, margin = paired_change(p)
+    spread = "" if margin is None else f" ± {margin:.1%}"
+    verdict = slowdown_verdict(change, margin) if r["viewers"] >= 10 else ""
+    return f"{change:+.1%}{spread}{verdict} ({p['drawing']:.1f} / {p['stopped']:.1f})"
 
 
 def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: float | None) -> list[str]:
@@ -207,7 +227,10 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         *([f"The 10-viewer target is read from the paired column: per phase with viewers, {args.pairs} pairs of "
            f"{run['pair_s']:.0f}-s windows (in ABBA order) with the viewers' browser drawing and stopped (SIGSTOP: no "
            f"page draws, so none asks the server for a refresh), the trainer's steps/s counted between the commits "
-           f"the bench saw in each (drawing / stopped in brackets): the box's drift moves both halves of a pair alike.", ""]
+           f"the bench saw in each (drawing / stopped in brackets, over all pairs): the box's drift moves both halves of "
+           f"a pair alike. The cell is the mean of the pairs' changes ± twice its standard error: the pairs' spread is the "
+           f"box's own, and the target is decided only where the whole interval lies on one side of -5% (else "
+           f"\"undecided\": more pairs, `--pairs`, narrow it).", ""]
           if args.pairs else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
