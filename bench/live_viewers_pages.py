@@ -98,6 +98,7 @@ def cpu_share(before: dict, after: dict, seconds: float) -> float:
 
 
 def chromium_pids() -> list[int]:
+    """This process's Chromium processes: the browsers Playwright started are its descendants."""
     pids = []
     for pid in process_tree(os.getpid()):
         try:
@@ -106,7 +107,6 @@ def chromium_pids() -> list[int]:
         except OSError:
             continue
     return pids
-
 
 
 # ---- pages ---------------------------------------------------------------------------------------
@@ -207,4 +207,3 @@ def page_step(page) -> int | None:
         return page.evaluate(PAGE_STEP_JS)
     except Exception:  # mid-redraw or navigation: no reading this time
         return None
-
