@@ -11,7 +11,8 @@ standing in for browsers on other machines) opens one page per viewer on the run
 Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the pages settled:
 - trainer steps/s, from the store's last step at the window's ends (and against 0 viewers);
 - with viewers open, the trainer's steps/s paired: --pairs pairs of PAIR_S windows with the viewers'
-  browser drawing and stopped (SIGSTOP), the target's reading (the box's drift cancels within a pair);
+  browser drawing and stopped (SIGSTOP), the target's reading (the box's drift cancels within a pair;
+  the pairs' spread gives the reading's uncertainty, and the report decides the target outside it);
 - the dashboard server's CPU (serve and its Streamlit, /proc utime + stime), total and per viewer;
 - the lag from a step being readable in the store to the first viewer's page showing "step N of":
   the bench polls both every POLL_S;
