@@ -15,6 +15,12 @@ VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.vllm-$(shell cat requirements-vllm.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 
+# The suite in TEST_WORKERS processes (pytest-xdist), one test file per worker at a time, so a
+# module's fixtures are built once: its end-to-end tests spend much of their time waiting on the
+# trainers, servers and browsers they start, which a second worker fills.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -47,11 +53,11 @@ run: $(RUN_STAMP)  ## dashboard on http://127.0.0.1:$(PORT) with the built-in de
 	$(PY) -m grpo_core serve --port $(PORT)
 
 test: $(TEST_STAMP) $(VLLM_STAMP) lint-docker  ## the whole suite, slow end-to-end tests included, and the vLLM tests in their venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm_engine.py tests/test_vllm_trainer.py
 
 test-fast: $(TEST_STAMP)  ## everything but the slow end-to-end tests
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL)
 
 lint-docker: $(TEST_STAMP)
 	$(PY) -m tests.check_dockerfile
