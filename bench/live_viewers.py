@@ -319,7 +319,7 @@ def main():
     ap.add_argument("--history-steps", type=int, default=10_000, help="steps of the run before the viewers open")
     ap.add_argument("--cache-dir", default=str(ROOT / "bench" / ".cache" / "live_viewers"),
                     help="where the trained history is kept between benches")
-    ap.add_argument("--pairs", type=int, default=8, help=f"per phase with viewers, pairs of {PAIR_S:.0f}-s trainer readings with "
+    ap.add_argument("--pairs", type=int, default=12, help=f"per phase with viewers, pairs of {PAIR_S:.0f}-s trainer readings with "
                     "the viewers' browser drawing and stopped (0: none)")
     ap.add_argument("--repeats", type=int, default=3, help="a newcomer's first chart: readings per kind and phase (the table shows their median and range)")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="give up waiting on a page's first chart after this")

@@ -2,6 +2,7 @@
 a new page's first chart, and what limits each target. Formatting only: live_viewers measures."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -21,6 +22,7 @@ BREAKDOWN = [  # (label, key): cumulative ms since navigation start
     ("the bench saw it (Playwright's wait returned)", "bench_saw"), ("every chart drawn", "all_plots")]
 
 KINDS = (("new browser", "first"), ("new tab", "warm"))  # a newcomer's two readings: (label, key)
+LEVEL = 0.95  # the paired reading's interval holds the median change with at least this confidence
 
 
 def ok(good: bool) -> str:
@@ -47,33 +49,51 @@ def alone(results: list[dict], run: dict) -> float | None:
     return base if base is None or after is None else (base + after) / 2
 
 
-def paired_change(p: dict) -> tuple[float, float | None]:
-    """The trainer's change with the viewers drawing: the mean of the pairs' changes and twice its
-    standard error (None with fewer than 2 pairs), else the totals' ratio alone."""
+def median_interval(changes: list[float]) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of the pairs' changes (the sign test's): the k-th
+    smallest and the k-th largest change, k the largest rank at which the interval holds the median
+    with at least LEVEL confidence (each pair falls on either side of the median with probability
+    1/2). A burst on the box moves each end by one rank at most, where it would move a mean and its
+    standard error by its full size. None with fewer than 6 pairs: no such interval exists."""
+    n = len(changes)
+
+    def outside(k: int) -> float:  # P(the median lies outside [x(k), x(n+1-k)])
+        return 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    k = 0
+    while k < n // 2 and outside(k + 1) <= 1 - LEVEL:
+        k += 1
+    ordered = sorted(changes)
+    return (ordered[k - 1], ordered[n - k]) if k else None
+
+
+def paired_change(p: dict) -> tuple[float, tuple[float, float] | None]:
+    """The trainer's change with the viewers drawing: the median of the pairs' changes with its
+    interval (None with fewer than 6 pairs), else the totals' ratio alone."""
     changes = p.get("changes") or []
-    if len(changes) < 2:
+    if not changes:
         return p["drawing"] / p["stopped"] - 1, None
-    return statistics.mean(changes), 2 * statistics.stdev(changes) / len(changes) ** 0.5
+    return statistics.median(changes), median_interval(changes)
 
 
-def slowdown_verdict(change: float, margin: float | None) -> str:
+def slowdown_verdict(interval: tuple[float, float] | None) -> str:
     """The 10-viewer target (slower by < 5%), decided only where the whole interval lies on one side."""
-    if margin is None:
-        return ok(change > -0.05)
-    if change - margin > -0.05:
+    if interval is None:
+        return " undecided"
+    low, high = interval
+    if low > -0.05:
         return " ✓"
-    return " ✗" if change + margin < -0.05 else " undecided"
+    return " ✗" if high < -0.05 else " undecided"
 
 
 def paired_cell(r: dict) -> str:
     """The trainer with the viewers drawing against their browser stopped, pair by pair (the target's
-    reading: 10 viewers slow the trainer by < 5%): the mean change ± twice its standard error."""
+    reading: 10 viewers slow the trainer by < 5%): the median change [its interval]."""
     p = r.get("paired")
     if not p or not p["drawing"] or not p["stopped"]:
         return "—"
-    change, margin = paired_change(p)
-    spread = "" if margin is None else f" ± {margin:.1%}"
-    verdict = slowdown_verdict(change, margin) if r["viewers"] >= 10 else ""
+    change, interval = paired_change(p)
+    spread = "" if interval is None else f" [{interval[0]:+.1%}, {interval[1]:+.1%}]"
+    verdict = slowdown_verdict(interval) if r["viewers"] >= 10 else ""
     return f"{change:+.1%}{spread}{verdict} ({p['drawing']:.1f} / {p['stopped']:.1f})"
 
 
@@ -228,9 +248,11 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
            f"{run['pair_s']:.0f}-s windows (in ABBA order) with the viewers' browser drawing and stopped (SIGSTOP: no "
            f"page draws, so none asks the server for a refresh), the trainer's steps/s counted between the commits "
            f"the bench saw in each (drawing / stopped in brackets, over all pairs): the box's drift moves both halves of "
-           f"a pair alike. The cell is the mean of the pairs' changes ± twice its standard error: the pairs' spread is the "
-           f"box's own, and the target is decided only where the whole interval lies on one side of -5% (else "
-           f"\"undecided\": more pairs, `--pairs`, narrow it).", ""]
+           f"a pair alike. The cell is the median of the pairs' changes and, in square brackets, the interval that holds "
+           f"it with at least {LEVEL:.0%} confidence (the sign test's: between the k-th smallest and the k-th largest "
+           f"change, no assumption on how the box spreads them, and one burst pair moves each end by a rank at most). "
+           f"The target is decided only where the whole interval lies on one side of -5% (else \"undecided\": more "
+           f"pairs, `--pairs`, narrow it).", ""]
           if args.pairs else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
