@@ -17,7 +17,6 @@ section of docs/benchmarks.md (other sections are left alone).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from live_viewers_pages import cpu_seconds, cpu_share  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 
 from grpo_core.analysis import charts  # noqa: E402
@@ -94,15 +94,6 @@ def apptest_times(run_dir: Path, repeats: int):
     return first, again
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time (user + system) of the given processes, from /proc/<pid>/stat."""
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
     """`python -m grpo_core serve` in a fresh runs dir (no warm-start cache: the slowest case):
     seconds until Streamlit answers, the first chart is drawn in headless Chromium, and the
@@ -147,8 +138,8 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
             chrome = [p for p in process_tree(os.getpid()) if b"chrom" in Path(f"/proc/{p}/cmdline").read_bytes()]
             c0, b0, w0 = cpu_seconds(server), cpu_seconds(chrome), time.perf_counter()
             time.sleep(watch_s)
-            out["server_cpu"] = (cpu_seconds(server) - c0) / (time.perf_counter() - w0)
-            out["browser_cpu"] = (cpu_seconds(chrome) - b0) / (time.perf_counter() - w0)
+            out["server_cpu"] = cpu_share(c0, cpu_seconds(server), time.perf_counter() - w0)
+            out["browser_cpu"] = cpu_share(b0, cpu_seconds(chrome), time.perf_counter() - w0)
             out["watch_s"] = watch_s
             b.close()
     finally:
@@ -185,7 +176,7 @@ def main():
         t = time.perf_counter()
         st, figs = first_render(run_dir)
         firsts.append(time.perf_counter() - t)
-    points = max(sum(v is not None for v in json.loads(f)["y"][0]) for f in figs)  # the first line of the largest chart
+    points = max(sum(v is not None for v in live_chart.decode(f)["y"][0]) for f in figs)  # the first line of the largest chart
     mem_first = state_bytes(st)
 
     store = RunStore.open(run_dir)
