@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from live_viewers_pages import (CHROME_ARGS, chromium_pids, cpu_seconds, cpu_share, first_chart,  # noqa: E402
+from live_viewers_pages import (CHROME_ARGS, box_cpu_seconds, chromium_pids, cpu_seconds, cpu_share, first_chart,  # noqa: E402
                                 first_chart_new_browser, median_reading, new_context, niced_chromium, open_page,
                                 page_step)
 from live_viewers_report import HEADING, section  # noqa: E402
@@ -181,26 +181,45 @@ def stopped(pids: list[int]):
                 os.kill(pid, signal.SIGCONT)
 
 
-def paired(run_dir: Path, pairs: int) -> dict:
+def cpu_reading(server: list[int]) -> tuple:
+    """Where the CPU time stands now: the server's processes, the viewers' browser's, the whole box's,
+    and the clock."""
+    return cpu_seconds(server), cpu_seconds(chromium_pids()), box_cpu_seconds(), time.perf_counter()
+
+
+def cpu_spent(before: tuple, after: tuple) -> list[float]:
+    """CPU seconds of the server, the browser and the whole box between two readings, and the wall seconds."""
+    return [cpu_share(before[0], after[0], 1.0), cpu_share(before[1], after[1], 1.0), after[2] - before[2], after[3] - before[3]]
+
+
+def paired(run_dir: Path, pairs: int, server: list[int]) -> dict:
     """The trainer's steps/s with the open viewers drawing and with their browser stopped (no page
     draws, so none asks the server for a refresh: the viewers cost nothing), in `pairs` pairs of
     PAIR_S windows, alternately ordered (ABBA): the box's drift, which moves the trainer alone by
     20-80% over a bench, moves both halves of a pair alike, and a steady drift cancels out. Each
-    pair's change (drawing / stopped - 1) is kept: their spread is the reading's own uncertainty."""
+    pair's change (drawing / stopped - 1) is kept: their spread is the reading's own uncertainty.
+    Per kind of half, the cores the server, the viewers' browser and the whole box used: what a
+    stopped half still costs the trainer is what the pairs cannot see."""
     totals = {True: [0.0, 0.0], False: [0.0, 0.0]}  # drawing? -> [steps, seconds]
+    used = {True: [0.0, 0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0, 0.0]}  # drawing? -> CPU s: server, browser, box; wall s
     changes = []
     for i in range(pairs):
         pair = {}
         for drawing in ((True, False) if i % 2 == 0 else (False, True)):
             with (contextlib.nullcontext() if drawing else stopped(chromium_pids())):
+                before = cpu_reading(server)
                 steps, seconds = commit_rate(run_dir, PAIR_S)
+                after = cpu_reading(server)
+            used[drawing] = [u + d for u, d in zip(used[drawing], cpu_spent(before, after))]
             totals[drawing][0] += steps
             totals[drawing][1] += seconds
             pair[drawing] = steps / seconds if seconds else 0.0
         if pair[True] and pair[False]:  # a half without two commits seen has no rate
             changes.append(pair[True] / pair[False] - 1)
     rate = {k: (v[0] / v[1] if v[1] else None) for k, v in totals.items()}
-    return {"drawing": rate[True], "stopped": rate[False], "pairs": pairs, "changes": changes}
+    cores = {("drawing" if k else "stopped"): dict(zip(("server", "browser", "box"), (c / v[3] for c in v[:3])))
+             for k, v in used.items()}
+    return {"drawing": rate[True], "stopped": rate[False], "pairs": pairs, "changes": changes, "cores": cores}
 
 
 # ---- one phase ---------------------------------------------------------------------------------
@@ -259,7 +278,7 @@ def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_di
            "browser_cpu": cpu_share(b0, cpu_seconds(chromium_pids()), elapsed), "opening": opening,
            "load": os.getloadavg()[0]}
     if n and args.pairs:
-        out["paired"] = paired(run_dir, args.pairs)
+        out["paired"] = paired(run_dir, args.pairs, server)
     out.update(newcomers(p, wrapper, warm, url, server, args))
     out["floor"] = newcomers(p, wrapper, floor.warm, floor.url, [], args)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "

@@ -3,7 +3,7 @@
 bench/live_viewers.py's browser side: the niced browser (`niced_chromium`), a page opened on a URL
 (`open_page`), a newcomer's first chart and where its time went (`first_chart`, from page-side
 performance.now() marks: MARKS_JS), the step a page shows (`page_step`), and the CPU time of the
-processes involved, read from /proc (`cpu_seconds`). bench/chart_renderers.py uses them too.
+processes involved and of the whole box, read from /proc (`cpu_seconds`, `box_cpu_seconds`). bench/chart_renderers.py uses them too.
 """
 from __future__ import annotations
 
@@ -90,6 +90,14 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
             continue
         out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return out
+
+
+def box_cpu_seconds() -> float:
+    """CPU time the whole box has spent busy so far (every core, every process), from /proc/stat:
+    what the bench's own processes do not account for shows here."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_share(before: dict, after: dict, seconds: float) -> float:

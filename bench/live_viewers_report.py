@@ -97,6 +97,18 @@ def paired_cell(r: dict) -> str:
     return f"{change:+.1%}{spread}{verdict} ({p['drawing']:.1f} / {p['stopped']:.1f})"
 
 
+def halves(r: dict) -> str:
+    """The cores the paired halves used, drawing / stopped: the server, the viewers' browser and the
+    whole box (the trainer included). A stopped half whose box stays above the trainer's own share
+    holds a cost the pairs cannot see."""
+    p = r.get("paired") or {}
+    if not p.get("cores"):
+        return ""
+    d, s = p["cores"]["drawing"], p["cores"]["stopped"]
+    return (f" (drawing / stopped halves: server {d['server']:.1%} / {s['server']:.1%} of a core, Chromium "
+            f"{d['browser']:.0%} / {s['browser']:.0%}, the whole box {d['box']:.2f} / {s['box']:.2f} cores)")
+
+
 def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: float | None) -> list[str]:
     base = next((r for r in results if r["viewers"] == 0), None)
     idle_server = base["server_cpu"] if base else 0.0
@@ -183,7 +195,7 @@ def limits(results: list[dict], refresh_s: float, alone_rate: float | None) -> l
         out.append(f"- {n} viewer{'s' if n > 1 else ''}: the server used {per:.1%} of a core per viewer, {per * period * 1e3:.0f} ms "
                    f"of CPU per viewer per refresh (one per {period:.1f} s); Chromium used {r['browser_cpu']:.0%} of a core; "
                    f"trainer {r['steps_per_s']:.2f} steps/s against {alone_rate or base['steps_per_s']:.2f} alone, "
-                   f"{paired_cell(r)} paired "
+                   f"{paired_cell(r)} paired{halves(r)} "
                    f"(load average {r['load']:.1f} on {len(os.sched_getaffinity(0))} cores: the trainer, the server, "
                    "Chromium and other work share them).")
     lags = [x for r in results for x in r["lags"]]
