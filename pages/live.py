@@ -36,6 +36,9 @@ if not run_id:
             st.error(str(e))
     st.stop()
 
+# uPlot for the charts, once per page (an element outside the fragments: not resent), and first: the
+# browser takes it in while the charts' data is on its way, and each chart draws as its data arrives.
+live_chart.load()
 RUN_DIR = runs_dir() / run_id
 STEER_REFRESH_S = 5.0  # the steering panel's period while the run is live: new rollouts, settings made elsewhere
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
@@ -410,7 +413,6 @@ def save_preset_box(s: live_view.LiveState, cur: dict):
 
 monitor()
 steer()
-live_chart.load()  # uPlot for the charts, once per page (an element outside the fragments: not resent)
 if not ss.get(PAINTED):  # the rest of the page, asked for once the browser painted the run's charts
     ss[PAINTED] = True
     refresh.after(0.0, key="first_paint")

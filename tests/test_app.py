@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_core.dashboard import processes
+from grpo_core.dashboard import live_chart, processes
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
@@ -276,6 +276,8 @@ def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(r
     assert len(live_charts(at)) >= 6 and any("step 40 of 100" in str(p.proto) for p in at.get("progress"))
     assert not at.metric and not at.slider and refreshes(at)["first_paint"] == 0.0
     assert not at.selectbox and at.query_params["run"] in ("r", ["r"])  # the run picked, its box drawn with the rest
+    elements = [e.proto.component_name for e in at.get("bidi_component")]
+    assert elements.index(live_chart.LIBRARY) < elements.index(live_chart.COMPONENT)  # uPlot before the charts' data
     at.run()  # what the browser asks for once it painted the charts
     assert "Trainable ratio (cumulative)" in metrics(at)
     assert at.selectbox(key="run_id").value == "r"

@@ -42,7 +42,7 @@ APP = textwrap.dedent('''
 
 
     draw()
-    live_chart.load()  # after the charts, as on the live page: they wait for it
+    live_chart.load()  # after the charts (the live page mounts it first): they wait for it
 ''')
 REFRESH = re.compile(r"refresh (\d+)")
 CHART = "document.querySelector('.live-chart').chart"
