@@ -102,10 +102,17 @@ def monitor_panel() -> tuple[live_view.LiveState | None, int]:
         st.rerun()
     c = shared(s, "cards", fn=lambda: live_cards.cards(s))
     caps = live_cards.capabilities(s)
-    run_line(s, c, caps)
+    # One container for each part above the charts, drawn or left empty: the charts keep their place
+    # on the page when an alert, a request line or the first paint's rest comes or goes, so each
+    # stays the same element and its uPlot chart (with a reader's zoom) takes the new data in place.
+    line_box, health_box, controls_box = st.container(), st.container(), st.container()
+    with line_box:
+        run_line(s, c, caps)
     if ss.get(PAINTED):
-        health(s, c, caps)
-        smooth, raw = chart_controls()
+        with health_box:
+            health(s, c, caps)
+        with controls_box:
+            smooth, raw = chart_controls()
     else:  # the session's first paint: the run and its charts, the rest right after (see the page's end)
         smooth, raw = ss.get("smoothing", charts.DEFAULT_SMOOTHING), ss.get("raw_steps", False)
     return s, chart_grid(s, smooth, raw)

@@ -286,6 +286,36 @@ def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(r
     store.close()
 
 
+def chart_places(at) -> list[tuple[int, ...]]:
+    """Where each live chart sits on the page: its path of child indexes from the main area, what
+    the browser knows an element by (a chart at a new path is a new element: a new uPlot chart)."""
+    def walk(node, path):
+        for i, child in sorted(getattr(node, "children", {}).items()):
+            if getattr(getattr(child, "proto", None), "component_name", None) == live_chart.COMPONENT:
+                yield path + (i,)
+            yield from walk(child, path + (i,))
+    return list(walk(at.main, ()))
+
+
+def test_the_charts_keep_their_places_when_what_is_above_them_changes(runs_dir):
+    """From the first paint to the whole page, and when a request line appears above them, each
+    chart stays at its place: the browser hands the same uPlot chart the new data (a reader's zoom
+    survives: tests/test_browser_live_chart.py) instead of building every chart again."""
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    at = AppTest.from_file(APP, default_timeout=60)  # a new session: its first paint
+    at.session_state["run_id"] = "r"
+    at.run()
+    places = chart_places(at)
+    assert len(places) >= 6
+    at.run()  # the whole page: the cards, the verdict, the chart controls above the charts
+    assert "Trainable ratio (cumulative)" in metrics(at) and chart_places(at) == places
+    at.slider(key="w:r:length").set_value(0.6).run()
+    at.button(key="apply").click().run()
+    assert not at.exception and any("Your requests" in md for md in texts(at.markdown))
+    assert chart_places(at) == places
+    store.close()
+
+
 # ---- runs page ------------------------------------------------------------------------------------
 def test_runs_page_lists_a_real_run_with_progress(trained):
     root, rid = trained

@@ -57,6 +57,12 @@ STALL_S = 240
 STEP_TEXT = re.compile(rf"step (\d+) of {BUDGET}")
 # The live page's uPlot charts (grpo_core.dashboard.live_chart: each element keeps its chart on its node).
 CHARTS = "Array.from(document.querySelectorAll('.live-chart')).map(h => h.chart).filter(c => c)"
+# How many chart elements the page ever made (live_chart.js makes one where it is first mounted): a
+# chart that moved on the page is mounted again, as a new element with a new uPlot chart.
+MOUNTS_JS = """window.chartMounts = 0;
+new MutationObserver(records => { for (const r of records) for (const n of r.addedNodes)
+  if (n.classList && n.classList.contains('live-chart')) window.chartMounts += 1; })
+  .observe(document, {childList: true, subtree: true});"""
 
 
 class Server:
@@ -213,6 +219,7 @@ def see_js(page, expression: str, what: str):
 
 def open_live(new_context, url, rid):
     page = new_context().new_page()
+    page.add_init_script(MOUNTS_JS)
     page.goto(f"{url}/?run={rid}", wait_until="domcontentloaded")
     until(lambda: page.evaluate(f"{CHARTS}.length >= 6"), what="the live page's charts")  # its first draw: no redraw to count yet
     see(page, "What-if trainable ratio")
@@ -349,6 +356,8 @@ def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, new_co
 
 
 def test_charts_keep_updating_while_the_run_trains(served, new_context):
+    """The charts follow the run without a reload, each in the element it was first drawn in, from
+    the first paint through the whole page and its refreshes (its uPlot chart takes the new data)."""
     server, rid = served
     page = open_live(new_context, server.url, rid)
     last_x = f"{CHARTS}[0].data[0].at(-1)"  # the ratio chart's last step drawn
@@ -359,6 +368,7 @@ def test_charts_keep_updating_while_the_run_trains(served, new_context):
           progress=store_step(server.root, rid))
     step_text = page.get_by_text(STEP_TEXT).first.inner_text()
     assert int(STEP_TEXT.search(step_text).group(1)) >= first
+    assert page.evaluate("window.chartMounts") == page.evaluate(f"{CHARTS}.length")
 
 
 
