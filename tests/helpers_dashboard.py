@@ -102,10 +102,29 @@ def synth_run(root, run_id: str, steps: int, *, rollouts_last: int | None = None
     return store
 
 
+# Ports free_port hands out: below Linux's ephemeral range (32768-60999, where bind(("", 0)) and
+# outgoing connections take theirs), in a block of their own per pytest-xdist worker (gw0, gw1, ...),
+# so two workers never pick the same port between checking it and their server binding it.
+PORT_BASE, PORT_BLOCK, PORT_BLOCKS = 20_000, 1_000, 12
+_ports_given = 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A local port nothing listens on, a new one at each call: the next free one of this
+    process's block (the worker's, at an offset from its PID, so two test runs at once start apart)."""
+    global _ports_given
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    block = PORT_BASE + PORT_BLOCK * ((int(worker) if worker.isdigit() else 0) % PORT_BLOCKS)
+    for _ in range(PORT_BLOCK):
+        port = block + (os.getpid() * 7 + _ports_given) % PORT_BLOCK
+        _ports_given += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # taken (by another process, or a connection of ours in TIME_WAIT)
+                continue
+            return port
+    raise RuntimeError(f"no free port in {block}-{block + PORT_BLOCK - 1}")
 
 
 def process_tree(pid: int) -> list[int]:

@@ -12,7 +12,6 @@ differ fail at the next step boundary."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from grpo_core.runs.config import GRPOConfig
 from grpo_core.train import grpo, out_of_memory
 from grpo_core.train.native_sampling import Rollouts
 from grpo_core.train.ranks import SINGLE, Ranks
+from tests.helpers_dashboard import free_port
 
 P, G, LP, LC, VOCAB = 5, 4, 3, 5, 40
 TRAINABLE = {  # rank 0 takes groups 0-2, rank 1 groups 3-4
@@ -127,11 +127,6 @@ def _diverge(ranks: Ranks, out_dir: Path) -> str:
     return "no error"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> Path:
@@ -139,7 +134,7 @@ def two_ranks(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ranks")
     # Forked, not spawned: the workers start with this process's imports (a spawned worker spends
     # its first seconds importing torch and transformers again).
-    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=True, start_method="fork")
+    mp.start_processes(_worker, args=(free_port(), str(out)), nprocs=2, join=True, start_method="fork")
     return out
 
 

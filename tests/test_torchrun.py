@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from grpo_core.train.checkpoints import latest_checkpoint
 from grpo_core.train.rank_failure import LOST_RANK
 from grpo_core.train.trainer import Trainer
 from tests import real_model
+from tests.helpers_dashboard import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -70,11 +70,6 @@ def _config(tmp_path: Path, metric: str = "spread") -> Path:
     return path
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _start(ranks: int, run_id: str, runs: Path, sets: list[str], config: Path) -> subprocess.Popen:
     """`torchrun --nproc_per_node RANKS -m grpo_core train ...`"""
@@ -82,7 +77,7 @@ def _start(ranks: int, run_id: str, runs: Path, sets: list[str], config: Path) -
     for s in sets:
         args += ["--set", s]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
-                "127.0.0.1", "--master_port", str(_port()), "-m", "grpo_core"]
+                "127.0.0.1", "--master_port", str(free_port()), "-m", "grpo_core"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "GRPO_HEALTH_TORCH_THREADS": "1"}
     return subprocess.Popen(launcher + args, cwd=runs.parent, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.helpers_dashboard import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -216,11 +217,6 @@ def test_trl_wandb_run_imports_with_right_ratio(trl_run, tmp_path):
     assert meta["config"]["grpo"]["prompts_per_step"] == 3 and meta["config"]["reward"]["metrics"] == sorted(FNS)
 
 
-def _free_port() -> int:
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        return sk.getsockname()[1]
-
 
 def test_two_processes_one_store_groups_cover_both(tmp_path):
     """Two processes on CPU (gloo): 6 completions per process, groups of 4, so the middle
@@ -235,7 +231,7 @@ def test_two_processes_one_store_groups_cover_both(tmp_path):
     # commands/launch.py: launch_command -> simple_launcher). Accelerate sees the torchrun
     # environment and runs MULTI_CPU over gloo.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(tmp_path / "run_trl.py"),
+           "--master_port", str(free_port()), str(tmp_path / "run_trl.py"),
            str(model_dir), str(runs), str(tmp_path), "ddp", json.dumps(W1)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
