@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from live_viewers_pages import cpu_seconds, cpu_share  # noqa: E402
+from live_viewers_pages import chromium_pids, cpu_seconds, cpu_share  # noqa: E402
 from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
 
 from grpo_core.analysis import charts  # noqa: E402
@@ -135,7 +135,7 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
             # serve and its Streamlit; the trainer is serve's child too, but a process of its own
             server = [p for p in process_tree(proc.pid)
                       if p == proc.pid or b"streamlit" in Path(f"/proc/{p}/cmdline").read_bytes()]
-            chrome = [p for p in process_tree(os.getpid()) if b"chrom" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            chrome = chromium_pids()
             c0, b0, w0 = cpu_seconds(server), cpu_seconds(chrome), time.perf_counter()
             time.sleep(watch_s)
             out["server_cpu"] = cpu_share(c0, cpu_seconds(server), time.perf_counter() - w0)
