@@ -5,6 +5,7 @@ per refresh, where Streamlit's run_every timer would queue one per period. Waits
 run counter, not a wall clock."""
 import re
 import textwrap
+import time
 
 import pytest
 
@@ -68,6 +69,39 @@ def test_the_fragment_reruns_alone_one_request_per_drawn_refresh(served):
             # one request per refresh drawn (a timer would have sent ~RUN_S / PERIOD_S per refresh);
             # +2: the request in flight now, and a heartbeat the page may have sent meanwhile
             assert asked <= runs + 2, f"{asked} requests for {runs} refreshes"
+        finally:
+            browser.close()
+
+
+# The tab's visibility, driven by the test: headless Chromium has no background tabs (its pages
+# are always "visible"), so the page's document reports what the test sets, and hears the change.
+VISIBILITY_JS = """window.__hidden = false;
+Object.defineProperty(document, 'visibilityState', {get: () => (window.__hidden ? 'hidden' : 'visible')});
+Object.defineProperty(document, 'hidden', {get: () => window.__hidden});
+window.__setHidden = h => { window.__hidden = h; document.dispatchEvent(new Event('visibilitychange')); };"""
+
+
+def test_a_hidden_page_asks_no_refresh_until_it_is_seen_again(served):
+    """A background tab left open costs nothing: no request while hidden (the one in flight when
+    it was hidden may finish), a refresh at once when it is seen again."""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.add_init_script(VISIBILITY_JS)
+            page.goto(served)
+            wait_for(lambda: counter(page, "fragment runs") >= 2, STALL_S, what="the first refresh")
+            start, first = time.monotonic(), counter(page, "fragment runs")
+            wait_for(lambda: counter(page, "fragment runs") >= first + 3, STALL_S, what="three more refreshes")
+            pace = (time.monotonic() - start) / 3  # this box's time per refresh, now
+            page.evaluate("window.__setHidden(true)")
+            hidden_at = counter(page, "fragment runs")
+            page.wait_for_timeout(int(5 * pace * 1000))  # five refreshes' time: nothing may come
+            assert counter(page, "fragment runs") <= hidden_at + 1, "a hidden page kept refreshing"
+            shown_at = counter(page, "fragment runs")
+            page.evaluate("window.__setHidden(false)")
+            wait_for(lambda: counter(page, "fragment runs") >= shown_at + 2, STALL_S, what="refreshes once seen")
+            assert counter(page, "page runs") == 1  # still the fragment alone
         finally:
             browser.close()
 

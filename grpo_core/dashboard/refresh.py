@@ -6,7 +6,8 @@ draws them and shows the run ever later (docs/benchmarks.md "Live page: viewers"
 a components-v2 element (assets/refresh.js) as the fragment's last element; in the page it waits
 `seconds` after the frame that painted the fragment, then reruns that fragment alone. The pace is
 then the run's (live_cache.refresh_interval, given anew at each refresh) or the page's, whichever
-is slower, and a page that cannot keep up costs its browser less instead of more.
+is slower, and a page that cannot keep up costs its browser less instead of more. A page nobody
+can see (a background tab, a minimised window) asks for nothing until it is seen again.
 
 `guarded(what)` wraps a refreshing panel's body: an error nobody foresaw (a bug) shows one line
 instead of Streamlit's traceback, which ended the page's refreshes (nothing after it ran, so no
