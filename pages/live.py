@@ -10,7 +10,8 @@ them with uPlot in the page (a refresh hands each chart new data: a reader's zoo
 advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the
 run's pace (2-10 s while it is live: live_cache.refresh_interval; a fragment, so the sliders below
 are not disturbed), each refresh asked by the page once it drew the last one (refresh.after); a
-finished run is drawn once.
+finished run is drawn once. Below, only the what-if line refreshes on its own (what_if_now); the
+steering controls are redrawn when used or when what they show changed.
 """
 import streamlit as st
 
@@ -235,43 +236,78 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
 
 @st.fragment
 def steer():
-    """The steering panel, refreshed less often: it picks up new rollouts and settings."""
+    """The steering panel: a control's change reruns it. Only its what-if part refreshes on its
+    own (what_if_now); a change to what the controls show reruns the page."""
     if not ss.get(PAINTED):
         return  # the page's first paint: the panel comes right after
+    refreshing = False
     with refresh.guarded("the steering panel"):
-        steer_panel()
-    refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_refresh")
+        refreshing = steer_panel()
+    if not refreshing:  # no what-if part refreshing it (a run it cannot steer, the store unreadable, a bug)
+        refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_retry")
 
 
-def steer_panel():
+def steer_panel() -> bool:
+    """The panel; whether its what-if part is on it (what_if_now: the panel's refresh)."""
     try:
         s = state()
     except StoreError:
-        return  # monitor() above says why
+        return False  # monitor() above says why
     caps = live_cards.capabilities(s)
     cur = live_view.current_settings(s)
     st.subheader("Reward weights, threshold" + (", difficulty" if "set_difficulty" in caps["accepts"] else ""))
     if not caps["steer"]:
         settled(s, cur, caps)
-        return
+        return False
     keys = widget_state.sync(ss, run_id, cur)  # seed the widgets, follow changes made elsewhere
-    weights, thr, lvl, run = sliders(s, cur, caps["accepts"], keys)
+    weights, thr, lvl, run = sliders(cur, caps["accepts"], keys)
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
-    try:
-        wi = shared(s, "what_if", s.rollout_step, tuple(weights.items()), thr, fn=lambda: advice.what_if(s, weights, thr))
-    except ConfigError as e:
-        st.error(str(e))
-        wi = None
     todo = request_view.pending_changes(cur, weights, thr, lvl, run)
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
-    what_if_line(wi, caps, lvl != cur["level"], todo, waiting)
-    flat_line(s, run.get("group_size") or cur.get("group_size"))
+    what_if_now(weights, thr, lvl != cur["level"], run.get("group_size") or cur.get("group_size"), todo,
+                drawn=steer_inputs(s))
     buttons(s, caps, cur, keys, weights, thr, todo, waiting)
     suggestions_box(s, keys)
     if "set_autopilot" in caps["accepts"]:
         autopilot_moves(s, steer=True)
     save_preset_box(s, cur)
+    return True
+
+
+def steer_inputs(s: live_view.LiveState) -> str:
+    """What the steering panel's controls were drawn from: the settings in force, the run's status
+    and what it can show, this session's open requests and the autopilot's moves."""
+    return repr((s.status, live_view.current_settings(s), live_cards.capabilities(s)["what_if"],
+                 widget_state.open_requests(request_view.request_lines(s, my_requests())),
+                 [(m["request_id"], m["status"], m["undone_by"]) for m in request_view.autopilot_moves(s)]))
+
+
+@st.fragment
+def what_if_now(weights: dict, thr: float, level_changed: bool, group_size, todo: list, drawn: str):
+    """The slider settings' what-if and flat-group forecast on the newest rollouts, refreshed alone
+    (the controls above are not redrawn); when what the controls were drawn from changed (a
+    setting applied, made in another tab or by the autopilot; a request resolved), the page."""
+    with refresh.guarded("the what-if"):
+        what_if_part(weights, thr, level_changed, group_size, todo, drawn)
+    refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_refresh")
+
+
+def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, todo: list, drawn: str):
+    try:
+        s = state()
+    except StoreError:
+        return  # monitor() above says why
+    if steer_inputs(s) != drawn:
+        st.rerun()
+    caps = live_cards.capabilities(s)
+    try:
+        wi = shared(s, "what_if", s.rollout_step, tuple(weights.items()), thr, fn=lambda: advice.what_if(s, weights, thr))
+    except ConfigError as e:
+        st.error(str(e))
+        wi = None
+    what_if_line(wi, caps, level_changed, todo, widget_state.open_requests(request_view.request_lines(s, my_requests())))
+    flat_line(s, group_size)
 
 
 def settled(s: live_view.LiveState, cur: dict, caps: dict):
@@ -285,7 +321,7 @@ def settled(s: live_view.LiveState, cur: dict, caps: dict):
         save_preset_box(s, cur)
 
 
-def sliders(s: live_view.LiveState, cur: dict, accepts, keys: widget_state.Keys):
+def sliders(cur: dict, accepts, keys: widget_state.Keys):
     """The weight, threshold and level sliders and the run-setting inputs the run accepts
     (only the controls its trainer, or TRL callback, applies): their values."""
     top = ss[keys.top]
@@ -297,7 +333,7 @@ def sliders(s: live_view.LiveState, cur: dict, accepts, keys: widget_state.Keys)
     lvl = cols[-1].slider(**widget_state.level_spec(), key=keys.lvl) if has_level else cur["level"]
     shown = widget_state.run_inputs(accepts)
     rc = st.columns(max(4, len(shown)))
-    run = {k: rc[i].number_input(**widget_state.run_input_spec(live_view.RUN_SETTINGS[k], s.last_step), key=keys.run[k])
+    run = {k: rc[i].number_input(**widget_state.run_input_spec(live_view.RUN_SETTINGS[k]), key=keys.run[k])
            for i, k in enumerate(shown)}
     return weights, thr, lvl, run
 

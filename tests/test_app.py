@@ -235,7 +235,7 @@ def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_di
     errors = texts(at.error)
     assert [e.split(":")[0] for e in errors] == ["Could not draw the run's cards and charts", "Could not draw the steering panel"]
     assert all("RuntimeError: capabilities exploded. This is a bug" in e and "second line" not in e for e in errors)
-    assert set(refreshes(at)) == {"monitor_refresh", "steer_refresh"}
+    assert set(refreshes(at)) == {"monitor_refresh", "steer_retry"}
     assert "capabilities exploded" in caplog.text and "Traceback" in caplog.text
     monkeypatch.setattr(live_cards, "capabilities", real)
     at.run()  # the next refresh

@@ -355,6 +355,45 @@ def test_two_browser_sessions_apply_at_once_both_applied_in_order(served, new_co
         see(p, re.compile(r"applied at step \d+"))
 
 
+def test_the_what_if_refreshes_alone_and_a_setting_applied_elsewhere_moves_the_sliders(served, new_context):
+    """The steering panel's what-if follows the new rollouts without its controls being redrawn
+    (no weight slider is sent again while the what-if refreshes); a weight applied elsewhere (a
+    request another tab, the CLI or the autopilot sent) moves the slider of an open page with no
+    interaction on it."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    from grpo_core.runs import requests
+    server, rid = served
+    page = open_live(new_context, server.url, rid)
+    seen = {"what_if": 0, "weight_sliders": 0}
+
+    def count(payload):
+        if not isinstance(payload, bytes):
+            return
+        element = ForwardMsg.FromString(payload).delta.new_element
+        if element.HasField("metric") and element.metric.label.startswith("What-if trainable ratio"):
+            seen["what_if"] += 1
+        if element.HasField("slider") and element.slider.label in METRICS:
+            seen["weight_sliders"] += 1
+    page.on("websocket", lambda ws: ws.on("framereceived", count))
+    page.reload(wait_until="domcontentloaded")  # the listener sees the page's websocket from its start
+    # page.wait_for_timeout: Playwright hands the frames received meanwhile to count()
+    until(lambda: page.wait_for_timeout(100) or seen["what_if"] > 0, what="the steering panel drawn")
+    drawn, what_ifs = seen["weight_sliders"], seen["what_if"]  # the what-if comes after the sliders
+    until(lambda: page.wait_for_timeout(100) or seen["what_if"] >= what_ifs + 3, what="three what-if refreshes",
+          progress=page_redraws(page), advance=REDRAWS_PAST)
+    assert drawn == len(METRICS) and seen["weight_sliders"] == drawn, "the what-if's refresh redrew the sliders"
+
+    thumb = page.locator('[data-testid="stSlider"]').filter(has_text="length").locator('input[type="range"]')
+    now = _weights_in_force(server.root, rid)["length"]
+    want = round(now - 0.05 if now >= 0.05 else now + 0.05, 2)
+    n0 = len(_control(server.root, rid))
+    requests.send(server.root / rid, "set_weights", {"weights": {"length": want}}, source="cli")
+    sent_and_applied(server.root, rid, n0, 1, "the weight sent elsewhere")
+    until(lambda: abs(float(thumb.input_value()) - want) < 1e-9, what=f"the length slider at {want}",
+          progress=page_redraws(page), advance=REDRAWS_PAST)
+
+
 def test_charts_keep_updating_while_the_run_trains(served, new_context):
     """The charts follow the run without a reload, each in the element it was first drawn in, from
     the first paint through the whole page and its refreshes (its uPlot chart takes the new data)."""

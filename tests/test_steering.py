@@ -146,7 +146,7 @@ def test_my_requests_and_the_one_just_resolved():
 @pytest.mark.parametrize("key", list(live_view.RUN_SETTINGS))
 def test_run_inputs_take_label_bounds_type_and_help_from_the_registry(key):
     setting = live_view.RUN_SETTINGS[key]
-    spec = widget_state.run_input_spec(setting, last_step=41)
+    spec = widget_state.run_input_spec(setting)
     number = int if setting.integer else float
     assert spec["label"] == setting.label
     assert type(spec["min_value"]) is number and type(spec["max_value"]) is number
@@ -154,7 +154,7 @@ def test_run_inputs_take_label_bounds_type_and_help_from_the_registry(key):
     assert spec["min_value"] == (setting.lo + widget_state.OPEN_BOUND_STEP if setting.lo_open else setting.lo)
     setting.check_value(spec["min_value"]), setting.check_value(spec["max_value"])  # both ends are values a request accepts
     assert spec["help"].startswith(setting.what)
-    assert ("current step (41)" in spec["help"]) == (key == "steps")
+    assert ("not below the step the run has reached" in spec["help"]) == (key == "steps")
     assert spec.get("step") == setting.step and spec.get("format") == setting.fmt
 
 

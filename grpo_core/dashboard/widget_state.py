@@ -179,12 +179,12 @@ def request_resolved(ss: MutableMapping, lines: list[dict]) -> bool:
 
 
 # ---- the widgets' arguments ------------------------------------------------------------------------
-def run_input_spec(setting: live_settings.NumberSetting, last_step: int) -> dict:
+def run_input_spec(setting: live_settings.NumberSetting) -> dict:
     """A run-setting number input's keyword arguments: label, bounds, step, format and help
     from the settings registry, the bounds of its type (int or float)."""
     number = int if setting.integer else float
     lo = setting.lo + (OPEN_BOUND_STEP if setting.lo_open else 0)
-    why = setting.what + (f"; not below the current step ({last_step})" if setting.key == "steps" else
+    why = setting.what + ("; not below the step the run has reached" if setting.key == "steps" else
                           "; from the next step")
     extra = {k: v for k, v in (("step", setting.step), ("format", setting.fmt)) if v is not None}
     return {"label": setting.label, "min_value": number(lo), "max_value": number(setting.hi), "help": why, **extra}
