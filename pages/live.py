@@ -266,7 +266,7 @@ def steer_panel() -> bool:
     todo = request_view.pending_changes(cur, weights, thr, lvl, run)
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     what_if_now(weights, thr, lvl != cur["level"], run.get("group_size") or cur.get("group_size"), todo,
-                drawn=steer_inputs(s))
+                drawn=steer_inputs(s, cur, caps, waiting))
     buttons(s, caps, cur, keys, weights, thr, todo, waiting)
     suggestions_box(s, keys)
     if "set_autopilot" in caps["accepts"]:
@@ -275,11 +275,10 @@ def steer_panel() -> bool:
     return True
 
 
-def steer_inputs(s: live_view.LiveState) -> str:
-    """What the steering panel's controls were drawn from: the settings in force, the run's status
-    and what it can show, this session's open requests and the autopilot's moves."""
-    return repr((s.status, live_view.current_settings(s), live_cards.capabilities(s)["what_if"],
-                 widget_state.open_requests(request_view.request_lines(s, my_requests())),
+def steer_inputs(s: live_view.LiveState, cur: dict, caps: dict, waiting: list) -> str:
+    """What the steering panel's controls were drawn from: the settings in force (cur), the run's
+    status and what it can show (caps), this session's open requests (waiting) and the autopilot's moves."""
+    return repr((s.status, cur, caps["what_if"], waiting,
                  [(m["request_id"], m["status"], m["undone_by"]) for m in request_view.autopilot_moves(s)]))
 
 
@@ -298,15 +297,16 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
         s = state()
     except StoreError:
         return  # monitor() above says why
-    if steer_inputs(s) != drawn:
-        st.rerun()
     caps = live_cards.capabilities(s)
+    waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
+    if steer_inputs(s, live_view.current_settings(s), caps, waiting) != drawn:
+        st.rerun()
     try:
         wi = shared(s, "what_if", s.rollout_step, tuple(weights.items()), thr, fn=lambda: advice.what_if(s, weights, thr))
     except ConfigError as e:
         st.error(str(e))
         wi = None
-    what_if_line(wi, caps, level_changed, todo, widget_state.open_requests(request_view.request_lines(s, my_requests())))
+    what_if_line(wi, caps, level_changed, todo, waiting)
     flat_line(s, group_size)
 
 
