@@ -43,6 +43,7 @@ live_chart.load()
 RUN_DIR = runs_dir() / run_id
 STEER_REFRESH_S = 5.0  # the steering panel's period while the run is live: new rollouts, settings made elsewhere
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
+CHARTS_SENT = "live_charts_sent"  # what this session's chart elements were sent (live_chart.draw_update)
 
 
 def state() -> live_view.LiveState:
@@ -184,9 +185,9 @@ def chart_controls() -> tuple[float, bool]:
 
 
 def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
-    """The run's charts, two per row (live_chart: uPlot, built per version for every viewer); the
-    bytes of their data."""
-    specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.payloads(charts.live_charts(
+    """The run's charts, two per row (live_chart: uPlot, built per version for every viewer; each
+    element sent only the rows it lacks); the bytes of chart data sent."""
+    specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.specs(charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
         live_view.current_settings(s)["outcome_metric"], smoothing=smooth, plain=True)))
     missing = [key for key, chart in specs if chart is None]
@@ -194,12 +195,14 @@ def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
     if not shown:
         st.info("No steps logged yet." if s.last_step < 0 else "This run logged none of the charted metrics.")
     cols = st.columns(2)
+    held = ss.setdefault(CHARTS_SENT, {})
+    sent = 0
     for i, (key, chart) in enumerate(shown):
         with cols[i % 2]:
-            live_chart.draw(chart, key=f"chart_{key}")
+            sent += live_chart.draw_update(chart, f"chart_{key}", held)
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
-    return sum(len(chart) for _, chart in shown)
+    return sent
 
 
 def raw_steps(s: live_view.LiveState):

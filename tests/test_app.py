@@ -245,7 +245,8 @@ def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_di
 
 def test_a_view_too_large_to_resend_at_the_runs_pace_refreshes_less_often(runs_dir, monkeypatch):
     """The monitor's period is the run's, or the chart bytes it sends over live_chart.SEND_RATE
-    when that is longer (every step of a long run: 2.6 MB at 10,000 steps)."""
+    when that is longer (every step of a long run: 2.6 MB at 10,000 steps), which is the new
+    steps' rows only once the page holds the rest."""
     from grpo_core.dashboard import live_cache, live_chart
     store = synth_run(runs_dir, "r", 1600, P=2, G=4, steps_total=2000)  # bins of 2 steps (live_view.MAX_BINS)
     at = app(run_id="r")
@@ -261,6 +262,13 @@ def test_a_view_too_large_to_resend_at_the_runs_pace_refreshes_less_often(runs_d
     at.toggle(key="raw_steps").set_value(True).run()
     raw = sent(at)
     assert raw > binned and refreshes(at)["monitor_refresh"] == pytest.approx(raw / 1_000)
+    # New steps: each chart is sent their rows only (live_chart.update) and its header (~1 kB).
+    synth_run(None, "r", 2, store=store, start=1601, P=2, G=4, steps_total=2000)
+    live_cache.expire(runs_dir / "r")
+    at.run()
+    rows = sent(at)
+    assert all(c["keep"] >= 1600 and len(c["x"]) == 2 for c in live_charts(at)) and rows < raw / 20
+    assert refreshes(at)["monitor_refresh"] == pytest.approx(max(rows / 1_000, period))
     store.close()
 
 

@@ -2,7 +2,9 @@
 its own whose fragment redraws a charts.py figure with one more step at each refresh. The chart
 draws the figure's lines, threshold and change marker; each refresh reaches the same chart (new
 data, no rebuild), so a reader's drag-zoom survives refreshes and a double-click gives the chart
-back to the data. Waits follow the app's refresh counter, not a wall clock."""
+back to the data. A refresh sends the rows the chart lacks, and a chart that does not hold what
+an update was made for asks for the whole chart. Waits follow the app's refresh counter, not a
+wall clock."""
 import re
 import textwrap
 
@@ -36,8 +38,8 @@ APP = textwrap.dedent('''
         df = pd.DataFrame({names.TRAINABLE_RATIO: ratio, names.CUM_TRAINABLE_RATIO: np.cumsum(ratio) / (steps + 1)},
                           index=steps)
         st.markdown(f"refresh {n}")
-        live_chart.draw(live_chart.encode(live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0))),
-                        key="ratio")
+        chart = live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0))
+        live_chart.draw_update(chart, "ratio", st.session_state.setdefault("held", {}))  # the rows it lacks
         refresh.after(0.5, key="refresh")  # as on the live page: the next refresh once this one is drawn
 
 
@@ -56,6 +58,9 @@ def page(tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             pg = browser.new_page(viewport={"width": 1000, "height": 700})
+            pg.resends = []  # the page's messages to the server that ask for a whole chart
+            pg.on("websocket", lambda ws: ws.on("framesent", lambda d: pg.resends.append(d)
+                                                 if isinstance(d, bytes) and b"resend" in d else None))
             pg.goto(url)
             pg.wait_for_selector(".live-chart canvas", state="attached", timeout=STALL_S * 1000)
             yield pg
@@ -88,7 +93,9 @@ def test_the_chart_draws_the_figure_and_keeps_a_readers_zoom_across_refreshes(pa
     assert [h["text"] for h in chart["hlines"]] == ["healthy > 0.3"]
     assert [v["x"] for v in chart["vlines"]] == [12] and "exact=0.7" in chart["vlines"][0]["hover"]
     assert chart["last"] >= 39 + count
-    # The element decoded live_chart.encode's floats: each line's values at its steps.
+    # The element decoded live_chart.encode's floats (the last refresh sent the new rows only, which
+    # the chart joined to the rows it held): each line's values at its steps.
+    assert page.evaluate(f"{CHART}.spec.keep") >= 39 and not page.resends
     steps, raw, line, cumulative = (np.array(col, float) for col in page.evaluate(f"{CHART}.data"))
     np.testing.assert_array_equal(steps, np.arange(len(steps)))
     np.testing.assert_allclose(raw, 0.5 + 0.4 * np.sin(steps / 5.0), rtol=1e-6)  # float32: 7 digits
@@ -117,3 +124,17 @@ def test_the_chart_draws_the_figure_and_keeps_a_readers_zoom_across_refreshes(pa
     page.mouse.dblclick(over["x"] + over["width"] * 0.5, over["y"] + over["height"] / 2)
     after_refreshes(page, 2)
     assert x_range(page)[1] == page.evaluate(f"{CHART}.data[0].at(-1)")
+
+
+def test_a_chart_that_does_not_hold_what_an_update_was_made_for_asks_for_the_whole_chart(page):
+    """An update made for data the chart does not hold (here: its token changed in the page, as
+    when an update was lost on the way) is not drawn on top of it: the chart asks for the whole
+    chart, the next refresh sends it, and the chart holds every step again."""
+    after_refreshes(page, 1)
+    assert not page.resends
+    page.evaluate(f"{CHART}.spec.token = -1")
+    count = after_refreshes(page, 3)
+    assert page.resends, "the chart did not ask for the whole chart"
+    steps, raw = (np.array(col, float) for col in page.evaluate(f"{CHART}.data")[:2])
+    np.testing.assert_array_equal(steps, np.arange(40 + count))  # every step, none twice
+    np.testing.assert_allclose(raw, 0.5 + 0.4 * np.sin(steps / 5.0), rtol=1e-6)

@@ -10,8 +10,9 @@ from grpo_core.analysis import charts
 from grpo_core.analysis.downsample import envelope_names
 from grpo_core.dashboard import live_chart, live_view
 from grpo_core.runs import names
-from tests.helpers_dashboard import series
+from tests.helpers_dashboard import series, synth_run
 from tests.test_charts import run  # noqa: F401  (the charts' 40-step run with two weight changes)
+from tests.test_live import _extend
 
 
 def _sent(fig) -> dict:
@@ -129,3 +130,62 @@ def test_step_lines_markers_and_filled_areas_are_kept():
     assert filled["trainable"] and not filled["submitted"] and groups["series"][-1]["dash"] == "dash"
     evaluation = _sent(charts.eval_chart(df))
     assert evaluation["series"][0]["points"] is True and evaluation["x"] == [0.0]
+
+
+# ---- a refresh sends the rows a page lacks ------------------------------------------------------
+def _charts(state) -> dict:
+    """The live page's chart specs of a LiveState's version (as pages/live.py builds them)."""
+    figs = charts.live_charts(live_view.chart_frame(state), state.metrics, state.changes,
+                              live_view.health_config(state.meta), None, smoothing=0.6, plain=True)
+    return {key: chart for key, chart in live_chart.specs(figs) if chart is not None}
+
+
+def test_a_page_following_a_growing_run_holds_each_whole_chart_from_the_rows_it_lacked(runs_dir, monkeypatch):
+    """Each version's update, applied to what the element held (live_chart.apply, what
+    assets/live_chart.js does), is that version's whole chart; a new step sends its rows only
+    (the smoothed lines do not change before it); a fold into bins and the bins' widening send
+    the rows from the first bin they changed."""
+    monkeypatch.setattr(live_view, "RECENT_STEPS", 10)
+    monkeypatch.setattr(live_view, "MAX_BINS", 8)
+    store = synth_run(runs_dir, "r", 5, steps_total=400)
+    state = live_view.load(store.run_dir)
+    sent, held = {}, {}
+    appended = folded = widened = 0
+    rebinned = False  # the last load made the first bins or widened them: every row changed
+    for start in range(6, 200, 3):
+        before = {key: len(chart["x"]) for key, chart in held.items()}
+        for key, chart in _charts(state).items():
+            sent[key] = live_chart.update(chart, sent.get(key))
+            received = live_chart.decode(sent[key].data)
+            held[key] = live_chart.apply(held.get(key), received)
+            whole = live_chart.decode(live_chart.encode(chart))
+            assert held[key] is not None, key
+            assert (held[key]["x"], held[key]["y"]) == (whole["x"], whole["y"]), (key, start)
+            if key in before and not rebinned:  # part of the chart at most
+                assert received["keep"] > 0 and len(sent[key].data) < len(live_chart.encode(chart)), (key, start)
+                appended += received["keep"] == before[key]
+        bins = (len(state.bin_sum), state.bin_size)
+        _extend(store, start, 3, steps_total=400)
+        live_view.load(store.run_dir, state)
+        folded += len(state.bin_sum) != bins[0]
+        rebinned = bins[0] == 0 < len(state.bin_sum) or state.bin_size != bins[1]
+        widened += state.bin_size != bins[1]
+    assert widened >= 3 and folded >= 5  # the run went through folds and widened bins
+    assert appended > len(held) * 30  # most versions appended rows and changed none before them
+
+
+def test_an_update_for_data_the_element_does_not_hold_asks_for_the_whole_chart():
+    def chart(n):
+        return live_chart.spec(go.Figure(go.Scatter(x=np.arange(n), y=np.sin(np.arange(n)), mode="lines", name="s")))
+    first = live_chart.update(chart(10), None)
+    assert live_chart.update(first.chart, first) is first  # the same chart: the same bytes, no redraw
+    second = live_chart.update(chart(12), first)
+    received = live_chart.decode(second.data)
+    assert (received["keep"], received["base"], len(received["x"])) == (10, first.token, 2)
+    assert live_chart.apply(None, received) is None  # a new element (a reloaded page) holds nothing
+    stale = {**live_chart.decode(first.data), "token": first.token + 1}
+    assert live_chart.apply(stale, received) is None  # it holds other data (an update lost on the way)
+    held = live_chart.apply(live_chart.decode(first.data), received)
+    assert held["x"] == list(map(float, range(12))) and held["token"] == second.token
+    other = live_chart.spec(go.Figure(go.Scatter(x=np.arange(12), y=np.arange(12.0), mode="lines", name="t")))
+    assert live_chart.decode(live_chart.update(other, second).data)["keep"] == 0  # other lines: whole

@@ -7,16 +7,24 @@ the gaps), fills, stacked bands, threshold lines and change markers. `draw` moun
 Streamlit components-v2 element (assets/live_chart.js) whose script runs in the page, keeps its
 uPlot chart across refreshes and hands it the new columns only, so a reader's zoom survives a
 refresh; uPlot (assets/uPlot.iife.min.js, MIT) is 51 kB against plotly.js' 4.7 MB, and draws on a
-canvas (bench/chart_renderers.py: docs/benchmarks.md "Live charts"). `encode` makes a chart's bytes
-once per version for every viewer: a short JSON header and the columns as raw little-endian floats
-(steps float64; values float32, or float64 for a chart whose values float32 cannot hold), so
-neither Python nor the browser formats or parses a number as text, and a refresh sends 4 bytes a
-value; `decode` reads them back (tests; assets/live_chart.js reads them in the page).
+canvas (bench/chart_renderers.py: docs/benchmarks.md "Live charts"). `encode` makes a chart's bytes:
+a short JSON header and the columns as raw little-endian floats (steps float64; values float32, or
+float64 for a chart whose values float32 cannot hold), so neither Python nor the browser formats or
+parses a number as text; `decode` reads them back (tests; assets/live_chart.js reads them in the page).
+
+A refresh sends an element only the rows it lacks (`update`, `draw_update`): a new step appends
+rows to every chart and changes none before them (old history is folded into bins 500 steps at a
+time), so the bytes are the rows after the first one that changed, on top of the rows the element
+holds (`apply`: what the element does). An element that does not hold what an update was made for
+(a page reloaded, a message replaced before it was sent) asks for the whole chart instead.
 """
 from __future__ import annotations
 
 import json
+import os
 import struct
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -59,23 +67,30 @@ def _text(title) -> str:
     return (title or {}).get("text") or ""
 
 
-def encode(chart: dict) -> bytes:
+def encode(chart: dict, keep: int = 0, base: int = 0, token: int = 0) -> bytes:
     """A chart (`spec`'s dict) as the element receives it: the byte length of a UTF-8 JSON header
-    (uint32), the header (everything but the columns, plus "n" steps, "lines" and the values'
-    "dtype"), padding to 8 bytes, the steps (float64), then each line's values (NaN: no point)."""
-    x = np.asarray(chart["x"], "<f8")
-    ys = [np.asarray(y, np.float64) for y in chart["y"]]
-    kind = "f8" if any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in ys) else "f4"
+    (uint32), the header (everything but the columns, plus "n" rows sent, "lines", the values'
+    "dtype", and "keep", "base", "token": see `update`), padding to 8 bytes, the steps (float64),
+    then each line's values (NaN: no point): its rows from `keep` on."""
+    x = np.asarray(chart["x"], "<f8")[keep:]
+    ys = [np.asarray(y, np.float64)[keep:] for y in chart["y"]]
+    kind = _dtype(chart)
     head = {k: v for k, v in chart.items() if k not in ("x", "y")}
-    head.update(n=len(x), lines=len(ys), dtype=kind)
+    head.update(n=len(x), lines=len(ys), dtype=kind, keep=keep, base=base, token=token)
     text = json.dumps(head, allow_nan=False, separators=(",", ":")).encode()
     pad = b"\0" * (_columns_at(len(text)) - 4 - len(text))
     return b"".join([struct.pack("<I", len(text)), text, pad, x.tobytes(), *(y.astype("<" + kind).tobytes() for y in ys)])
 
 
+def _dtype(chart: dict) -> str:
+    """The values' type on the wire: float32 unless a value is beyond float32's range."""
+    big = any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in map(np.asarray, chart["y"]))
+    return "f8" if big else "f4"
+
+
 def decode(data: bytes) -> dict:
     """`encode`'s bytes back as a dict: "x" the steps, "y" each line's values with None where it
-    has no point (what assets/live_chart.js hands uPlot)."""
+    has no point (what assets/live_chart.js hands uPlot), and the header's "keep", "base", "token"."""
     (size,) = struct.unpack_from("<I", data)
     head = json.loads(data[4:4 + size])
     n, lines, dtype = head.pop("n"), head.pop("lines"), "<" + head.pop("dtype")
@@ -87,15 +102,68 @@ def decode(data: bytes) -> dict:
     return {**head, "x": x.tolist(), "y": [[None if np.isnan(v) else v for v in y.tolist()] for y in ys]}
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What a page's chart element was last sent: the chart (`spec`'s dict), the token its data
+    carries, and the bytes."""
+    chart: dict
+    token: int
+    data: bytes
+
+
+def update(chart: dict, sent: Sent | None) -> Sent:
+    """What to send an element that was last sent `sent` (None: nothing yet, or it asked for the
+    whole chart) so that it draws `chart`: the same bytes when it is the chart sent (Streamlit does
+    not redraw an element whose data did not change), else the rows from the first one that
+    changed ("keep" rows kept) for the data carrying token "base", or the whole chart (keep 0)."""
+    if sent is not None and sent.chart is chart:
+        return sent
+    token = int.from_bytes(os.urandom(6), "little")  # not a count: no later update can carry an old one's
+    keep = 0 if sent is None else kept_rows(sent.chart, chart)
+    return Sent(chart, token, encode(chart, keep=keep, base=sent.token if keep else 0, token=token))
+
+
+def kept_rows(old: dict, new: dict) -> int:
+    """How many leading rows (a step and every line's value at it) `new` shares with `old`: 0 when
+    its lines are not old's (other series, values of another type on the wire)."""
+    if old["series"] != new["series"] or len(old["y"]) != len(new["y"]) or _dtype(old) != _dtype(new):
+        return 0
+    n = min(len(old["x"]), len(new["x"]))
+    same = np.asarray(old["x"][:n]) == np.asarray(new["x"][:n])
+    for a, b in zip(old["y"], new["y"]):
+        a, b = np.asarray(a[:n], np.float64), np.asarray(b[:n], np.float64)
+        same &= (a == b) | (np.isnan(a) & np.isnan(b))
+    return int(n if same.all() else np.argmin(same))
+
+
+def apply(held: dict | None, received: dict) -> dict | None:
+    """What the element draws once it receives `received` (`decode`'s dict) holding `held` (the
+    last it drew, or None): the chart itself when whole (keep 0); its rows after the first "keep"
+    of held when made for held (base == held's token); else None: the element asks for the whole
+    chart (assets/live_chart.js does the same in the page)."""
+    keep = received["keep"]
+    if not keep:
+        return received
+    if held is None or held["token"] != received["base"] or len(held["x"]) < keep:
+        return None
+    return {**received, "x": held["x"][:keep] + received["x"],
+            "y": [old[:keep] + new for old, new in zip(held["y"], received["y"])]}
+
+
 def _columns_at(header_size: int) -> int:
     """Where the columns start: after the uint32 and the header, at a multiple of 8 (the steps are
     viewed as a Float64Array in the page, which needs an aligned offset)."""
     return 4 + header_size + (-(4 + header_size) % 8)
 
 
+def specs(figures: list[tuple[str, object]]) -> list[tuple[str, dict | None]]:
+    """charts.live_charts' (key, figure or its dict, or None) as (key, its `spec` or None)."""
+    return [(key, None if fig is None else spec(fig)) for key, fig in figures]
+
+
 def payloads(figures: list[tuple[str, object]]) -> list[tuple[str, bytes | None]]:
-    """charts.live_charts' (key, figure or its dict, or None) as (key, the element's bytes or None)."""
-    return [(key, None if fig is None else encode(spec(fig))) for key, fig in figures]
+    """charts.live_charts' (key, figure or its dict, or None) as (key, the whole chart's bytes or None)."""
+    return [(key, None if chart is None else encode(chart)) for key, chart in specs(figures)]
 
 
 def paced(period: float | None, sent: int) -> float | None:
@@ -200,7 +268,17 @@ def load():
     _components()[0](key="uplot_library")
 
 
-def draw(chart: bytes, key: str):
-    """Mount a chart (`encode(spec(fig))`) in the current Streamlit container; `key` keeps it the
-    same element, and the same uPlot chart, from one refresh to the next. The page calls `load` too."""
-    return _components()[1](data=chart, key=key)
+def draw(chart: bytes, key: str, on_resend: Callable[[], None] = lambda: None):
+    """Mount a chart's bytes (`encode`, or an `update`'s) in the current Streamlit container; `key`
+    keeps it the same element, and the same uPlot chart, from one refresh to the next; `on_resend`
+    runs when the element asks for the whole chart. The page calls `load` too."""
+    return _components()[1](data=chart, key=key, on_resend_change=on_resend)
+
+
+def draw_update(chart: dict, key: str, held: MutableMapping) -> int:
+    """Draw `chart` (`spec`'s dict) in the element `key`, sending only what it lacks: `held` is the
+    session's record of what each element was sent (key -> Sent), kept across refreshes (dropped
+    for an element that asks for the whole chart). The bytes sent."""
+    sent = held[key] = update(chart, held.get(key))
+    draw(sent.data, key, on_resend=lambda: held.pop(key, None))
+    return len(sent.data)

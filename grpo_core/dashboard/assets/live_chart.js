@@ -2,24 +2,47 @@
 // the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
 // legend's toggles survive, where rebuilding the chart would reset them. Runs in the page (a
 // Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.encode's bytes of
-// live_chart.spec's dict (decode reads them); `uPlot` is the global the library element defines.
+// live_chart.spec's dict, whole or the rows the chart lacks (decode reads them, withHeld joins
+// them to the rows it holds); `uPlot` is the global the library element defines.
 const charts = new WeakMap();
 const DASHES = {dash: [6, 4], dot: [2, 3], dashdot: [6, 3, 2, 3], longdash: [10, 4]};
 
 // live_chart.encode's layout: uint32 header length, a JSON header, padding to 8 bytes, the steps
 // (float64), each line's values (float32 or float64, NaN: no point, which uPlot takes as null).
+// Plain loops: Array.from with a mapping function costs several times more per value.
 function decode(bytes) {
   const buf = new Uint8Array(bytes).slice().buffer;  // a copy of its own, at offset 0: aligned views
   const size = new DataView(buf).getUint32(0, true);
   const data = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, size)));
+  const n = data.n;
   let at = 4 + size + ((8 - ((4 + size) % 8)) % 8);
-  data.x = Array.from(new Float64Array(buf, at, data.n));
-  at += 8 * data.n;
+  const steps = new Float64Array(buf, at, n);
+  data.x = new Array(n);
+  for (let i = 0; i < n; i++) data.x[i] = steps[i];
+  at += 8 * n;
   const Values = data.dtype === "f8" ? Float64Array : Float32Array;
   data.y = [];
-  for (let i = 0; i < data.lines; i++, at += Values.BYTES_PER_ELEMENT * data.n) {
-    data.y.push(Array.from(new Values(buf, at, data.n), v => (Number.isNaN(v) ? null : v)));
+  for (let j = 0; j < data.lines; j++, at += Values.BYTES_PER_ELEMENT * n) {
+    const values = new Values(buf, at, n), line = new Array(n);
+    for (let i = 0; i < n; i++) line[i] = Number.isNaN(values[i]) ? null : values[i];
+    data.y.push(line);
   }
+  return data;
+}
+
+// An update holds the rows after the first `keep` of the data carrying token `base` (a new step
+// appends rows; see live_chart.update). On top of what the chart holds, when it holds that data:
+// else null (a reloaded page, an update replaced before it was sent), and the chart asks for all.
+function withHeld(held, data) {
+  if (!data.keep) return data;
+  if (!held || held.token !== data.base || held.x.length < data.keep) return null;
+  const join = (kept, rows) => {
+    kept.length = data.keep;
+    for (const v of rows) kept.push(v);
+    return kept;
+  };
+  data.x = join(held.x, data.x);
+  data.y = data.y.map((rows, j) => join(held.y[j], rows));
   return data;
 }
 
@@ -128,7 +151,6 @@ export default function render(component) {
     return;
   }
   const {parentElement} = component;
-  const data = decode(component.data);
   let host = parentElement.querySelector(".live-chart");
   if (!host) {
     host = document.createElement("div");
@@ -137,6 +159,13 @@ export default function render(component) {
     parentElement.appendChild(host);
   }
   let chart = charts.get(host);
+  const received = decode(component.data);
+  if (chart && received.keep && chart.spec.token === received.token) return;  // drawn already: rendered again
+  const data = withHeld(chart && chart.spec, received);
+  if (!data) {  // made for data this chart does not hold: ask for the whole chart, keep drawing the old one
+    component.setTriggerValue("resend", received.token);
+    return;
+  }
   if (chart && sameShape(chart.spec, data)) {
     chart.spec = data;  // the draw hook reads the markers and thresholds of this refresh
     chart.setData(columns(data), !chart.zoomed);  // a zoomed chart keeps its zoom
