@@ -96,7 +96,7 @@ def report(parts: dict[str, list[float]], sent: int, args) -> str:
         "- Target: none of its own; issue 29's is the server's CPU per viewer (< 5% of a core), which this is the most "
         "of with one viewer open.", "",
         *TABLE_HEAD, *rows, "",
-        f"The charts' bytes at the last version (every chart's data, as the page sends them): {sent / 1000:.0f} kB.",
+        f"The charts' bytes at the last version (every chart's data, as a new page is sent them; a page that holds the version before is sent the new rows: `live_chart.update`): {sent / 1000:.0f} kB.",
     ])
 
 
