@@ -4,10 +4,11 @@ charts.py stays the one definition of what a chart shows (plotly figures, also d
 the Analysis page and the HTML report). `spec` reads such a figure into uPlot's terms: one column
 of steps shared by every line, each line's values at its own steps (None elsewhere: lines span
 the gaps), fills, stacked bands, threshold lines and change markers. `draw` mounts it in a
-Streamlit components-v2 element (assets/live_chart.js) whose script runs in the page, keeps its
-uPlot chart across refreshes and hands it the new columns only, so a reader's zoom survives a
-refresh; uPlot (assets/uPlot.iife.min.js, MIT) is 51 kB against plotly.js' 4.7 MB, and draws on a
-canvas (bench/chart_renderers.py: docs/benchmarks.md "Live charts"). `encode` makes a chart's bytes:
+Streamlit components-v2 element whose script (assets/live_chart.js, sent once per page with
+uPlot: `load`) runs in the page, keeps its uPlot chart across refreshes and hands it the new
+columns only, so a reader's zoom survives a refresh; uPlot (assets/uPlot.iife.min.js, MIT) is
+51 kB against plotly.js' 4.7 MB, and draws on a canvas (bench/chart_renderers.py: docs/benchmarks.md
+"Live charts"). `encode` makes a chart's bytes:
 a short JSON header and the columns as raw little-endian floats (steps float64; values float32, or
 float64 for a chart whose values float32 cannot hold), so neither Python nor the browser formats or
 parses a number as text; `decode` reads them back (tests; assets/live_chart.js reads them in the page).
@@ -247,22 +248,38 @@ def _vlines(layout: dict) -> list[dict]:
     return out
 
 
+# The chart element's own script: the drawing is live_chart.js's, which the library element defines
+# once per page; a components-v2 element's script travels with each of its updates (8 kB a chart).
+CHART_JS = """export default function draw(component) {
+  if (!globalThis.grpoHealthLiveChart) {  // the library element (live_chart.load) defines it: wait
+    requestAnimationFrame(() => draw(component));
+    return;
+  }
+  globalThis.grpoHealthLiveChart(component);
+}
+"""
+
+
 @cache
 def _components():
-    """(uPlot, the chart element), registered once per process. uPlot is an element of its own,
-    mounted once per page (`load`) with the same message each time, which Streamlit's message
-    cache then sends as a reference: the 51 kB library does not travel with each chart's data at
-    every refresh. Inline CSS spans two lines (a one-line string reads as a file path)."""
+    """(the library, the chart element), registered once per process. The library is an element
+    of its own, mounted once per page (`load`) with the same message each time: uPlot, the chart
+    element's drawing (assets/live_chart.js) and their CSS, which then do not travel with each
+    chart's data at every refresh (a components-v2 element's script and CSS are part of each of
+    its messages); the chart element's own script only hands its data to the drawing. Inline CSS
+    spans two lines (a one-line string reads as a file path)."""
     import streamlit as st
-    library = st.components.v2.component(
-        LIBRARY, js=(ASSETS / "uPlot.iife.min.js").read_text() + "\nglobalThis.uPlot = uPlot;\nexport default function () {}\n")
+    js = "\n".join([(ASSETS / "uPlot.iife.min.js").read_text(), "globalThis.uPlot = uPlot;",
+                    (ASSETS / "live_chart.js").read_text(), "export default function () {}", ""])
     css = (ASSETS / "uPlot.min.css").read_text() + "\n.live-chart .change-note { font-size: 11px; min-height: 14px; }\n"
-    chart = st.components.v2.component(COMPONENT, js=(ASSETS / "live_chart.js").read_text(), css=css, isolate_styles=False)
+    library = st.components.v2.component(LIBRARY, js=js, css=css, isolate_styles=False)
+    chart = st.components.v2.component(COMPONENT, js=CHART_JS, isolate_styles=False)  # no shadow DOM: the CSS applies
     return library, chart
 
 
 def load():
-    """Mount uPlot on the page (once per page, anywhere: a chart waits for it). Before the charts,
+    """Mount uPlot and the charts' drawing on the page (once per page, anywhere: a chart waits for
+    it). Before the charts,
     a new page's first chart comes sooner: the browser evaluates uPlot while the charts' data is
     on its way, where after them every chart waited for it (docs/benchmarks.md "Live page: viewers")."""
     _components()[0](key="uplot_library")

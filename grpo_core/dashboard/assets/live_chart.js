@@ -1,7 +1,8 @@
 // The live page's chart: one uPlot per element, kept across the page's refreshes. A refresh hands
 // the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
-// legend's toggles survive, where rebuilding the chart would reset them. Runs in the page (a
-// Streamlit components-v2 element); `data` is grpo_core.dashboard.live_chart.encode's bytes of
+// legend's toggles survive, where rebuilding the chart would reset them. Runs in the page: the
+// library element (live_chart.load) defines `grpoHealthLiveChart`, which each chart element (a
+// Streamlit components-v2 element, live_chart.CHART_JS) calls with its data; `data` is grpo_core.dashboard.live_chart.encode's bytes of
 // live_chart.spec's dict, whole or the rows the chart lacks (decode reads them, withHeld joins
 // them to the rows it holds); `uPlot` is the global the library element defines.
 const charts = new WeakMap();
@@ -145,11 +146,7 @@ function sameShape(a, b) {
   return JSON.stringify([a.series, a.title, a.y_title]) === JSON.stringify([b.series, b.title, b.y_title]);
 }
 
-export default function render(component) {
-  if (!globalThis.uPlot) {  // uPlot is an element of its own (live_chart.load): wait for it
-    requestAnimationFrame(() => render(component));
-    return;
-  }
+function render(component) {
   const {parentElement} = component;
   let host = parentElement.querySelector(".live-chart");
   if (!host) {
@@ -176,3 +173,5 @@ export default function render(component) {
   }
   host.chart = chart;  // for tests and benches: the chart's scales, series and data
 }
+
+globalThis.grpoHealthLiveChart = render;
