@@ -8,10 +8,10 @@ Streamlit components-v2 element whose script (assets/live_chart.js, sent once pe
 uPlot: `load`) runs in the page, keeps its uPlot chart across refreshes and hands it the new
 columns only, so a reader's zoom survives a refresh; uPlot (assets/uPlot.iife.min.js, MIT) is
 51 kB against plotly.js' 4.7 MB, and draws on a canvas (bench/chart_renderers.py: docs/benchmarks.md
-"Live charts"). `encode` makes a chart's bytes:
-a short JSON header and the columns as raw little-endian floats (steps float64; values float32, or
-float64 for a chart whose values float32 cannot hold), so neither Python nor the browser formats or
-parses a number as text; `decode` reads them back (tests; assets/live_chart.js reads them in the page).
+"Live charts"). `encode` makes a chart's bytes: a short JSON header and the columns as raw
+little-endian floats (steps float64; values float32, or float64 for a chart whose values float32
+cannot hold), so neither Python nor the browser formats or parses a number as text; `decode` reads
+them back (tests; assets/live_chart.js reads them in the page).
 
 A refresh sends an element only the rows it lacks (`update`, `draw_update`): a new step appends
 rows to every chart and changes none before them (old history is folded into bins 500 steps at a
@@ -279,9 +279,9 @@ def _components():
 
 def load():
     """Mount uPlot and the charts' drawing on the page (once per page, anywhere: a chart waits for
-    it). Before the charts,
-    a new page's first chart comes sooner: the browser evaluates uPlot while the charts' data is
-    on its way, where after them every chart waited for it (docs/benchmarks.md "Live page: viewers")."""
+    it). Before the charts, a new page's first chart comes sooner: the browser evaluates uPlot
+    while the charts' data is on its way, where after them every chart waited for it
+    (docs/benchmarks.md "Live page: viewers")."""
     _components()[0](key="uplot_library")
 
 
