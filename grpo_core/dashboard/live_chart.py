@@ -56,10 +56,11 @@ def spec(fig, height: int | None = None) -> dict:
     steps = np.unique(np.concatenate([x for x, _ in lines])) if lines else np.array([])
     yaxis = layout.get("yaxis", {})
     y_range = yaxis.get("range")
+    columns = [_column(steps, x, y) for x, y in lines]
     return {"title": _text(layout.get("title")), "y_title": _text(yaxis.get("title")),
             "y_range": [float(v) for v in y_range] if y_range else None,
             "height": int(height or layout.get("height") or 300),
-            "x": steps, "y": [_column(steps, x, y) for x, y in lines],
+            "x": steps, "y": columns, "dtype": _dtype(columns),
             "series": [_series(t, stacked) for t in traces],
             "hlines": _hlines(layout), "vlines": _vlines(layout)}
 
@@ -70,22 +71,23 @@ def _text(title) -> str:
 
 def encode(chart: dict, keep: int = 0, base: int = 0, token: int = 0) -> bytes:
     """A chart (`spec`'s dict) as the element receives it: the byte length of a UTF-8 JSON header
-    (uint32), the header (everything but the columns, plus "n" rows sent, "lines", the values'
-    "dtype", and "keep", "base", "token": see `update`), padding to 8 bytes, the steps (float64),
-    then each line's values (NaN: no point): its rows from `keep` on."""
+    (uint32), the header (everything but the columns, with the values' "dtype", plus "n" rows
+    sent, "lines", and "keep", "base", "token": see `update`), padding to 8 bytes, the steps
+    (float64), then each line's values (NaN: no point): its rows from `keep` on."""
     x = np.asarray(chart["x"], "<f8")[keep:]
     ys = [np.asarray(y, np.float64)[keep:] for y in chart["y"]]
-    kind = _dtype(chart)
+    kind = chart["dtype"]
     head = {k: v for k, v in chart.items() if k not in ("x", "y")}
-    head.update(n=len(x), lines=len(ys), dtype=kind, keep=keep, base=base, token=token)
+    head.update(n=len(x), lines=len(ys), keep=keep, base=base, token=token)
     text = json.dumps(head, allow_nan=False, separators=(",", ":")).encode()
     pad = b"\0" * (_columns_at(len(text)) - 4 - len(text))
     return b"".join([struct.pack("<I", len(text)), text, pad, x.tobytes(), *(y.astype("<" + kind).tobytes() for y in ys)])
 
 
-def _dtype(chart: dict) -> str:
-    """The values' type on the wire: float32 unless a value is beyond float32's range."""
-    big = any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in map(np.asarray, chart["y"]))
+def _dtype(columns: list[np.ndarray]) -> str:
+    """The values' type on the wire (`spec`'s "dtype", decided once per chart for every viewer):
+    float32 unless a value is beyond float32's range."""
+    big = any(np.any(np.abs(y[np.isfinite(y)]) > FLOAT32_MAX) for y in columns)
     return "f8" if big else "f4"
 
 
@@ -127,7 +129,7 @@ def update(chart: dict, sent: Sent | None) -> Sent:
 def kept_rows(old: dict, new: dict) -> int:
     """How many leading rows (a step and every line's value at it) `new` shares with `old`: 0 when
     its lines are not old's (other series, values of another type on the wire)."""
-    if old["series"] != new["series"] or len(old["y"]) != len(new["y"]) or _dtype(old) != _dtype(new):
+    if old["series"] != new["series"] or len(old["y"]) != len(new["y"]) or old["dtype"] != new["dtype"]:
         return 0
     n = min(len(old["x"]), len(new["x"]))
     same = np.asarray(old["x"][:n]) == np.asarray(new["x"][:n])

@@ -2,9 +2,10 @@
 // the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
 // legend's toggles survive, where rebuilding the chart would reset them. Runs in the page: the
 // library element (live_chart.load) defines `grpoHealthLiveChart`, which each chart element (a
-// Streamlit components-v2 element, live_chart.CHART_JS) calls with its data; `data` is grpo_core.dashboard.live_chart.encode's bytes of
-// live_chart.spec's dict, whole or the rows the chart lacks (decode reads them, withHeld joins
-// them to the rows it holds); `uPlot` is the global the library element defines.
+// Streamlit components-v2 element, live_chart.CHART_JS) calls with its data; `data` is
+// grpo_core.dashboard.live_chart.encode's bytes of live_chart.spec's dict, whole or the rows the
+// chart lacks (decode reads them, withHeld joins them to the rows it holds); `uPlot` is the global
+// the library element defines.
 const charts = new WeakMap();
 const DASHES = {dash: [6, 4], dot: [2, 3], dashdot: [6, 3, 2, 3], longdash: [10, 4]};
 
