@@ -238,6 +238,42 @@ def test_a_run_whose_trainer_died_is_stale_and_not_live(runs_dir):
     assert st.status == "stale" and not st.is_live and not live_cards.capabilities(st)["steer"]
 
 
+def test_a_state_works_out_its_status_and_settings_once_for_its_viewers(runs_dir, monkeypatch):
+    """Every viewer of a run draws from one shared LiveState and asks its status and the settings in
+    force a dozen times per draw: each is worked out once per meta and version (the status again
+    after STATUS_S: a heartbeat ages), and a caller's dict is its own."""
+    store = synth_run(runs_dir, "r", 10)
+    st = live_view.load(store.run_dir)
+    calls = {"status": 0, "settings": 0}
+    real_status, real_settings = live_view.display_status, live_view._settings_in_force
+
+    def counted(name, real):
+        def call(arg):
+            calls[name] += 1
+            return real(arg)
+        return call
+    monkeypatch.setattr(live_view, "display_status", counted("status", real_status))
+    monkeypatch.setattr(live_view, "_settings_in_force", counted("settings", real_settings))
+    monkeypatch.setattr(live_view, "STATUS_S", 3600.0)
+    answers = [(st.status, st.is_live, live_cards.capabilities(st)["steer"], live_view.current_settings(st))
+               for _ in range(20)]
+    assert calls == {"status": 1, "settings": 1} and all(a == answers[0] for a in answers)
+    assert answers[0][:3] == ("running", True, True)
+    answers[0][3]["weights"]["exact"] = 99.0  # the caller's own dict
+    assert live_view.current_settings(st)["weights"]["exact"] == DEMO_WEIGHTS["exact"]
+
+    _extend(store, 11, 5, changes={12: NEW_W})  # new steps: a new version and meta
+    live_view.load(store.run_dir, st)
+    assert live_view.current_settings(st)["weights"] == pytest.approx(NEW_W) and calls["settings"] == 2
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    store.set_meta(pid=dead.pid)  # the trainer is gone: the next meta says so at once
+    live_view.load(store.run_dir, st)
+    assert st.status == "stale" and not st.is_live and calls["status"] == 2  # none asked of the meta between
+    monkeypatch.setattr(live_view, "STATUS_S", 0.0)
+    assert [st.status for _ in range(3)] == ["stale"] * 3 and calls["status"] == 5
+
+
 def test_an_imported_run_says_what_it_lacks(runs_dir):
     store = RunStore.create("imp", {}, root=runs_dir)
     store.set_meta(source="trl")

@@ -12,8 +12,8 @@ Snapshots: a LiveState handed out is never changed by a later refresh. The refre
 shallow copy (its lists and dicts copied; live_view.load assigns new frames, it never edits one in
 place), so a session drawing one version while another session's call refreshes sees one
 consistent version. Sessions treat it as read-only, except LiveState's own caches (frame_cache,
-arrays_cache, advice_cache), which live_view and advice fill with the same value for the same
-version whichever session fills them.
+arrays_cache, advice_cache, settings_cache, status_cache), which live_view and advice fill with the
+same value for the same version whichever session fills them.
 
 `memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once.
 `refresh_interval(state)`: the live page's poll period, from the run's step rate. `expire(run_dir)`:

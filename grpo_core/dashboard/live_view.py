@@ -68,6 +68,7 @@ RECENT_STEPS = 500  # raw steps kept (>= every health window: trend, near-zero, 
 MAX_BINS = 1000  # bins of older history; with RECENT_STEPS: at most ~2,000 points per chart
 WHATIF_STEPS = 50  # rollouts window behind the what-if and the weight suggestions
 MAX_CONTROL_ROWS = 200  # control rows kept in a session (the latest ones)
+STATUS_S = 0.5  # a LiveState's status (its heartbeat's age, its trainer's pid) is rechecked at most this often
 
 BASE_NAMES = tuple(dict.fromkeys((TRAINABLE_RATIO, CUM_TRAINABLE_RATIO, GROUPS_SUBMITTED, GROUPS_TRAINABLE,
               CUM_GROUPS_SUBMITTED, CUM_GROUPS_TRAINABLE, PHANTOM_GROUPS, NOISE_GROUPS, REWARD, REWARD_STD,
@@ -126,10 +127,17 @@ class LiveState:
     frame_cache: tuple | None = None  # (version, chart frame)
     arrays_cache: tuple | None = None  # (rollout_step, RolloutArrays): advice.rollout_arrays
     advice_cache: tuple | None = None  # ((alert kinds, weights), rollout_step, time, advice.what_to_do's answer)
+    settings_cache: tuple | None = None  # (version, meta, current_settings' answer)
+    status_cache: tuple | None = None  # (time.monotonic(), meta, display_status' answer)
 
     @property
     def status(self) -> str:
-        return display_status(self.meta)
+        """The meta's status, 'stale' for a live run whose trainer is gone or silent (display_status),
+        rechecked at most every STATUS_S: a page asks it a dozen times per draw, for every viewer."""
+        now, cached = time.monotonic(), self.status_cache
+        if cached is None or cached[1] is not self.meta or now - cached[0] >= STATUS_S:
+            cached = self.status_cache = (now, self.meta, display_status(self.meta))
+        return cached[2]
 
     @property
     def is_live(self) -> bool:
@@ -396,7 +404,16 @@ def last_value(state: LiveState, name: str):
 
 
 def current_settings(state: LiveState) -> dict:
-    """Weights, threshold and level in force at the last step (logged), else the config's."""
+    """Weights, threshold and level in force at the last step (logged), else the config's, and
+    the run settings in force: worked out once per version and meta, for every viewer; the caller's
+    own dict (changing it changes no one else's)."""
+    cached = state.settings_cache
+    if cached is None or cached[0] != state.version or cached[1] is not state.meta:
+        cached = state.settings_cache = (state.version, state.meta, _settings_in_force(state))
+    return {**cached[2], "weights": dict(cached[2]["weights"])}
+
+
+def _settings_in_force(state: LiveState) -> dict:
     run = RunMeta.parse(state.meta)
     weights = dict(run.cfg("reward", "weights", {}))
     for m in state.metrics:
