@@ -58,6 +58,11 @@ def shared(s: live_view.LiveState, *key, fn):
     return live_cache.memo(RUN_DIR, (s.version, s.status, *key), fn)
 
 
+def chart_update(key, fn):
+    """A chart's update, made once for every viewer that holds the same version of it (live_cache)."""
+    return live_cache.chart_update(RUN_DIR, key, fn)
+
+
 def my_requests() -> list[int]:
     return widget_state.my_requests(ss, run_id)
 
@@ -186,7 +191,8 @@ def chart_controls() -> tuple[float, bool]:
 
 def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
     """The run's charts, two per row (live_chart: uPlot, built per version for every viewer; each
-    element sent only the rows it lacks); the bytes of chart data sent."""
+    element sent only the rows it lacks, made once for the viewers that hold the same); the bytes
+    of chart data sent."""
     specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.specs(charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
         live_view.current_settings(s)["outcome_metric"], smoothing=smooth, plain=True)))
@@ -199,7 +205,7 @@ def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
     sent = 0
     for i, (key, chart) in enumerate(shown):
         with cols[i % 2]:
-            sent += live_chart.draw_update(chart, f"chart_{key}", held)
+            sent += live_chart.draw_update(chart, f"chart_{key}", held, memo=chart_update)
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
     return sent

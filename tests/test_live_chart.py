@@ -8,7 +8,7 @@ import pytest
 
 from grpo_core.analysis import charts
 from grpo_core.analysis.downsample import envelope_names
-from grpo_core.dashboard import live_chart, live_view
+from grpo_core.dashboard import live_cache, live_chart, live_view
 from grpo_core.runs import names
 from tests.helpers_dashboard import series, synth_run
 from tests.test_charts import run  # noqa: F401  (the charts' 40-step run with two weight changes)
@@ -60,7 +60,9 @@ def test_the_live_page_draws_the_plain_dicts_as_the_figures(run):
         assert (fig is None) == (d is None), key
         if fig is not None:
             assert isinstance(d, dict) and not isinstance(d, go.Figure), key
-            assert live_chart.encode(live_chart.spec(d)) == live_chart.encode(live_chart.spec(fig)), key
+            plain, figure = live_chart.spec(d), live_chart.spec(fig)
+            assert plain["token"] != figure["token"]  # each chart made is a version of its own
+            assert live_chart.encode({**plain, "token": 0}) == live_chart.encode({**figure, "token": 0}), key
 
 
 def test_change_markers_keep_their_step_label_and_what_changed(run):
@@ -172,6 +174,39 @@ def test_a_page_following_a_growing_run_holds_each_whole_chart_from_the_rows_it_
         widened += state.bin_size != bins[1]
     assert widened >= 3 and folded >= 5  # the run went through folds and widened bins
     assert appended > len(held) * 30  # most versions appended rows and changed none before them
+
+
+def test_viewers_that_hold_the_same_version_are_sent_one_update(runs_dir, monkeypatch):
+    """The bytes that take an element from the version it holds to the chart's depend on the two
+    versions alone: through live_cache.chart_update (the page's memo) they are made once for every
+    viewer that holds the same version, and each viewer's element still ends up with the chart."""
+    live_cache.clear()
+    store = synth_run(runs_dir, "r", 30, steps_total=400)
+    state = live_view.load(store.run_dir)
+    made = []
+    real = live_chart._update
+    monkeypatch.setattr(live_chart, "_update", lambda chart, sent: made.append(chart["token"]) or real(chart, sent))
+
+    def refresh(viewers: list[dict], drawn: list[dict], version: dict):
+        for held, shown in zip(viewers, drawn):
+            for key, chart in version.items():
+                held[key] = live_chart.update(chart, held.get(key), lambda k, fn: live_cache.chart_update(store.run_dir, k, fn))
+                shown[key] = live_chart.apply(shown.get(key), live_chart.decode(held[key].data))
+                whole = live_chart.decode(live_chart.encode(chart))
+                assert (shown[key]["x"], shown[key]["y"]) == (whole["x"], whole["y"]), key
+    first = _charts(state)
+    viewers, drawn = [{}, {}], [{}, {}]
+    refresh(viewers, drawn, first)  # two new pages: the whole charts, made once
+    assert len(made) == len(first) and all(viewers[0][k] is viewers[1][k] for k in first)
+    _extend(store, 31, 3, steps_total=400)
+    second = _charts(live_view.load(store.run_dir, state))
+    refresh(viewers, drawn, second)  # both held the first version: one update per chart
+    assert len(made) == 2 * len(first) and all(viewers[0][k] is viewers[1][k] for k in second)
+    assert all(0 < live_chart.decode(viewers[0][k].data)["keep"] for k in second)
+    late, late_drawn = [{}], [{}]
+    refresh(late, late_drawn, second)  # a page opened now: the whole second version, made once more
+    assert len(made) == 3 * len(first) and set(made[-len(first):]) == {c["token"] for c in second.values()}
+    live_cache.clear()
 
 
 def test_an_update_for_data_the_element_does_not_hold_asks_for_the_whole_chart():

@@ -15,7 +15,8 @@ consistent version. Sessions treat it as read-only, except LiveState's own cache
 arrays_cache, advice_cache, settings_cache, status_cache), which live_view and advice fill with the
 same value for the same version whichever session fills them.
 
-`memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once.
+`memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once;
+`chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
 `refresh_interval(state)`: the live page's poll period, from the run's step rate. `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
@@ -50,6 +51,7 @@ ROLLOUTS_S = 5.0  # the what-if window's new rollouts are read at most this ofte
 MAX_RUNS = 16  # runs kept at once (each: one LiveState, ~1 MB on a long run, and its memo)
 EVICT_S = 300.0  # a run no viewer asked for in this long is dropped
 MEMO_SIZE = 12  # derived values kept per run (figure sets, cards, what-ifs): the last version or two x the views asked for
+UPDATES_SIZE = 64  # chart updates kept per run: ~7 charts x the versions viewers hold (one per probe they refreshed in)
 MIN_REFRESH_S = 2.0  # the live page's poll period for a fast run (the page's period before it adapted)
 MAX_REFRESH_S = 10.0  # ... for a slow one: a change still shows within 2 periods
 STALE_REFRESH_S = 5.0  # a stale run (no heartbeat) may come back
@@ -69,6 +71,7 @@ class _Run:
     error: str | None = None  # the last probe's or load's StoreError, raised again until the next probe
     asked_at: float = 0.0
     memo: OrderedDict = field(default_factory=OrderedDict)
+    updates: OrderedDict = field(default_factory=OrderedDict)  # chart_update's
     steps: deque = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))  # (time.time(), last_step)
     loads: int = 0  # live_view.load calls (tests and the bench count them)
 
@@ -113,6 +116,7 @@ def current(run_dir: str | Path) -> LiveState:
             except StoreError as e:  # never cached as a success: the next probe tries again
                 run.state, run.probe, run.error = None, None, str(e)
                 run.memo.clear()
+                run.updates.clear()
         if run.error is not None:
             raise StoreError(run.error)
         return run.state
@@ -166,14 +170,26 @@ def memo(run_dir: str | Path, key, fn):
     keys kept). The key must hold all the value depends on, e.g. (state.version, smoothing, raw).
     An exception from fn propagates and nothing is kept."""
     run = _entry(run_dir)
+    return _kept(run, run.memo, MEMO_SIZE, key, fn)
+
+
+def chart_update(run_dir: str | Path, key, fn):
+    """live_chart.update's memo: the bytes that take a chart element from the version it holds to
+    the chart's (key: their tokens) are made once for every viewer holding that version (the last
+    UPDATES_SIZE kept, apart from memo's values so that 7 charts do not push those out)."""
+    run = _entry(run_dir)
+    return _kept(run, run.updates, UPDATES_SIZE, key, fn)
+
+
+def _kept(run: _Run, table: OrderedDict, size: int, key, fn):
     with run.memo_lock:  # a second viewer asking for the same key waits for the first one's value
-        if key in run.memo:
-            run.memo.move_to_end(key)
-            return run.memo[key]
+        if key in table:
+            table.move_to_end(key)
+            return table[key]
         value = fn()
-        run.memo[key] = value
-        while len(run.memo) > MEMO_SIZE:
-            run.memo.popitem(last=False)
+        table[key] = value
+        while len(table) > size:
+            table.popitem(last=False)
         return value
 
 

@@ -62,23 +62,29 @@ def spec(fig, height: int | None = None) -> dict:
             "height": int(height or layout.get("height") or 300),
             "x": steps, "y": columns, "dtype": _dtype(columns),
             "series": [_series(t, stacked) for t in traces],
-            "hlines": _hlines(layout), "vlines": _vlines(layout)}
+            "hlines": _hlines(layout), "vlines": _vlines(layout), "token": _token()}
+
+
+def _token() -> int:
+    """This chart's (this version's) token: 48 random bits, not a count, so no later chart can carry
+    an old one's; an update names the token of the data it is made for (`update`)."""
+    return int.from_bytes(os.urandom(6), "little")
 
 
 def _text(title) -> str:
     return (title or {}).get("text") or ""
 
 
-def encode(chart: dict, keep: int = 0, base: int = 0, token: int = 0) -> bytes:
+def encode(chart: dict, keep: int = 0, base: int = 0) -> bytes:
     """A chart (`spec`'s dict) as the element receives it: the byte length of a UTF-8 JSON header
-    (uint32), the header (everything but the columns, with the values' "dtype", plus "n" rows
-    sent, "lines", and "keep", "base", "token": see `update`), padding to 8 bytes, the steps
-    (float64), then each line's values (NaN: no point): its rows from `keep` on."""
+    (uint32), the header (everything but the columns, with the values' "dtype" and the chart's
+    "token", plus "n" rows sent, "lines", and "keep", "base": see `update`), padding to 8 bytes,
+    the steps (float64), then each line's values (NaN: no point): its rows from `keep` on."""
     x = np.asarray(chart["x"], "<f8")[keep:]
     ys = [np.asarray(y, np.float64)[keep:] for y in chart["y"]]
     kind = chart["dtype"]
     head = {k: v for k, v in chart.items() if k not in ("x", "y")}
-    head.update(n=len(x), lines=len(ys), keep=keep, base=base, token=token)
+    head.update(n=len(x), lines=len(ys), keep=keep, base=base, token=chart.get("token", 0))
     text = json.dumps(head, allow_nan=False, separators=(",", ":")).encode()
     pad = b"\0" * (_columns_at(len(text)) - 4 - len(text))
     return b"".join([struct.pack("<I", len(text)), text, pad, x.tobytes(), *(y.astype("<" + kind).tobytes() for y in ys)])
@@ -107,23 +113,36 @@ def decode(data: bytes) -> dict:
 
 @dataclass(frozen=True)
 class Sent:
-    """What a page's chart element was last sent: the chart (`spec`'s dict), the token its data
-    carries, and the bytes."""
+    """What a page's chart element was last sent: the chart (`spec`'s dict) and the bytes."""
     chart: dict
-    token: int
     data: bytes
 
+    @property
+    def token(self) -> int:
+        """The token the data carries: the chart's."""
+        return self.chart["token"]
 
-def update(chart: dict, sent: Sent | None) -> Sent:
+
+def _now(key, fn):
+    return fn()
+
+
+def update(chart: dict, sent: Sent | None, memo: Callable[[tuple, Callable[[], Sent]], Sent] = _now) -> Sent:
     """What to send an element that was last sent `sent` (None: nothing yet, or it asked for the
     whole chart) so that it draws `chart`: the same bytes when it is the chart sent (Streamlit does
     not redraw an element whose data did not change), else the rows from the first one that
-    changed ("keep" rows kept) for the data carrying token "base", or the whole chart (keep 0)."""
+    changed ("keep" rows kept) for the data carrying token "base", or the whole chart (keep 0).
+    They depend on the chart and the one sent alone, so every viewer holding the same version is
+    sent the same bytes: `memo(key, fn)` gives fn() or the answer of an earlier call with the same
+    key (the live page's: live_cache.chart_update, made once for every viewer)."""
     if sent is not None and sent.chart is chart:
         return sent
-    token = int.from_bytes(os.urandom(6), "little")  # not a count: no later update can carry an old one's
+    return memo((None if sent is None else sent.token, chart["token"]), lambda: _update(chart, sent))
+
+
+def _update(chart: dict, sent: Sent | None) -> Sent:
     keep = 0 if sent is None else kept_rows(sent.chart, chart)
-    return Sent(chart, token, encode(chart, keep=keep, base=sent.token if keep else 0, token=token))
+    return Sent(chart, encode(chart, keep=keep, base=sent.token if keep else 0))
 
 
 def kept_rows(old: dict, new: dict) -> int:
@@ -294,10 +313,11 @@ def draw(chart: bytes, key: str, on_resend: Callable[[], None] = lambda: None):
     return _components()[1](data=chart, key=key, on_resend_change=on_resend)
 
 
-def draw_update(chart: dict, key: str, held: MutableMapping) -> int:
+def draw_update(chart: dict, key: str, held: MutableMapping,
+                memo: Callable[[tuple, Callable[[], Sent]], Sent] = _now) -> int:
     """Draw `chart` (`spec`'s dict) in the element `key`, sending only what it lacks: `held` is the
     session's record of what each element was sent (key -> Sent), kept across refreshes (dropped
-    for an element that asks for the whole chart). The bytes sent."""
-    sent = held[key] = update(chart, held.get(key))
+    for an element that asks for the whole chart); `memo` as `update`'s. The bytes sent."""
+    sent = held[key] = update(chart, held.get(key), memo)
     draw(sent.data, key, on_resend=lambda: held.pop(key, None))
     return len(sent.data)
