@@ -41,7 +41,7 @@ if not run_id:
 # browser takes it in while the charts' data is on its way, and each chart draws as its data arrives.
 live_chart.load()
 RUN_DIR = runs_dir() / run_id
-STEER_REFRESH_S = 5.0  # the steering panel's period while the run is live: new rollouts, settings made elsewhere
+STEER_REFRESH_S = 5.0  # the steering panel's shortest period while the run is live: new rollouts, settings made elsewhere
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
 CHARTS_SENT = "live_charts_sent"  # what this session's chart elements were sent (live_chart.draw_update)
 
@@ -294,18 +294,21 @@ def steer_inputs(s: live_view.LiveState, cur: dict, caps: dict, waiting: list) -
 @st.fragment
 def what_if_now(weights: dict, thr: float, level_changed: bool, group_size, todo: list, drawn: str):
     """The slider settings' what-if and flat-group forecast on the newest rollouts, refreshed alone
-    (the controls above are not redrawn); when what the controls were drawn from changed (a
-    setting applied, made in another tab or by the autopilot; a request resolved), the page."""
+    (the controls above are not redrawn) at the run's pace, at most every STEER_REFRESH_S; when
+    what the controls were drawn from changed (a setting applied, made in another tab or by the
+    autopilot; a request resolved), the page."""
+    period = STEER_REFRESH_S if LIVE else None
     with refresh.guarded("the what-if"):
-        what_if_part(weights, thr, level_changed, group_size, todo, drawn)
-    refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_refresh")
+        period = what_if_part(weights, thr, level_changed, group_size, todo, drawn)
+    refresh.after(period, key="steer_refresh")
 
 
-def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, todo: list, drawn: str):
+def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, todo: list, drawn: str) -> float | None:
+    """The what-if line and the flat-group forecast; the period of the next refresh."""
     try:
         s = state()
     except StoreError:
-        return  # monitor() above says why
+        return STEER_REFRESH_S if LIVE else None  # monitor() above says why
     caps = live_cards.capabilities(s)
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     if steer_inputs(s, live_view.current_settings(s), caps, waiting) != drawn:
@@ -317,6 +320,15 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
         wi = None
     what_if_line(wi, caps, level_changed, todo, waiting)
     flat_line(s, group_size)
+    return what_if_period(s)
+
+
+def what_if_period(s: live_view.LiveState) -> float | None:
+    """The run's pace (live_cache.refresh_interval: half a step, 2-10 s), at least STEER_REFRESH_S:
+    the what-if window's rollouts change once per step, so a run of a step a minute has its what-if
+    redrawn every 10 s, not every 5 s (each redraw is the whole page's work for its browser)."""
+    period = live_cache.refresh_interval(s)
+    return None if period is None else max(STEER_REFRESH_S, period)
 
 
 def settled(s: live_view.LiveState, cur: dict, caps: dict):

@@ -208,14 +208,20 @@ def refreshes(at) -> dict:
             if e.proto.component_name == refresh.COMPONENT}
 
 
-def test_a_live_run_refreshes_at_its_pace(runs_dir):
-    """The monitor refreshes at live_cache.refresh_interval, the steering panel every 5 s, each
-    asked by the page once it drew the last refresh (a finished run's page asks for none: above)."""
+@pytest.mark.parametrize("step_s, monitor, what_if", [(None, None, 5.0), (8.0, 4.0, 5.0), (60.0, 10.0, 10.0)])
+def test_a_live_run_refreshes_at_its_pace(runs_dir, step_s, monitor, what_if):
+    """The monitor refreshes at live_cache.refresh_interval (half a step, 2-10 s), the what-if at
+    that pace too but no more often than every 5 s (its rollouts change once per step), each asked
+    by the page once it drew the last refresh (a finished run's page asks for none: above)."""
     from grpo_core.dashboard import live_cache
     store = synth_run(runs_dir, "r", 40, steps_total=100)
+    if step_s is not None:  # steps logged as taking this long (the rate seen: one load, none yet)
+        for step in range(41, 61):
+            store.log_step(step, {names.TIME_STEP: step_s})
     at = app(run_id="r")
     period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
-    assert refreshes(at) == {"monitor_refresh": period, "steer_refresh": 5.0}
+    assert period == monitor if monitor else period <= 5.0  # the synthetic run's own step times: fast
+    assert refreshes(at) == {"monitor_refresh": period, "steer_refresh": what_if}
     store.close()
 
 
