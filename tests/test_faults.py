@@ -215,6 +215,42 @@ def file_size_limit(nbytes: int):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
 
 
+def test_a_kill_while_a_checkpoint_is_deleted_leaves_no_half_checkpoint(tmp_path, monkeypatch):
+    """The test above once found a step's folder visible without its tokenizer: the trainer was
+    killed while deleting an old checkpoint, file by file. A checkpoint that goes is renamed out
+    of sight first, so such a kill leaves a hidden .tmp- folder (no checkpoint lists it, the next
+    trainer's write removes it) and every folder under a step's name stays complete."""
+    import shutil
+
+    from grpo_core.runs.config import ModelConfig
+    from grpo_core.train import checkpoints, models
+    tokenizer = models.build_tokenizer()
+    model = models.build_tiny_model(ModelConfig(), tokenizer)
+    for step in (2, 4):
+        checkpoints.write_checkpoint(tmp_path, step, model, tokenizer, {})
+    real_rmtree = shutil.rmtree
+
+    def killed(path, ignore_errors=False):  # the trainer dies after deleting one file of `path`
+        if Path(path).exists():
+            (Path(path) / "tokenizer.json").unlink()  # as the test above found it
+            raise SystemExit("killed")
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", killed)
+    with pytest.raises(SystemExit):
+        checkpoints.write_checkpoint(tmp_path, 6, model, tokenizer, {})  # step 6 written, step 2 pruned
+    assert complete_checkpoints(tmp_path) == [4, 6]
+    with pytest.raises(SystemExit):
+        checkpoints.write_checkpoint(tmp_path, 6, model, tokenizer, {})  # a resumed run writes step 6 again
+    assert complete_checkpoints(tmp_path) == [4]  # the old step 6 went out of sight, whole
+    assert [d.name for d in checkpoints.checkpoint_dirs(tmp_path)] == ["step-000004"]
+    hidden = sorted(d.name for d in (tmp_path / "checkpoints").glob(".tmp-*"))
+    assert hidden == [f".tmp-step-000002-old-{os.getpid()}", f".tmp-step-000006-{os.getpid()}",
+                      f".tmp-step-000006-old-{os.getpid()}"]
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", real_rmtree)
+    monkeypatch.setattr(checkpoints, "pid_alive", lambda pid: False)  # the next trainer: this one is gone
+    checkpoints.write_checkpoint(tmp_path, 6, model, tokenizer, {})
+    assert complete_checkpoints(tmp_path) == [4, 6] and not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
 @pytest.mark.slow
 def test_disk_full_stops_with_one_clear_line_and_leaves_nothing_corrupt(runs_dir):
     # "store": tiny checkpoints (~100 kB) fit, the store's WAL hits 400 kB after some steps;

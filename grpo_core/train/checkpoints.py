@@ -1,6 +1,9 @@
 """Checkpoint folders: each written to a temporary folder, then renamed into place.
 
-So a half-written one is never loaded; the last CKPT_KEEP complete ones are kept. A trainer's
+So a half-written one is never loaded; the last CKPT_KEEP complete ones are kept. One that goes
+(an older one, or one a resumed run writes again) is renamed out of sight before it is deleted, so
+a trainer killed while deleting it leaves a hidden temporary folder, never a half checkpoint under
+a step's name. A trainer's
 checkpoint holds its weights (the folder) and its training state (`training_state`: the
 optimizer, the task's stream, the settings in force, the cumulative counts, the alert and
 curriculum state), which `restore_training_state` puts back on every rank of a resumed run."""
@@ -70,11 +73,23 @@ def write_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict) ->
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if final.exists():
-        shutil.rmtree(final)
+        _remove(final)
     os.rename(tmp, final)  # atomic: the folder is complete or absent
     for old in checkpoint_dirs(run_dir)[:-CKPT_KEEP]:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     return final
+
+
+def _remove(folder: Path):
+    """Rename a checkpoint out of sight (atomic), then delete it: a kill in between or during the
+    deletion leaves a .tmp- folder, which the next write removes once this process is gone."""
+    hidden = folder.with_name(f".tmp-{folder.name}-old-{os.getpid()}")
+    shutil.rmtree(hidden, ignore_errors=True)  # an earlier removal of this name that did not finish
+    try:
+        os.rename(folder, hidden)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def read_state(ckpt: Path) -> dict:
