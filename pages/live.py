@@ -78,10 +78,11 @@ def send(kind: str, payload: dict) -> bool:
 
 
 try:
-    LIVE = state().is_live  # a bool, read now: a LiveState derives its status from its heartbeat's age at each read
+    LIVE = state().is_live  # a bool, read now: a LiveState's status follows its heartbeat's age
 except StoreError as e:
     st.error(str(e))
     st.stop()
+RETRY_S = STEER_REFRESH_S if LIVE else None  # a steering part that could not draw tries again (not once the run ended)
 
 
 @st.fragment
@@ -253,7 +254,7 @@ def steer():
     with refresh.guarded("the steering panel"):
         refreshing = steer_panel()
     if not refreshing:  # no what-if part refreshing it (a run it cannot steer, the store unreadable, a bug)
-        refresh.after(STEER_REFRESH_S if LIVE else None, key="steer_retry")
+        refresh.after(RETRY_S, key="steer_retry")
 
 
 def steer_panel() -> bool:
@@ -297,7 +298,7 @@ def what_if_now(weights: dict, thr: float, level_changed: bool, group_size, todo
     (the controls above are not redrawn) at the run's pace, at most every STEER_REFRESH_S; when
     what the controls were drawn from changed (a setting applied, made in another tab or by the
     autopilot; a request resolved), the page."""
-    period = STEER_REFRESH_S if LIVE else None
+    period = RETRY_S
     with refresh.guarded("the what-if"):
         period = what_if_part(weights, thr, level_changed, group_size, todo, drawn)
     refresh.after(period, key="steer_refresh")
@@ -308,7 +309,7 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
     try:
         s = state()
     except StoreError:
-        return STEER_REFRESH_S if LIVE else None  # monitor() above says why
+        return RETRY_S  # monitor() above says why
     caps = live_cards.capabilities(s)
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     if steer_inputs(s, live_view.current_settings(s), caps, waiting) != drawn:

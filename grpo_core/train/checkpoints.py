@@ -3,10 +3,10 @@
 So a half-written one is never loaded; the last CKPT_KEEP complete ones are kept. One that goes
 (an older one, or one a resumed run writes again) is renamed out of sight before it is deleted, so
 a trainer killed while deleting it leaves a hidden temporary folder, never a half checkpoint under
-a step's name. A trainer's
-checkpoint holds its weights (the folder) and its training state (`training_state`: the
-optimizer, the task's stream, the settings in force, the cumulative counts, the alert and
-curriculum state), which `restore_training_state` puts back on every rank of a resumed run."""
+a step's name. A trainer's checkpoint holds its weights (the folder) and its training state
+(`training_state`: the optimizer, the task's stream, the settings in force, the cumulative counts,
+the alert and curriculum state), which `restore_training_state` puts back on every rank of a
+resumed run."""
 from __future__ import annotations
 
 import os
