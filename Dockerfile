@@ -17,7 +17,7 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
     && pip install -r requirements.txt
 
 COPY grpo_core ./grpo_core
-COPY app.py ./
+COPY app.py asgi.py ./
 COPY pages ./pages
 COPY .streamlit ./.streamlit
 RUN pip install --no-deps -e . \

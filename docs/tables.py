@@ -60,7 +60,8 @@ def package_rows(package: Path, root: Path) -> list[tuple[str, str]]:
 
 
 def layout_table(root: Path = REPO) -> str:
-    """grpo_core/ (its top-level modules, then each wing in import order), then the Streamlit app."""
+    """grpo_core/ (its top-level modules, then each wing in import order), then the Streamlit app
+    (app.py, asgi.py, pages/)."""
     core = root / "grpo_core"
     rows = []
     for module in sorted(core.glob("*.py")):
@@ -68,7 +69,7 @@ def layout_table(root: Path = REPO) -> str:
     packages = {p.name: p for p in core.iterdir() if (p / "__init__.py").is_file()}
     for name in [w for w in WINGS if w in packages] + sorted(set(packages) - set(WINGS)):
         rows += package_rows(packages[name], root)
-    for page in [root / "app.py", *sorted((root / "pages").glob("*.py"))]:
+    for page in [root / "app.py", root / "asgi.py", *sorted((root / "pages").glob("*.py"))]:
         if page.is_file():
             rows.append((f"`{page.relative_to(root).as_posix()}`", first_line(page)))
     return table(("Module", "What it holds (its docstring's first line)"), rows)

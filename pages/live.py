@@ -9,15 +9,16 @@ slider; long history by bins with their min and max, every step on request) and 
 them with uPlot in the page (a refresh hands each chart new data: a reader's zoom stays), and
 advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the
 run's pace (2-10 s while it is live: live_cache.refresh_interval; a fragment, so the sliders below
-are not disturbed), each refresh asked by the page once it drew the last one (refresh.after); a
-finished run is drawn once. Below, only the what-if line refreshes on its own (what_if_now); the
+are not disturbed), each refresh asked by the page once it drew the last one (refresh.after), and
+only if the run changed since (live_probe's "anything new?" route, a few bytes); a finished run is
+drawn once. Below, only the what-if line refreshes on its own (what_if_now); the
 steering controls are redrawn when used or when what they show changed.
 """
 import streamlit as st
 
 from grpo_core.analysis import charts
-from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_chart, live_view, processes, refresh,
-                                 request_view, run_list, widget_state)
+from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_chart, live_probe, live_view, processes,
+                                 refresh, request_view, run_list, widget_state)
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import live_settings, presets, requests
 from grpo_core.runs.locations import runs_dir
@@ -44,6 +45,7 @@ RUN_DIR = runs_dir() / run_id
 STEER_REFRESH_S = 5.0  # the steering panel's shortest period while the run is live: new rollouts, settings made elsewhere
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
 CHARTS_SENT = "live_charts_sent"  # what this session's chart elements were sent (live_chart.draw_update)
+PROBE = live_probe.url(run_id)  # the route a refresh asks "anything new?" before it reruns (None: app.py served alone)
 
 
 def state() -> live_view.LiveState:
@@ -61,6 +63,15 @@ def shared(s: live_view.LiveState, *key, fn):
 def chart_update(key, fn):
     """A chart's update, made once for every viewer that holds the same version of it (live_cache)."""
     return live_cache.chart_update(RUN_DIR, key, fn)
+
+
+def refresh_after(period: float | None, key: str, s: live_view.LiveState | None):
+    """The fragment's next refresh: `period` after the page drew it, and only if the run changed
+    since `s` (live_probe); without a state drawn (the store unreadable), at each period."""
+    if s is None:
+        refresh.after(period, key=key)
+    else:
+        refresh.after(period, key=key, probe=PROBE, drawn=live_probe.key(s))
 
 
 def my_requests() -> list[int]:
@@ -96,7 +107,7 @@ def monitor():
         period = live_cache.STALE_REFRESH_S if LIVE else None
     else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
         period = live_chart.paced(live_cache.refresh_interval(s), sent)
-    refresh.after(period, key="monitor_refresh")
+    refresh_after(period, "monitor_refresh", s)
 
 
 def monitor_panel() -> tuple[live_view.LiveState | None, int]:
@@ -250,25 +261,25 @@ def steer():
     own (what_if_now); a change to what the controls show reruns the page."""
     if not ss.get(PAINTED):
         return  # the page's first paint: the panel comes right after
-    refreshing = False
+    refreshing, s = False, None
     with refresh.guarded("the steering panel"):
-        refreshing = steer_panel()
+        refreshing, s = steer_panel()
     if not refreshing:  # no what-if part refreshing it (a run it cannot steer, the store unreadable, a bug)
-        refresh.after(RETRY_S, key="steer_retry")
+        refresh_after(RETRY_S, "steer_retry", s)
 
 
-def steer_panel() -> bool:
-    """The panel; whether its what-if part is on it (what_if_now: the panel's refresh)."""
+def steer_panel() -> tuple[bool, live_view.LiveState | None]:
+    """The panel; whether its what-if part is on it (what_if_now: the panel's refresh), and the state drawn."""
     try:
         s = state()
     except StoreError:
-        return False  # monitor() above says why
+        return False, None  # monitor() above says why
     caps = live_cards.capabilities(s)
     cur = live_view.current_settings(s)
     st.subheader("Reward weights, threshold" + (", difficulty" if "set_difficulty" in caps["accepts"] else ""))
     if not caps["steer"]:
         settled(s, cur, caps)
-        return False
+        return False, s
     keys = widget_state.sync(ss, run_id, cur)  # seed the widgets, follow changes made elsewhere
     weights, thr, lvl, run = sliders(cur, caps["accepts"], keys)
     if caps["accepts_note"]:
@@ -282,7 +293,7 @@ def steer_panel() -> bool:
     if "set_autopilot" in caps["accepts"]:
         autopilot_moves(s, steer=True)
     save_preset_box(s, cur)
-    return True
+    return True, s
 
 
 def steer_inputs(s: live_view.LiveState, cur: dict, caps: dict, waiting: list) -> str:
@@ -298,18 +309,19 @@ def what_if_now(weights: dict, thr: float, level_changed: bool, group_size, todo
     (the controls above are not redrawn) at the run's pace, at most every STEER_REFRESH_S; when
     what the controls were drawn from changed (a setting applied, made in another tab or by the
     autopilot; a request resolved), the page."""
-    period = RETRY_S
+    period, s = RETRY_S, None
     with refresh.guarded("the what-if"):
-        period = what_if_part(weights, thr, level_changed, group_size, todo, drawn)
-    refresh.after(period, key="steer_refresh")
+        period, s = what_if_part(weights, thr, level_changed, group_size, todo, drawn)
+    refresh_after(period, "steer_refresh", s)
 
 
-def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, todo: list, drawn: str) -> float | None:
-    """The what-if line and the flat-group forecast; the period of the next refresh."""
+def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, todo: list,
+                 drawn: str) -> tuple[float | None, live_view.LiveState | None]:
+    """The what-if line and the flat-group forecast; the period of the next refresh, and the state drawn."""
     try:
         s = state()
     except StoreError:
-        return RETRY_S  # monitor() above says why
+        return RETRY_S, None  # monitor() above says why
     caps = live_cards.capabilities(s)
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     if steer_inputs(s, live_view.current_settings(s), caps, waiting) != drawn:
@@ -321,7 +333,7 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
         wi = None
     what_if_line(wi, caps, level_changed, todo, waiting)
     flat_line(s, group_size)
-    return what_if_period(s)
+    return what_if_period(s), s
 
 
 def what_if_period(s: live_view.LiveState) -> float | None:

@@ -225,6 +225,26 @@ def test_a_live_run_refreshes_at_its_pace(runs_dir, step_s, monitor, what_if):
     store.close()
 
 
+def test_served_with_the_route_each_refresh_asks_it_with_the_key_it_drew(runs_dir, monkeypatch):
+    """Where asgi.py mounted live_probe's route, every refresh of the live page carries the route's
+    URL and the key of the state it drew (the browser reruns only when the route's key differs:
+    tests/test_browser_refresh.py); served from app.py alone, none does."""
+    import json
+
+    from grpo_core.dashboard import live_cache, live_probe, refresh
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+
+    def asks(at):
+        return {e.key: {k: v for k, v in json.loads(e.proto.json).items() if k in ("probe", "drawn")}
+                for e in at.get("bidi_component") if e.proto.component_name == refresh.COMPONENT}
+    assert asks(app(run_id="r")) == {"monitor_refresh": {}, "steer_refresh": {}}
+    monkeypatch.setattr(live_probe, "_mounted", True)
+    key = live_probe.key(live_cache.current(runs_dir / "r"))
+    assert asks(app(run_id="r")) == {name: {"probe": "/grpo-health/live/r", "drawn": key}
+                                     for name in ("monitor_refresh", "steer_refresh")}
+    store.close()
+
+
 def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_dir, monkeypatch, caplog):
     """An exception nobody foresaw while drawing the monitor or the steering panel (here: the
     run's capabilities fail) shows one line naming the panel and the error, not Streamlit's

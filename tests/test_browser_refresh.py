@@ -5,6 +5,7 @@ per refresh, where Streamlit's run_every timer would queue one per period. Waits
 run counter, not a wall clock."""
 import re
 import textwrap
+import threading
 import time
 
 import pytest
@@ -142,3 +143,58 @@ def test_the_runs_page_polls_while_a_run_is_live_and_stops_when_it_ends(tmp_path
         finally:
             browser.close()
             store.close()
+
+
+def test_the_live_page_reruns_only_when_its_run_changed(tmp_path, monkeypatch):
+    """Served as `grpo-health serve` serves it (asgi.py: the pages and live_probe's route), the
+    live page of a running run with no new step asks the route at each refresh and reruns
+    nothing (a rerun redraws the whole page); the run's next step is drawn at the next refresh.
+    Counted: the script runs the server finished and the route's answers, from the page's traffic."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    store = synth_run(tmp_path, "r", 20, P=2, G=2, steps_total=1000)
+    monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
+    beating = threading.Event()
+    beating.set()
+
+    def beat():  # the trainer's heartbeat (a meta write, no new row): the run stays "running", not stale
+        while beating.is_set():
+            store.heartbeat()
+            time.sleep(1.0)
+    threading.Thread(target=beat, daemon=True).start()
+    runs, probes = [], []
+
+    def count(payload):
+        if isinstance(payload, bytes) and ForwardMsg.FromString(payload).HasField("script_finished"):
+            runs.append(payload)
+
+    def answered(response):
+        if "/grpo-health/live/r" in response.url:
+            probes.append(response.status)
+
+    def probed(n: int) -> bool:
+        page.wait_for_timeout(100)  # Playwright hands the events received meanwhile to the handlers
+        return len(probes) >= n
+    try:
+        with streamlit_app(REPO / "asgi.py", STALL_S) as url, sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.on("websocket", lambda ws: ws.on("framereceived", count))
+                page.on("response", answered)
+                page.goto(f"{url}/live?run=r")
+                wait_for(lambda: "step 20 of 1000" in page.inner_text("main") and probed(3), STALL_S,
+                         what="the live page drawn, and its refreshes asking the route")
+                before, asked = len(runs), len(probes)
+                wait_for(lambda: probed(asked + 6), STALL_S, what="six more refreshes")
+                assert set(probes) == {200}, probes
+                assert len(runs) == before, f"{len(runs) - before} reruns of a page whose run had nothing new"
+                synth_run(None, "r", 1, store=store, start=21, P=2, G=2)  # the trainer's next step
+                asked = len(probes)
+                drawn = lambda: "step 21 of 1000" in page.inner_text("main")  # noqa: E731
+                wait_for(lambda: drawn() or probed(asked + 4), STALL_S, what="the new step drawn")
+                assert drawn(), "the new step was not drawn within 4 refreshes"
+            finally:
+                browser.close()
+    finally:
+        beating.clear()
+        store.close()

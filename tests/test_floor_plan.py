@@ -29,8 +29,8 @@ def core_modules() -> dict[str, Path]:
 
 
 def checked_files() -> list[Path]:
-    """grpo_core/, pages/ and app.py: the code the floor plan covers."""
-    return [*core_modules().values(), *sorted((REPO / "pages").glob("*.py")), REPO / "app.py"]
+    """grpo_core/, pages/, app.py and asgi.py: the code the floor plan covers."""
+    return [*core_modules().values(), *sorted((REPO / "pages").glob("*.py")), REPO / "app.py", REPO / "asgi.py"]
 
 
 def parse(path: Path) -> ast.Module:

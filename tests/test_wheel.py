@@ -4,6 +4,7 @@ from the wheel's own copy of the app and starts the demo run. Plus the fast chec
 pyproject lists every package, serve finds the installed app and passes config.toml as flags."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -36,7 +37,7 @@ def test_pyproject_lists_every_package_of_grpo_core():
 def test_serve_passes_every_config_toml_setting_as_a_flag():
     cfg = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
     cmd = serve.streamlit_command(8765, host="0.0.0.0")
-    assert cmd[cmd.index("run") + 1] == str(REPO / "app.py")
+    assert cmd[cmd.index("run") + 1] == str(REPO / "asgi.py")
     flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2]))
     for section, keys in cfg.items():
         for key, value in keys.items():
@@ -55,8 +56,11 @@ def test_without_a_checkout_serve_uses_the_installed_app_and_the_forms_lose_the_
     shutil.copytree(REPO / "pages", installed / "pages")
     shutil.copytree(REPO / ".streamlit", installed / ".streamlit")
     shutil.copy(REPO / "app.py", installed)
+    with pytest.raises(FileNotFoundError, match="no asgi.py"):  # the pages without the server's entry point
+        serve.app_dir()
+    shutil.copy(REPO / "asgi.py", installed)
     assert serve.app_dir() == installed
-    assert serve.streamlit_command(9)[4] == str(installed / "app.py")
+    assert serve.streamlit_command(9)[4] == str(installed / "asgi.py")
     assert access.REPO == REPO  # this checkout: a form may read it
     monkeypatch.setattr(access, "REPO", None)  # an installed wheel: no repository to allow
     assert access.allowed_roots() == [locations.runs_dir()]
@@ -147,9 +151,11 @@ def test_the_readme_install_commands_build_install_and_serve_the_wheel(tmp_path,
     log.close()
     try:
         wait_for(lambda: page_answers(port, proc), STALL_S, what="the installed dashboard to answer")
-        assert streamlit_app_path(proc.pid) == str(site / "grpo_core" / "streamlit_app" / "app.py")
+        assert streamlit_app_path(proc.pid) == str(site / "grpo_core" / "streamlit_app" / "asgi.py")
         rid = wait_for(lambda: processes.live_demo(runs_dir), STALL_S, what="the demo run in the runs dir")
         wait_for(lambda: trained_steps(runs_dir / rid) >= 1, STALL_S, what="the demo trainer's first step")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/grpo-health/live/{rid}", timeout=30) as answer:
+            assert json.loads(answer.read())["key"].endswith(".running")  # the live page's route, from the wheel
         trainer = RunStore.open(runs_dir / rid, readonly=True)
         with trainer:
             pid = trainer.get_meta()["pid"]

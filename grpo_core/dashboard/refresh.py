@@ -7,7 +7,8 @@ a components-v2 element (assets/refresh.js) as the fragment's last element; in t
 `seconds` after the frame that painted the fragment, then reruns that fragment alone. The pace is
 then the run's (live_cache.refresh_interval, given anew at each refresh) or the page's, whichever
 is slower, and a page that cannot keep up costs its browser less instead of more. A page nobody
-can see (a background tab, a minimised window) asks for nothing until it is seen again.
+can see (a background tab, a minimised window) asks for nothing until it is seen again. Given a
+probe (live_probe's route), a refresh asks it first and reruns only when the run changed.
 
 `guarded(what)` wraps a refreshing panel's body: an error nobody foresaw (a bug) shows one line
 instead of Streamlit's traceback, which ended the page's refreshes (nothing after it ran, so no
@@ -31,16 +32,22 @@ def _component():
     return st.components.v2.component(COMPONENT, js=(ASSETS / "refresh.js").read_text())
 
 
-def after(seconds: float | None, key: str) -> None:
+def after(seconds: float | None, key: str, probe: str | None = None, drawn: str | None = None) -> None:
     """Rerun the current fragment `seconds` after the page drew this run of it (None: no more
     refreshes, e.g. the run has ended). Call it last in the fragment; `key` is one per fragment.
-    Outside any fragment it reruns the whole page (the live page's first paint asks so for the rest)."""
+    Outside any fragment it reruns the whole page (the live page's first paint asks so for the rest).
+    With `probe` (a URL answering {"key": ...}, live_probe's) and `drawn` (the key this run drew),
+    each refresh asks the URL first and reruns only when its key differs (or it cannot answer);
+    else it waits `seconds` again."""
     if seconds is None:
         return
     import streamlit as st
     count = st.session_state.get(f"{key}_count", 0) + 1  # new data at each refresh: the page's script runs
     st.session_state[f"{key}_count"] = count
-    _component()(data={"every": float(seconds), "n": count}, key=key, on_due_change=lambda: None)
+    data = {"every": float(seconds), "n": count}
+    if probe is not None:
+        data.update(probe=probe, drawn=drawn)
+    _component()(data=data, key=key, on_due_change=lambda: None)
 
 
 @contextmanager

@@ -12,8 +12,9 @@ container): anyone who reaches the port can start and stop runs, so it prints a 
 and `--token` / $GRPO_HEALTH_TOKEN makes every page ask for a token first (access.py).
 Streamlit's XSRF protection stays on (.streamlit/config.toml); nothing here turns it off.
 
-The app is the checkout's app.py and pages/ when grpo_core runs from a source checkout, else
-the copy an installed wheel carries (grpo_core/streamlit_app, pyproject.toml says how).
+The app is the checkout's asgi.py (app.py and pages/, with the live page's route) when grpo_core
+runs from a source checkout, else the copy an installed wheel carries (grpo_core/streamlit_app,
+pyproject.toml says how).
 Streamlit reads .streamlit/config.toml only from its working dir and the home dir, so serve
 passes every setting in that file as a command-line flag: an installed serve, started from any
 folder, behaves like `make run`. Streamlit runs in serve's own working dir (the folder a
@@ -41,12 +42,12 @@ DEFAULT_PORT = 8501
 
 
 def app_dir() -> Path:
-    """The folder holding app.py, pages/ and .streamlit/config.toml: the source checkout's,
-    else the installed wheel's copy."""
+    """The folder holding asgi.py, app.py, pages/ and .streamlit/config.toml: the source
+    checkout's, else the installed wheel's copy."""
     for folder in (source_checkout(), INSTALLED_APP):
-        if folder and (folder / "app.py").is_file():
+        if folder and (folder / "asgi.py").is_file():
             return folder
-    raise FileNotFoundError(f"dashboard entry point not found: no app.py in a source checkout nor in {INSTALLED_APP} "
+    raise FileNotFoundError(f"dashboard entry point not found: no asgi.py in a source checkout nor in {INSTALLED_APP} "
                             "(reinstall grpo-health from its wheel)")
 
 
@@ -63,7 +64,7 @@ def streamlit_command(port: int, app: Path | None = None, host: str = "127.0.0.1
     settings = {**streamlit_settings(folder), "server.port": port, "server.address": host}
     flags = [arg for name, value in settings.items()
              for arg in (f"--{name}", str(value).lower() if isinstance(value, bool) else str(value))]
-    return [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), *flags]
+    return [sys.executable, "-m", "streamlit", "run", str(folder / "asgi.py"), *flags]
 
 
 def serve_port(port: int | None) -> int:

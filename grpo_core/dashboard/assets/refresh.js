@@ -4,9 +4,21 @@
 // after its fragment's output reached the page (it is the fragment's last element), so a slow
 // page refreshes less often instead. A page nobody can see (a background tab, a minimised window)
 // asks nothing until it is seen again, then at once: a tab left open costs neither the server nor
-// the browser. Runs in the page (a Streamlit components-v2 element); `data` is {every: seconds,
-// n: this session's refresh count (new data, so each refresh runs this)}.
+// the browser. Given a probe (live_probe's route) and the key its fragment drew, a due refresh asks
+// the probe first and reruns only when the run's key changed: a rerun redraws the whole page, a
+// probe is a few bytes. Runs in the page (a Streamlit components-v2 element); `data` is
+// {every: seconds, n: this session's refresh count (new data, so each refresh runs this),
+// probe and drawn (optional): the URL answering {key} and the key this run drew}.
 const RETRY = 3;  // no answer within RETRY periods (a request lost to a reconnect): ask again
+
+async function changed(data) {
+  try {
+    const answer = await fetch(data.probe, {cache: "no-store", credentials: "same-origin"});
+    return !answer.ok || (await answer.json()).key !== data.drawn;
+  } catch (error) {
+    return true;  // no answer (a restarted server, a lost network): the rerun shows what is wrong
+  }
+}
 
 function stopWaiting(host) {
   clearTimeout(host.refreshTimer);
@@ -31,6 +43,17 @@ export default function render({data, setTriggerValue, parentElement}) {
       document.addEventListener("visibilitychange", host.refreshOnShow);
       return;
     }
+    if (data.probe) {
+      changed(data).then(yes => {
+        if (!current()) return;
+        if (yes) rerun();
+        else host.refreshTimer = setTimeout(ask, data.every * 1000);  // nothing new: ask again later
+      });
+    } else {
+      rerun();
+    }
+  };
+  const rerun = () => {
     setTriggerValue("due", data.n);
     host.refreshTimer = setTimeout(ask, Math.max(10, RETRY * data.every) * 1000);
   };
