@@ -7,11 +7,11 @@ grpo_core.dashboard.widget_state keeps the sliders' and inputs' session state in
 (and gives their bounds), grpo_core.analysis.charts builds the figures (smoothed by the page's EMA
 slider; long history by bins with their min and max, every step on request) and live_chart draws
 them with uPlot in the page (a refresh hands each chart new data: a reader's zoom stays), and
-advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh at the
-run's pace (2-10 s while it is live: live_cache.refresh_interval; a fragment, so the sliders below
-are not disturbed), each refresh asked by the page once it drew the last one (refresh.after), and
-only if the run changed since (live_probe's "anything new?" route, a few bytes); a finished run is
-drawn once. Below, only the what-if line refreshes on its own (what_if_now); the
+advice.what_to_do gives the top alert's fix, offered here as one button. The charts refresh while
+the run is live (a fragment, so the sliders below are not disturbed), each refresh asked by the
+page once it drew the last one (refresh.after): every 2 s, and only if the run changed since
+(live_probe's "anything new?" route, a few bytes); served without the route, at the run's pace
+(2-10 s: live_cache.refresh_interval). A finished run is drawn once. Below, only the what-if line refreshes on its own (what_if_now); the
 steering controls are redrawn when used or when what they show changed.
 """
 import streamlit as st
@@ -106,7 +106,7 @@ def monitor():
     if s is None:  # the store could not be read, or a bug: try again while the run was live
         period = live_cache.STALE_REFRESH_S if LIVE else None
     else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
-        period = live_chart.paced(live_cache.refresh_interval(s), sent)
+        period = live_chart.paced(live_cache.refresh_interval(s, probed=PROBE is not None), sent)
     refresh_after(period, "monitor_refresh", s)
 
 
@@ -337,10 +337,11 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
 
 
 def what_if_period(s: live_view.LiveState) -> float | None:
-    """The run's pace (live_cache.refresh_interval: half a step, 2-10 s), at least STEER_REFRESH_S:
-    the what-if window's rollouts change once per step, so a run of a step a minute has its what-if
-    redrawn every 10 s, not every 5 s (each redraw is the whole page's work for its browser)."""
-    period = live_cache.refresh_interval(s)
+    """The monitor's poll period (live_cache.refresh_interval), at least STEER_REFRESH_S: the what-if
+    window's rollouts change once per step, so without the route a run of a step a minute has its
+    what-if redrawn every 10 s, not every 5 s (each redraw is the whole page's work for its
+    browser); with it, every 5 s it asks and redraws once per step."""
+    period = live_cache.refresh_interval(s, probed=PROBE is not None)
     return None if period is None else max(STEER_REFRESH_S, period)
 
 

@@ -228,7 +228,8 @@ def test_a_live_run_refreshes_at_its_pace(runs_dir, step_s, monitor, what_if):
 def test_served_with_the_route_each_refresh_asks_it_with_the_key_it_drew(runs_dir, monkeypatch):
     """Where asgi.py mounted live_probe's route, every refresh of the live page carries the route's
     URL and the key of the state it drew (the browser reruns only when the route's key differs:
-    tests/test_browser_refresh.py); served from app.py alone, none does."""
+    tests/test_browser_refresh.py), and polls every 2 s (the what-if every 5 s) whatever the run's
+    pace; served from app.py alone, none does, and a slow run is polled at its pace."""
     import json
 
     from grpo_core.dashboard import live_cache, live_probe, refresh
@@ -237,11 +238,17 @@ def test_served_with_the_route_each_refresh_asks_it_with_the_key_it_drew(runs_di
     def asks(at):
         return {e.key: {k: v for k, v in json.loads(e.proto.json).items() if k in ("probe", "drawn")}
                 for e in at.get("bidi_component") if e.proto.component_name == refresh.COMPONENT}
-    assert asks(app(run_id="r")) == {"monitor_refresh": {}, "steer_refresh": {}}
+    for step in range(41, 61):  # a slow run: a minute per step
+        store.log_step(step, {names.TIME_STEP: 60.0})
+    at = app(run_id="r")
+    assert asks(at) == {"monitor_refresh": {}, "steer_refresh": {}}
+    assert refreshes(at) == {"monitor_refresh": 10.0, "steer_refresh": 10.0}  # its pace: every poll redraws
     monkeypatch.setattr(live_probe, "_mounted", True)
     key = live_probe.key(live_cache.current(runs_dir / "r"))
-    assert asks(app(run_id="r")) == {name: {"probe": "/grpo-health/live/r", "drawn": key}
-                                     for name in ("monitor_refresh", "steer_refresh")}
+    at = app(run_id="r")
+    assert asks(at) == {name: {"probe": "/grpo-health/live/r", "drawn": key} for name in ("monitor_refresh", "steer_refresh")}
+    # a poll with nothing new costs a few bytes: the slow run is asked as often as a fast one
+    assert refreshes(at) == {"monitor_refresh": live_cache.MIN_REFRESH_S, "steer_refresh": 5.0}
     store.close()
 
 

@@ -265,6 +265,20 @@ def test_refresh_interval_follows_the_logged_step_time(runs_dir, seconds, expect
     assert live_cache.refresh_interval(live_cache.current(store.run_dir)) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("seconds", [0.5, 60.0])
+def test_a_probed_page_polls_every_min_refresh_whatever_the_pace(runs_dir, seconds):
+    """A page that asks live_probe's route before each rerun pays a few bytes for a poll with
+    nothing new: it polls a slow run as often as a fast one, so a step shows within 2 s (and the
+    page redraws once per step); a stale run still every STALE_REFRESH_S, an ended one never."""
+    store = _small(runs_dir)
+    _with_step_time(store, 31, seconds)
+    assert live_cache.refresh_interval(live_cache.current(store.run_dir), probed=True) == live_cache.MIN_REFRESH_S
+    store.set_meta(heartbeat=time.time() - 60)
+    assert live_cache.refresh_interval(live_cache.current(store.run_dir), probed=True) == live_cache.STALE_REFRESH_S
+    store.set_status(FINISHED)
+    assert live_cache.refresh_interval(live_cache.current(store.run_dir), probed=True) is None
+
+
 def test_refresh_interval_prefers_the_step_rate_seen(runs_dir):
     store = _small(runs_dir)
     _with_step_time(store, 31, 60.0)  # logged: a minute per step

@@ -17,7 +17,8 @@ same value for the same version whichever session fills them.
 
 `memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once;
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
-`refresh_interval(state)`: the live page's poll period, from the run's step rate. `expire(run_dir)`:
+`refresh_interval(state, probed)`: the live page's poll period, from the run's step rate (2 s for
+a page that asks live_probe's route before it redraws). `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
 is dropped.
@@ -214,16 +215,18 @@ def clear():
 
 
 # ---- how often the page asks -----------------------------------------------------------------------
-def refresh_interval(state: LiveState) -> float | None:
+def refresh_interval(state: LiveState, probed: bool = False) -> float | None:
     """Poll period: half a step (from the step rate seen, else the logged step time) within
     MIN..MAX_REFRESH_S, so a slow run is not polled 15 times per step and a step shows within
-    2 periods; None for a run that has ended."""
+    2 periods; None for a run that has ended. `probed`: the page asks live_probe's route before
+    each rerun, so a poll that finds nothing new costs it a few bytes, not a redraw: MIN_REFRESH_S
+    whatever the run's pace (a step shows within one period; the page redraws once per step)."""
     status = state.status
     if status == STALE:
         return STALE_REFRESH_S
     if not state.is_live:
         return None
-    if status != RUNNING:  # starting or paused: its first step or its resume may come any moment
+    if status != RUNNING or probed:  # starting or paused: its first step or its resume may come any moment
         return MIN_REFRESH_S
     period = _seen_period(state)
     if period is None:
