@@ -198,3 +198,43 @@ def test_the_live_page_reruns_only_when_its_run_changed(tmp_path, monkeypatch):
     finally:
         beating.clear()
         store.close()
+
+
+HANGING_ROUTE = textwrap.dedent('''
+    import asyncio
+
+    import streamlit as st
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+
+    async def hang(request):  # a hung server, as the page sees it: no answer within its 10 s
+        await asyncio.sleep(20)  # (not forever: the server's shutdown waits for its open requests)
+        return JSONResponse({})
+
+
+    app = st.App("app.py", routes=[Route("/hang", hang)])
+''')
+
+
+def test_a_probe_that_hangs_does_not_stop_the_refreshes(tmp_path):
+    """A refresh asks its probe first; a probe that does not answer (a hung server) is given up
+    after RETRY periods (10 s at least), and the fragment reruns: the page goes on following
+    the run instead of waiting forever on one request (it did: no rerun after the first hang)."""
+    (tmp_path / "app.py").write_text(APP.replace(f"refresh.after({PERIOD_S}, key=\"refresh\")",
+                                                 f"refresh.after({PERIOD_S}, key=\"refresh\", probe=\"/hang\", drawn=\"k\")"))
+    (tmp_path / "asgi.py").write_text(HANGING_ROUTE)
+    assert 'probe="/hang"' in (tmp_path / "app.py").read_text()
+    with streamlit_app(tmp_path / "asgi.py", STALL_S) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            given_up, answered = [], []
+            page.on("requestfailed", lambda r: given_up.append(r.url) if r.url.endswith("/hang") else None)
+            page.on("requestfinished", lambda r: answered.append(r.url) if r.url.endswith("/hang") else None)
+            page.goto(url)
+            wait_for(lambda: counter(page, "fragment runs") >= 3, STALL_S, what="two refreshes past hung probes")
+            # each refresh gave its probe up (the server answers after 20 s): none waited for the answer
+            assert len(given_up) >= 2 and not answered and counter(page, "page runs") == 1
+        finally:
+            browser.close()

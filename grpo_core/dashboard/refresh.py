@@ -37,8 +37,8 @@ def after(seconds: float | None, key: str, probe: str | None = None, drawn: str 
     refreshes, e.g. the run has ended). Call it last in the fragment; `key` is one per fragment.
     Outside any fragment it reruns the whole page (the live page's first paint asks so for the rest).
     With `probe` (a URL answering {"key": ...}, live_probe's) and `drawn` (the key this run drew),
-    each refresh asks the URL first and reruns only when its key differs (or it cannot answer);
-    else it waits `seconds` again."""
+    each refresh asks the URL first and reruns only when its key differs (or it cannot answer: an
+    error, or no answer within 3 periods, 10 s at least); else it waits `seconds` again."""
     if seconds is None:
         return
     import streamlit as st

@@ -12,8 +12,9 @@
 const RETRY = 3;  // no answer within RETRY periods (a request lost to a reconnect): ask again
 
 async function changed(data) {
-  try {
-    const answer = await fetch(data.probe, {cache: "no-store", credentials: "same-origin"});
+  try {  // a hung server: given up after RETRY periods, as a rerun that gets no answer is asked again
+    const answer = await fetch(data.probe, {cache: "no-store", credentials: "same-origin",
+                                            signal: AbortSignal.timeout(Math.max(10, RETRY * data.every) * 1000)});
     return !answer.ok || (await answer.json()).key !== data.drawn;
   } catch (error) {
     return true;  // no answer (a restarted server, a lost network): the rerun shows what is wrong
