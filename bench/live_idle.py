@@ -112,7 +112,7 @@ def report(readings: dict, args) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pages", type=int, default=3, help="live pages open per round")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per server (alternating)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per server and phase (the servers alternating)")
     ap.add_argument("--seconds", type=float, default=30.0, help="CPU measured over this long per round")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the pages opened before measuring")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
