@@ -165,7 +165,11 @@ def streamlit_app(app: Path, timeout: float = 120):
         yield url
     finally:
         os.killpg(server.pid, signal.SIGTERM)
-        server.wait(30)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:  # a shutdown waiting on a request that never ends: not left behind
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(30)
 
 
 def wait_for(pred, timeout: float, every: float = 0.25, what: str = "condition"):
