@@ -2,7 +2,7 @@
 
 A fragment's rerun costs its browser a redraw of every element on the page, whether or not the
 run changed (Streamlit renders the page's elements again at each fragment run: docs/benchmarks.md
-"Live page: viewers"), and a run of a step a minute changed at one refresh in six. So the page
+"Live page: the "anything new?" route"), and a run of a step a minute changed at one refresh in six. So the page
 hands its refresh element (refresh.after) this route's URL and the key of the run it drew; when
 due, the element GETs the route (a few bytes, answered from live_cache's shared probe: no store
 read of its own, no script run) and reruns the fragment only if the key differs. A viewer of a run
