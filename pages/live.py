@@ -11,8 +11,9 @@ advice.what_to_do gives the top alert's fix, offered here as one button. The cha
 the run is live (a fragment, so the sliders below are not disturbed), each refresh asked by the
 page once it drew the last one (refresh.after): every 2 s, and only if the run changed since
 (live_probe's "anything new?" route, a few bytes); served without the route, at the run's pace
-(2-10 s: live_cache.refresh_interval). A finished run is drawn once. Below, only the what-if line refreshes on its own (what_if_now); the
-steering controls are redrawn when used or when what they show changed.
+(2-10 s: live_cache.refresh_interval). A finished run is drawn once. Below, only the what-if line
+refreshes on its own (what_if_now); the steering controls are redrawn when used or when what they
+show changed.
 """
 import streamlit as st
 

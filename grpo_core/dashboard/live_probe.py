@@ -2,11 +2,11 @@
 
 A fragment's rerun costs its browser a redraw of every element on the page, whether or not the
 run changed (Streamlit renders the page's elements again at each fragment run: docs/benchmarks.md
-"Live page: the "anything new?" route"), and a run of a step a minute changed at one refresh in six. So the page
-hands its refresh element (refresh.after) this route's URL and the key of the run it drew; when
-due, the element GETs the route (a few bytes, answered from live_cache's shared probe: no store
-read of its own, no script run) and reruns the fragment only if the key differs. A viewer of a run
-with nothing new costs its browser one small request per period.
+"Live page: the "anything new?" route"), and a run of a step a minute changed at one refresh in
+six. So the page hands its refresh element (refresh.after) this route's URL and the key of the run
+it drew; when due, the element GETs the route (a few bytes, answered from live_cache's shared
+probe: no store read of its own, no script run) and reruns the fragment only if the key differs.
+A viewer of a run with nothing new costs its browser one small request per period.
 
 The route is mounted by asgi.py (`grpo-health serve` runs it); a dashboard served from app.py alone
 has no route, `url` says so (None) and the page reruns at each refresh as before. With an access
@@ -59,7 +59,7 @@ def answer(run_id: str, given_ticket: str | None) -> tuple[int, dict]:
     if token and not hmac.compare_digest(given_ticket or "", ticket(run_id, token)):
         return 403, {"error": "ticket: missing or wrong for this run (reload the page after entering the token)"}
     run_dir = runs_dir() / run_id
-    if not (run_dir / DB_NAME).is_file():
+    if not (run_dir / DB_NAME).is_file():  # before live_cache: a made-up id must not evict a real run's view
         return 404, {"error": f"run {run_id}: no run store under {runs_dir()}"}
     try:
         return 200, {"key": key(live_cache.current(run_dir))}

@@ -10,11 +10,12 @@
 // {every: seconds, n: this session's refresh count (new data, so each refresh runs this),
 // probe and drawn (optional): the URL answering {key} and the key this run drew}.
 const RETRY = 3;  // no answer within RETRY periods (a request lost to a reconnect): ask again
+const patience = data => Math.max(10, RETRY * data.every) * 1000;  // that wait in ms, 10 s at least
 
 async function changed(data) {
   try {  // a hung server: given up after RETRY periods, as a rerun that gets no answer is asked again
     const answer = await fetch(data.probe, {cache: "no-store", credentials: "same-origin",
-                                            signal: AbortSignal.timeout(Math.max(10, RETRY * data.every) * 1000)});
+                                            signal: AbortSignal.timeout(patience(data))});
     return !answer.ok || (await answer.json()).key !== data.drawn;
   } catch (error) {
     return true;  // no answer (a restarted server, a lost network): the rerun shows what is wrong
@@ -56,7 +57,7 @@ export default function render({data, setTriggerValue, parentElement}) {
   };
   const rerun = () => {
     setTriggerValue("due", data.n);
-    host.refreshTimer = setTimeout(ask, Math.max(10, RETRY * data.every) * 1000);
+    host.refreshTimer = setTimeout(ask, patience(data));
   };
   if (document.visibilityState === "hidden") {
     ask();  // drawn unseen (a refresh in flight when the tab was left): wait for the reader
