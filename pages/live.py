@@ -79,14 +79,37 @@ def my_requests() -> list[int]:
     return widget_state.my_requests(ss, run_id)
 
 
-def send(kind: str, payload: dict) -> bool:
+# Every button acts in its callback, which Streamlit runs before the run its click starts: that run
+# may be cut short before it reaches the button (the what-if finds a setting applied elsewhere, the
+# run ended: st.rerun), and a click read from the button's return value would then be lost.
+def send(kind: str, payload: dict, where: str) -> bool:
+    """This session's request to the run; a bad one is told at `where` (tell), nothing sent."""
     try:
         my_requests().append(requests.send(RUN_DIR, kind, payload, source="ui"))
         live_cache.expire(RUN_DIR)  # the rerun that follows shows the request as pending at once
         return True
     except (ConfigError, StoreError) as e:
-        st.error(str(e))
+        tell(where, "error", str(e))
         return False
+
+
+def act(kind: str, payload: dict, where: str, done: str = "Sent: applied at the next step boundary"):
+    """A button's callback that sends one request, then reruns the whole page (st.rerun from a
+    callback): the monitor shows the request as pending at once."""
+    if send(kind, payload, where):
+        st.toast(done)
+        st.rerun()
+
+
+def tell(where: str, level: str, text: str):
+    """What a callback has to say (an error, a preset saved), drawn by told(where) at the next run."""
+    ss[f"told:{where}"] = (level, text)
+
+
+def told(where: str):
+    level, text = ss.pop(f"told:{where}", (None, None))
+    if text:
+        (st.error if level == "error" else st.success)(text)
 
 
 try:
@@ -246,12 +269,11 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
             st.caption("No single move answers it now: " + "; ".join(answer["why_not"]) + ".")
         for i, f in enumerate(offered[:3]):
             row = st.columns([2, 5])
-            if row[0].button(f.label, key=f"fix_{f.move}", type="primary" if i == 0 else "secondary",
-                             help=f.reason, width="stretch"):
-                if send(f.kind, f.payload):
-                    st.toast(f"Sent {f.label}: applied at the next step boundary")
-                    st.rerun()
+            row[0].button(f.label, key=f"fix_{f.move}", type="primary" if i == 0 else "secondary", help=f.reason,
+                          width="stretch", on_click=act,
+                          args=(f.kind, f.payload, "fixes", f"Sent {f.label}: applied at the next step boundary"))
             row[1].caption(f.note)
+        told("fixes")
         if live_view.current_settings(s)["autopilot"]:
             st.caption("The autopilot is on: it makes such a move itself once the ratio stays below its target.")
 
@@ -289,7 +311,7 @@ def steer_panel() -> tuple[bool, live_view.LiveState | None]:
     waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
     what_if_now(weights, thr, lvl != cur["level"], run.get("group_size") or cur.get("group_size"), todo,
                 drawn=steer_inputs(s, cur, caps, waiting))
-    buttons(s, caps, cur, keys, weights, thr, todo, waiting)
+    buttons(s, caps, cur, keys, todo, waiting)
     suggestions_box(s, keys)
     if "set_autopilot" in caps["accepts"]:
         autopilot_moves(s, steer=True)
@@ -363,15 +385,16 @@ def sliders(cur: dict, accepts, keys: widget_state.Keys):
     top = ss[keys.top]
     has_level = "set_difficulty" in accepts
     cols = st.columns(len(keys.weights) + 1 + has_level)
-    weights = {m: cols[i].slider(**widget_state.weight_spec(m, top), key=key) for i, (m, key) in
-               enumerate(keys.weights.items())}
-    thr = cols[len(keys.weights)].slider(**widget_state.threshold_spec(), key=keys.thr)
-    lvl = cols[-1].slider(**widget_state.level_spec(), key=keys.lvl) if has_level else cur["level"]
+    for i, (m, key) in enumerate(keys.weights.items()):
+        cols[i].slider(**widget_state.weight_spec(m, top), key=key)
+    cols[len(keys.weights)].slider(**widget_state.threshold_spec(), key=keys.thr)
+    if has_level:
+        cols[-1].slider(**widget_state.level_spec(), key=keys.lvl)
     shown = widget_state.run_inputs(accepts)
     rc = st.columns(max(4, len(shown)))
-    run = {k: rc[i].number_input(**widget_state.run_input_spec(live_view.RUN_SETTINGS[k]), key=keys.run[k])
-           for i, k in enumerate(shown)}
-    return weights, thr, lvl, run
+    for i, k in enumerate(shown):
+        rc[i].number_input(**widget_state.run_input_spec(live_view.RUN_SETTINGS[k]), key=keys.run[k])
+    return widget_state.shown_values(ss, keys, accepts, cur)  # what a button's callback reads too
 
 
 def what_if_line(wi: dict | None, caps: dict, level_changed: bool, todo: list, waiting: list):
@@ -411,31 +434,47 @@ def flat_line(s: live_view.LiveState, group_size):
                f"at its own rate **{f['per_prompt']:.0%}**.")
 
 
-def buttons(s: live_view.LiveState, caps: dict, cur: dict, keys: widget_state.Keys, weights: dict, thr: float,
-            todo: list, waiting: list):
+def buttons(s: live_view.LiveState, caps: dict, cur: dict, keys: widget_state.Keys, todo: list, waiting: list):
     """Apply (one request per changed setting), Reset, Suggest, Pause/Resume, Stop."""
     accepts = caps["accepts"]
     b = st.columns(6)
-    if b[0].button("Apply", type="primary", disabled=not todo or bool(waiting), key="apply",
-                   help="one request per changed setting; the trainer applies it at the next step"):
-        if all(send(kind, payload) for kind, payload in todo):
-            st.toast("Sent: applied at the next step boundary")
-            st.rerun()  # full rerun: the monitor shows the request as pending at once
+    b[0].button("Apply", type="primary", disabled=not todo or bool(waiting), key="apply", on_click=apply_sliders,
+                args=(keys, accepts), help="one request per changed setting; the trainer applies it at the next step")
     b[1].button("Reset sliders", key="reset", on_click=widget_state.load_values,
                 args=(ss, keys, cur["weights"], cur["min_group_std"], cur["level"]))
-    if b[2].button("Suggest weights", key="suggest", disabled=not caps["what_if"]):
-        try:
-            ss[keys.suggestions] = advice.suggestions(s, weights, thr)
-        except (ConfigError, ValueError) as e:
-            st.error(str(e))
+    b[2].button("Suggest weights", key="suggest", disabled=not caps["what_if"], on_click=suggest, args=(keys, accepts))
     if "pause" in accepts:
         label, kind = ("Resume", "resume") if s.status == "paused" else ("Pause", "pause")
-        if b[3].button(label, key=kind):
-            send(kind, {})
-            st.rerun()
-    if b[4].button("Stop", key="stop", help="finish the current step, checkpoint, stop"):
-        send("stop", {})
+        b[3].button(label, key=kind, on_click=act, args=(kind, {}, "buttons"))
+    b[4].button("Stop", key="stop", help="finish the current step, checkpoint, stop", on_click=act,
+                args=("stop", {}, "buttons"))
+    told("buttons")
+
+
+def apply_sliders(keys: widget_state.Keys, accepts):
+    """Apply's callback: one request per setting the controls show changed from the one in force
+    (a second click before the first's redraw, while a request of ours is open, sends nothing)."""
+    try:
+        s = state()
+    except StoreError as e:
+        return tell("buttons", "error", str(e))
+    cur = live_view.current_settings(s)
+    if widget_state.open_requests(request_view.request_lines(s, my_requests())):
+        return
+    todo = request_view.pending_changes(cur, *widget_state.shown_values(ss, keys, accepts, cur))
+    if todo and all(send(kind, payload, "buttons") for kind, payload in todo):
+        st.toast("Sent: applied at the next step boundary")
         st.rerun()
+
+
+def suggest(keys: widget_state.Keys, accepts):
+    """Suggest weights' callback: weights near the sliders' that make more groups trainable."""
+    try:
+        s = state()
+        weights, thr, _, _ = widget_state.shown_values(ss, keys, accepts, live_view.current_settings(s))
+        ss[keys.suggestions] = advice.suggestions(s, weights, thr)
+    except (ConfigError, StoreError, ValueError) as e:
+        tell("buttons", "error", str(e))
 
 
 def suggestions_box(s: live_view.LiveState, keys: widget_state.Keys):
@@ -458,7 +497,8 @@ def autopilot_moves(s: live_view.LiveState, steer: bool):
     st.subheader("Autopilot")
     if steer:
         ap_key = widget_state.sync_autopilot(ss, widget_state.keys(run_id), cur["autopilot"])
-        st.toggle("Autopilot on", key=ap_key, on_change=lambda: send("set_autopilot", {"enabled": bool(ss[ap_key])}),
+        st.toggle("Autopilot on", key=ap_key,
+                  on_change=lambda: send("set_autopilot", {"enabled": bool(ss[ap_key])}, "autopilot"),
                   help="acts on the health verdict with requests (reweight, raise G within a budget, widen "
                        "sampling, raise difficulty, stop early); every move is listed here with its reason and can "
                        "be undone")
@@ -470,10 +510,10 @@ def autopilot_moves(s: live_view.LiveState, steer: bool):
         undone = f" · undone by #{m['undone_by']}" if m["undone_by"] else ""
         c[0].markdown(f"`#{m['request_id']}` after step {m['step']} · **{m['summary']}** — {m['status']}{undone}"
                       f"  \n{m['reason']}")
-        if steer and m["undo"] and c[1].button("Undo", key=f"undo_{m['request_id']}",
-                                               help="send the inverse request (source ui)"):
-            if send(*m["undo"]):
-                st.rerun()
+        if steer and m["undo"]:
+            c[1].button("Undo", key=f"undo_{m['request_id']}", help="send the inverse request (source ui)",
+                        on_click=act, args=(*m["undo"], "autopilot"))
+    told("autopilot")
 
 
 def save_preset_box(s: live_view.LiveState, cur: dict):
@@ -481,13 +521,20 @@ def save_preset_box(s: live_view.LiveState, cur: dict):
         st.caption("Weights, group size and threshold in force, as a TOML file under the runs dir's presets/ "
                    "(start a run from it on the Runs page).")
         name = st.text_input("Preset name", key=widget_state.keys(run_id).preset_name, placeholder="e.g. cite-less")
-        if st.button("Save preset", key="save_preset", disabled=not name.strip()):
-            try:
-                path = presets.save_preset(name.strip(), cur["weights"], cur.get("group_size"), cur["min_group_std"],
-                                           note=f"from run {run_id} at step {s.last_step}", source_run=run_id)
-                st.success(f"saved preset {name.strip()} ({path})")
-            except ConfigError as e:
-                st.error(str(e))
+        st.button("Save preset", key="save_preset", disabled=not name.strip(), on_click=save_preset,
+                  args=(cur, s.last_step))
+        told("preset")
+
+
+def save_preset(cur: dict, step: int):
+    """Save preset's callback: the settings in force the box showed, under the name typed."""
+    name = ss.get(widget_state.keys(run_id).preset_name, "").strip()
+    try:
+        path = presets.save_preset(name, cur["weights"], cur.get("group_size"), cur["min_group_std"],
+                                   note=f"from run {run_id} at step {step}", source_run=run_id)
+        tell("preset", "success", f"saved preset {name} ({path})")
+    except ConfigError as e:
+        tell("preset", "error", str(e))
 
 
 monitor()

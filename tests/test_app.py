@@ -153,10 +153,13 @@ def test_weights_that_cannot_apply_show_one_line_not_a_traceback(runs_dir):
         at.slider(key=f"w:r:{m}").set_value(0.0)
     at.run()
     assert not at.exception
-    assert [e for e in texts(at.error) if "all zero" in e] and at.button(key="apply").disabled is False
+    shown = [e for e in texts(at.error) if "all zero" in e]  # the what-if's
+    assert shown and at.button(key="apply").disabled is False
     at.button(key="apply").click().run()
-    assert not at.exception and any("all zero" in e for e in texts(at.error))
+    assert not at.exception and [e for e in texts(at.error) if "all zero" in e] == shown * 2  # and Apply's
     assert store.control().empty  # nothing was sent
+    at.run()
+    assert [e for e in texts(at.error) if "all zero" in e] == shown  # said once
     store.close()
 
 
@@ -548,3 +551,35 @@ def test_every_page_opens_with_the_frame_and_nothing_else_of_its_kind():
         assert first.endswith("frame.open_page()"), (path.name, first)
         calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         assert not calls & {"require_token", "through_app", "access.require_token", "frame.through_app"}, path.name
+
+
+def test_a_click_is_acted_on_when_its_run_is_cut_short_by_a_change_made_elsewhere(runs_dir, monkeypatch):
+    """The run a click starts may be rerun before it reaches its buttons (the what-if finds a setting
+    applied elsewhere since the panel read the run, the run ends): the click still sends its
+    request, once (each button acts in its callback, before the run)."""
+    from grpo_core.dashboard import live_cache, widget_state
+    from grpo_core.runs import requests
+    store = synth_run(runs_dir, "r", 12, steps_total=100)
+    at = app_test()
+    at.session_state["run_id"] = "r"
+    at.run()
+    at.slider(key="w:r:length").set_value(0.6).run()
+    armed, original = [True], widget_state.sync
+
+    def sync_then_change_elsewhere(*args, **kwargs):
+        keys = original(*args, **kwargs)  # the panel drew its controls from the settings before the change
+        if armed[0]:
+            armed[0] = False
+            rid = requests.send(runs_dir / "r", "set_weights", {"weights": {"exact": 0.2}}, source="cli")
+            assert [r["id"] for r in store.claim_pending()] == [rid]  # what the trainer does at its next step
+            store.resolve_request(rid, True, store.last_step() + 1)
+            live_cache.expire(runs_dir / "r")
+        return keys
+    monkeypatch.setattr(widget_state, "sync", sync_then_change_elsewhere)
+    at.button(key="apply").click().run()
+    assert not at.exception and not armed[0]
+    mine = store.control().query("source == 'ui'")
+    assert list(mine["kind"]) == ["set_weights"] and mine["payload"].iloc[0]["weights"]["length"] == 0.6
+    at.run()
+    assert len(store.control().query("source == 'ui'")) == 1  # sent once
+    store.close()

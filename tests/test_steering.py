@@ -57,6 +57,18 @@ def test_a_second_sync_with_nothing_changed_touches_nothing_the_user_moved():
     assert (ss[k.weights["length"]], ss[k.thr], ss[k.run["group_size"]]) == (0.7, 0.05, 12)
 
 
+def test_shown_values_are_what_the_controls_hold_and_the_setting_in_force_for_one_not_drawn():
+    """What a button's callback reads: the session state as the browser sent it."""
+    ss, cur = {}, settings(lvl=2)
+    k = widget_state.sync(ss, "r", cur)
+    ss[k.weights["length"]], ss[k.thr], ss[k.lvl], ss[k.run["group_size"]] = 0.7, 0.05, 3, 12  # the user moves them
+    accepts = {live_settings.SET_DIFFICULTY, "set_group_size"}
+    assert widget_state.shown_values(ss, k, accepts, cur) == ({**W, "length": 0.7}, 0.05, 3, {"group_size": 12})
+    del ss[k.weights["exact"]], ss[k.thr]  # not drawn yet: the setting in force, never 0
+    weights, thr, lvl, run = widget_state.shown_values(ss, k, {"set_weights"}, cur)
+    assert weights == {**W, "length": 0.7} and thr == 0.01 and lvl == 2 and run == {}  # no level slider: in force
+
+
 def test_an_untouched_input_follows_a_change_made_elsewhere_an_edited_one_keeps_the_users_value():
     ss = {}
     k = widget_state.sync(ss, "r", settings())

@@ -150,6 +150,16 @@ def follow_changes(ss: MutableMapping, k: Keys, prev: dict, cur: dict):
             ss[ss_key] = cast(new)
 
 
+def shown_values(ss: MutableMapping, k: Keys, accepts, cur: dict) -> tuple[dict, float, int, dict]:
+    """What the steering controls show: the weights, the threshold, the level and the run-setting
+    inputs the run accepts (a control not drawn, as the setting in force `cur`). Read from the
+    session state, which a button's callback sees as the browser sent it, before any redraw."""
+    weights = {m: float(ss.get(key, cur["weights"].get(m, 0.0))) for m, key in k.weights.items()}
+    lvl = ss.get(k.lvl, cur["level"]) if live_settings.SET_DIFFICULTY in accepts else cur["level"]
+    run = {key: ss.get(k.run[key]) for key in run_inputs(accepts)}
+    return weights, float(ss.get(k.thr, cur["min_group_std"])), int(lvl), run
+
+
 def sync_autopilot(ss: MutableMapping, k: Keys, enabled: bool) -> str:
     """The autopilot switch shows the switch in force whenever that changes (applied, or
     changed elsewhere); between changes it keeps what the user set. Returns its key."""
