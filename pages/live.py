@@ -15,6 +15,8 @@ page once it drew the last one (refresh.after): every 2 s, and only if the run c
 refreshes on its own (what_if_now); the steering controls are redrawn when used or when what they
 show changed.
 """
+import secrets
+
 import streamlit as st
 
 from grpo_core.analysis import charts
@@ -47,6 +49,7 @@ STEER_REFRESH_S = 5.0  # the steering panel's shortest period while the run is l
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
 CHARTS_SENT = "live_charts_sent"  # what this session's chart elements were sent (live_chart.draw_update)
 PROBE = live_probe.url(run_id)  # the route a refresh asks "anything new?" before it reruns (None: app.py served alone)
+VIEWER = ss.setdefault("live_viewer", secrets.token_hex(8))  # this session, one of the run's viewers (their share of redraws)
 
 
 def state() -> live_view.LiveState:
@@ -130,7 +133,7 @@ def monitor():
     if s is None:  # the store could not be read, or a bug: try again while the run was live
         period = live_cache.STALE_REFRESH_S if LIVE else None
     else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
-        period = live_chart.paced(live_cache.refresh_interval(s, probed=PROBE is not None), sent)
+        period = live_chart.paced(live_cache.refresh_interval(s, probed=PROBE is not None, viewer=VIEWER), sent)
     refresh_after(period, "monitor_refresh", s)
 
 
@@ -364,7 +367,7 @@ def what_if_period(s: live_view.LiveState) -> float | None:
     window's rollouts change once per step, so without the route a run of a step a minute has its
     what-if redrawn every 10 s, not every 5 s (each redraw is the whole page's work for its
     browser); with it, every 5 s it asks and redraws once per step."""
-    period = live_cache.refresh_interval(s, probed=PROBE is not None)
+    period = live_cache.refresh_interval(s, probed=PROBE is not None, viewer=VIEWER)
     return None if period is None else max(STEER_REFRESH_S, period)
 
 

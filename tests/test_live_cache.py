@@ -297,6 +297,27 @@ def test_refresh_interval_of_stale_paused_and_finished_runs(runs_dir):
     assert live_cache.refresh_interval(live_cache.current(store.run_dir)) is None
 
 
+def test_a_fast_runs_viewers_share_its_redraws(runs_dir, monkeypatch):
+    """n pages on a fast run each wait n / REDRAWS_PER_S (2 s while that is shorter); a page that
+    stopped asking drops out after VIEWERS_WINDOW_S; a run slower than the viewers' share keeps its
+    probed 2-s poll (its pages redraw once per step)."""
+    store = _small(runs_dir)
+    _with_step_time(store, 31, 0.5)  # a fast run: half a second per step
+    s = live_cache.current(store.run_dir)
+    periods = [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)]
+    assert periods[:3] == [live_cache.MIN_REFRESH_S] * 3
+    assert periods[-1] == pytest.approx(10 / live_cache.REDRAWS_PER_S)
+    assert live_cache.refresh_interval(s, viewer="page0") == pytest.approx(10 / live_cache.REDRAWS_PER_S)  # no route
+    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == pytest.approx(10 / live_cache.REDRAWS_PER_S)
+    later = time.monotonic() + live_cache.VIEWERS_WINDOW_S + 1
+    monkeypatch.setattr(live_cache.time, "monotonic", lambda: later)  # only page0 asks again
+    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == live_cache.MIN_REFRESH_S
+    slow = _small(runs_dir, "slow")
+    _with_step_time(slow, 31, 60.0)
+    s = live_cache.current(slow.run_dir)
+    assert [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)][-1] == live_cache.MIN_REFRESH_S
+
+
 # ---- the probe, and the trainer's protection ----------------------------------------------------------
 def test_probe_is_cheaper_than_a_refresh_with_nothing_new(runs_dir):
     store = _small(runs_dir, steps=300)

@@ -17,8 +17,9 @@ same value for the same version whichever session fills them.
 
 `memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once;
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
-`refresh_interval(state, probed)`: the live page's poll period, from the run's step rate (2 s for
-a page that asks live_probe's route before it redraws). `expire(run_dir)`:
+`refresh_interval(state, probed, viewer)`: the live page's poll period, from the run's step rate (2 s
+for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
+(together they are redrawn REDRAWS_PER_S times a second at most). `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
 is dropped.
@@ -58,6 +59,8 @@ MAX_REFRESH_S = 10.0  # ... for a slow one: a change still shows within 2 period
 STALE_REFRESH_S = 5.0  # a stale run (no heartbeat) may come back
 RATE_WINDOW_S = 120.0  # the step rate is measured over the steps seen in this window
 RATE_SAMPLES = 32  # (time, last step) samples kept per run for the rate
+REDRAWS_PER_S = 1.5  # a run's viewers together are redrawn about this often at most: the dashboard's share of the CPU
+VIEWERS_WINDOW_S = 60.0  # a viewer counts while its page asked for its period within this long (a closed page drops out)
 
 
 @dataclass
@@ -74,6 +77,7 @@ class _Run:
     memo: OrderedDict = field(default_factory=OrderedDict)
     updates: OrderedDict = field(default_factory=OrderedDict)  # chart_update's
     steps: deque = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))  # (time.time(), last_step)
+    viewers: dict = field(default_factory=dict)  # viewer id -> time.monotonic() its page last asked refresh_interval
     loads: int = 0  # live_view.load calls (tests and the bench count them)
 
 
@@ -215,25 +219,49 @@ def clear():
 
 
 # ---- how often the page asks -----------------------------------------------------------------------
-def refresh_interval(state: LiveState, probed: bool = False) -> float | None:
+def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None = None) -> float | None:
     """Poll period: half a step (from the step rate seen, else the logged step time) within
     MIN..MAX_REFRESH_S, so a slow run is not polled 15 times per step and a step shows within
     2 periods; None for a run that has ended. `probed`: the page asks live_probe's route before
     each rerun, so a poll that finds nothing new costs it a few bytes, not a redraw: MIN_REFRESH_S
-    whatever the run's pace (a step shows within one period; the page redraws once per step)."""
+    whatever the run's pace (a step shows within one period; the page redraws once per step).
+    `viewer`: the asking page (one id per browser session). A run's viewers share REDRAWS_PER_S:
+    with n of them, a page that would redraw more often than every n / REDRAWS_PER_S seconds (a
+    fast run) waits that long, so ten viewers cost the server and the trainer's box what a few do."""
     status = state.status
     if status == STALE:
         return STALE_REFRESH_S
     if not state.is_live:
         return None
-    if status != RUNNING or probed:  # starting or paused: its first step or its resume may come any moment
-        return MIN_REFRESH_S
-    period = _seen_period(state)
-    if period is None:
-        period = _logged_period(state)
-    if period is None:
-        return MIN_REFRESH_S
-    return min(MAX_REFRESH_S, max(MIN_REFRESH_S, period / 2))
+    shared = viewers_period(_viewers(state, viewer))
+    step = _seen_period(state)
+    if step is None:
+        step = _logged_period(state)
+    if probed:  # redraws once per step at most: the viewers' share bounds only a run faster than it
+        slow = status != RUNNING or (step is not None and step >= shared)
+        return MIN_REFRESH_S if slow else max(MIN_REFRESH_S, shared)
+    if status != RUNNING or step is None:  # starting or paused: its first step or its resume may come any moment
+        return max(MIN_REFRESH_S, shared)
+    return max(min(MAX_REFRESH_S, max(MIN_REFRESH_S, step / 2)), shared)
+
+
+def viewers_period(viewers: int) -> float:
+    """The period at which `viewers` pages together redraw REDRAWS_PER_S times a second."""
+    return viewers / REDRAWS_PER_S
+
+
+def _viewers(state: LiveState, viewer: str | None) -> int:
+    """The pages that asked for this run's period within VIEWERS_WINDOW_S, `viewer` counted now."""
+    now = time.monotonic()
+    with _lock:
+        run = _runs.get(state.db)
+        if run is None:
+            return 1 if viewer else 0
+        if viewer:
+            run.viewers[viewer] = now
+        for v in [v for v, t in run.viewers.items() if now - t > VIEWERS_WINDOW_S]:
+            del run.viewers[v]
+        return len(run.viewers)
 
 
 def _seen_period(state: LiveState) -> float | None:
