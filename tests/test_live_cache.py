@@ -312,6 +312,10 @@ def test_a_fast_runs_viewers_share_its_redraws(runs_dir, monkeypatch):
     later = time.monotonic() + live_cache.VIEWERS_WINDOW_S + 1
     monkeypatch.setattr(live_cache.time, "monotonic", lambda: later)  # only page0 asks again
     assert live_cache.refresh_interval(s, probed=True, viewer="page0") == live_cache.MIN_REFRESH_S
+    many = [live_cache.refresh_interval(s, probed=True, viewer=f"many{i}") for i in range(120)][-1]
+    assert many == pytest.approx(121 / live_cache.REDRAWS_PER_S) and many > live_cache.VIEWERS_WINDOW_S
+    later += live_cache.VIEWERS_WINDOW_S + 1  # past the window, within 2 periods: all still counted
+    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == pytest.approx(many)
     slow = _small(runs_dir, "slow")
     _with_step_time(slow, 31, 60.0)
     s = live_cache.current(slow.run_dir)

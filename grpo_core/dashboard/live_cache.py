@@ -60,7 +60,7 @@ STALE_REFRESH_S = 5.0  # a stale run (no heartbeat) may come back
 RATE_WINDOW_S = 120.0  # the step rate is measured over the steps seen in this window
 RATE_SAMPLES = 32  # (time, last step) samples kept per run for the rate
 REDRAWS_PER_S = 1.5  # a run's viewers together are redrawn about this often at most: the dashboard's share of the CPU
-VIEWERS_WINDOW_S = 60.0  # a viewer counts while its page asked for its period within this long (a closed page drops out)
+VIEWERS_WINDOW_S = 60.0  # a viewer counts while its page asked for its period within this long, or 2 periods (a closed page drops out)
 
 
 @dataclass
@@ -259,7 +259,8 @@ def _viewers(state: LiveState, viewer: str | None) -> int:
             return 1 if viewer else 0
         if viewer:
             run.viewers[viewer] = now
-        for v in [v for v, t in run.viewers.items() if now - t > VIEWERS_WINDOW_S]:
+        window = max(VIEWERS_WINDOW_S, 2 * viewers_period(len(run.viewers)))  # ~90 viewers and more: pages ask slower
+        for v in [v for v, t in run.viewers.items() if now - t > window]:
             del run.viewers[v]
         return len(run.viewers)
 
