@@ -110,6 +110,7 @@ def tell(where: str, level: str, text: str):
 
 
 def told(where: str):
+    """Draw, once, what a callback told at `where`."""
     level, text = ss.pop(f"told:{where}", (None, None))
     if text:
         (st.error if level == "error" else st.success)(text)
