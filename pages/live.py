@@ -82,6 +82,11 @@ def my_requests() -> list[int]:
     return widget_state.my_requests(ss, run_id)
 
 
+def my_open_requests(s: live_view.LiveState) -> list[dict]:
+    """This session's requests the trainer has not resolved yet (request_view's lines)."""
+    return widget_state.open_requests(request_view.request_lines(s, my_requests()))
+
+
 # Every button acts in its callback, which Streamlit runs before the run its click starts: that run
 # may be cut short before it reaches the button (the what-if finds a setting applied elsewhere, the
 # run ended: st.rerun), and a click read from the button's return value would then be lost.
@@ -96,7 +101,10 @@ def send(kind: str, payload: dict, where: str) -> bool:
         return False
 
 
-def act(kind: str, payload: dict, where: str, done: str = "Sent: applied at the next step boundary"):
+SENT = "Sent: applied at the next step boundary"  # a request's toast
+
+
+def act(kind: str, payload: dict, where: str, done: str = SENT):
     """A button's callback that sends one request, then reruns the whole page (st.rerun from a
     callback): the monitor shows the request as pending at once."""
     if send(kind, payload, where):
@@ -312,7 +320,7 @@ def steer_panel() -> tuple[bool, live_view.LiveState | None]:
     if caps["accepts_note"]:
         st.caption(caps["accepts_note"])
     todo = request_view.pending_changes(cur, weights, thr, lvl, run)
-    waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
+    waiting = my_open_requests(s)
     what_if_now(weights, thr, lvl != cur["level"], run.get("group_size") or cur.get("group_size"), todo,
                 drawn=steer_inputs(s, cur, caps, waiting))
     buttons(s, caps, cur, keys, todo, waiting)
@@ -350,7 +358,7 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
     except StoreError:
         return RETRY_S, None  # monitor() above says why
     caps = live_cards.capabilities(s)
-    waiting = widget_state.open_requests(request_view.request_lines(s, my_requests()))
+    waiting = my_open_requests(s)
     if steer_inputs(s, live_view.current_settings(s), caps, waiting) != drawn:
         st.rerun()
     try:
@@ -463,11 +471,11 @@ def apply_sliders(keys: widget_state.Keys, accepts):
     except StoreError as e:
         return tell("buttons", "error", str(e))
     cur = live_view.current_settings(s)
-    if widget_state.open_requests(request_view.request_lines(s, my_requests())):
+    if my_open_requests(s):
         return
     todo = request_view.pending_changes(cur, *widget_state.shown_values(ss, keys, accepts, cur))
     if todo and all(send(kind, payload, "buttons") for kind, payload in todo):
-        st.toast("Sent: applied at the next step boundary")
+        st.toast(SENT)
         st.rerun()
 
 
