@@ -1,9 +1,11 @@
 """The app and its Runs / Live pages under Streamlit's AppTest, against real run stores:
 one written by a real trainer run (once per session), live trainers started the way the
 dashboard starts them, and special stores (imported, failed, unreadable) built directly."""
+import ast
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -518,6 +520,23 @@ def test_no_page_imports_torch(trained):
                          env={**__import__("os").environ, "GRPO_HEALTH_RUNS_DIR": str(root)})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "HEAVY []" in out.stdout
+
+
+# ---- Streamlit's magic is off: a page shows only what it calls ---------------------------------------------
+def test_no_page_leaves_a_bare_expression_for_magic_to_write():
+    # .streamlit/config.toml turns magic off (it costs each newcomer the page's compile): a bare
+    # expression a page means to show would silently show nothing.
+    assert tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())["runner"]["magicEnabled"] is False
+    bare = []
+    for path in [REPO / "app.py", REPO / "asgi.py", *sorted((REPO / "pages").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            body = getattr(node, "body", None)
+            for i, statement in enumerate(body if isinstance(body, list) else []):
+                docstring = i == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                if isinstance(statement, ast.Expr) and not docstring and not isinstance(
+                        statement.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom)):
+                    bare.append(f"{path.relative_to(REPO)}:{statement.lineno}")
+    assert bare == [], "bare expressions (magic is off: write them with st.write):\n" + "\n".join(bare)
 
 
 def test_sliders_keep_their_values_when_the_run_changes_weights_elsewhere(runs_dir):
