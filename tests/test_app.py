@@ -529,13 +529,13 @@ def test_no_page_leaves_a_bare_expression_for_magic_to_write():
     assert tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())["runner"]["magicEnabled"] is False
     bare = []
     for path in [REPO / "app.py", REPO / "asgi.py", *sorted((REPO / "pages").glob("*.py"))]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            body = getattr(node, "body", None)
-            for i, statement in enumerate(body if isinstance(body, list) else []):
-                docstring = i == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-                if isinstance(statement, ast.Expr) and not docstring and not isinstance(
-                        statement.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom)):
-                    bare.append(f"{path.relative_to(REPO)}:{statement.lineno}")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0]) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and ast.get_docstring(node, clean=False) is not None}
+        bare += [f"{path.relative_to(REPO)}:{node.lineno}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Expr) and id(node) not in docstrings
+                 and not isinstance(node.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom))]
     assert bare == [], "bare expressions (magic is off: write them with st.write):\n" + "\n".join(bare)
 
 
