@@ -234,13 +234,13 @@ def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None 
     if not state.is_live:
         return None
     shared = viewers_period(_viewers(state, viewer))
-    step = _seen_period(state)
-    if step is None:
-        step = _logged_period(state)
     if probed:  # redraws once per step at most: the viewers' share bounds only a run faster than it
-        slow = status != RUNNING or (step is not None and step >= shared)
-        return MIN_REFRESH_S if slow else max(MIN_REFRESH_S, shared)
-    if status != RUNNING or step is None:  # starting or paused: its first step or its resume may come any moment
+        if status != RUNNING or shared <= MIN_REFRESH_S:
+            return MIN_REFRESH_S
+        step = _step_period(state)
+        return MIN_REFRESH_S if step is not None and step >= shared else shared
+    step = _step_period(state) if status == RUNNING else None
+    if step is None:  # starting or paused: its first step or its resume may come any moment
         return max(MIN_REFRESH_S, shared)
     return max(min(MAX_REFRESH_S, max(MIN_REFRESH_S, step / 2)), shared)
 
@@ -263,6 +263,12 @@ def _viewers(state: LiveState, viewer: str | None) -> int:
         for v in [v for v, t in run.viewers.items() if now - t > window]:
             del run.viewers[v]
         return len(run.viewers)
+
+
+def _step_period(state: LiveState) -> float | None:
+    """Seconds per step: as the cache saw the steps arrive, else as the run logged them."""
+    step = _seen_period(state)
+    return _logged_period(state) if step is None else step
 
 
 def _seen_period(state: LiveState) -> float | None:
