@@ -95,7 +95,7 @@ def listening(port: int) -> set[str]:
 
 
 @pytest.mark.slow
-def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_command_line(runs_dir, tmp_path):
+def test_real_servers_bind_where_told_keep_xsrf_on_refuse_parent_frames_and_keep_the_token_off_the_command_line(runs_dir, tmp_path):
     synth_run(runs_dir, "secret-run", 3, status="finished").close()
     ports = {"default": free_port(), "wide": free_port()}
     env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(runs_dir)}
@@ -104,7 +104,7 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
                                           str(ports["default"])], cwd=REPO, env=env, stdout=logs["default"],
                                          stderr=subprocess.STDOUT, start_new_session=True),
              "wide": subprocess.Popen([sys.executable, "-m", "grpo_core", "serve", "--no-demo", "--port",
-                                       str(ports["wide"]), "--host", "0.0.0.0"], cwd=REPO,
+                                       str(ports["wide"]), "--host", "0.0.0.0"], cwd=tmp_path,  # from any folder
                                       env={**env, access.TOKEN_ENV: TOKEN}, stdout=logs["wide"],
                                       stderr=subprocess.STDOUT, start_new_session=True)}
     try:
@@ -118,6 +118,9 @@ def test_real_servers_bind_where_told_keep_xsrf_on_and_keep_the_token_off_the_co
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(req, timeout=10)
             assert refused.value.code == 403 and b"XSRF" in refused.value.read()
+        for port in ports.values():  # no parent frame may steer the pages (config.toml's empty list, read beside asgi.py)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/host-config", timeout=10) as answer:
+                assert json.loads(answer.read())["allowedOrigins"] == []
         children = subprocess.run(["pgrep", "-f", f"server.port {ports['wide']}"], capture_output=True, text=True)
         for pid in children.stdout.split():
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")

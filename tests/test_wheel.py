@@ -38,10 +38,15 @@ def test_serve_passes_every_config_toml_setting_as_a_flag():
     cfg = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
     cmd = serve.streamlit_command(8765, host="0.0.0.0")
     assert cmd[cmd.index("run") + 1] == str(REPO / "asgi.py")
-    flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2]))
+    pairs = list(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2]))
+    flags = dict(pairs)
     for section, keys in cfg.items():
         for key, value in keys.items():
-            if f"{section}.{key}" not in ("server.address", "server.port"):
+            if f"{section}.{key}" in ("server.address", "server.port"):
+                continue
+            if isinstance(value, list):  # each item with the flag; none for an empty list (read from the file)
+                assert [v for f, v in pairs if f == f"--{section}.{key}"] == [str(v) for v in value]
+            else:
                 assert flags[f"--{section}.{key}"] == (str(value).lower() if isinstance(value, bool) else str(value))
     assert flags["--server.address"] == "0.0.0.0" and flags["--server.port"] == "8765"
     assert cmd.count("--server.address") == 1

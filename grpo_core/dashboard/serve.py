@@ -62,9 +62,16 @@ def streamlit_command(port: int, app: Path | None = None, host: str = "127.0.0.1
     address in place of the file's."""
     folder = app.parent if app else app_dir()
     settings = {**streamlit_settings(folder), "server.port": port, "server.address": host}
-    flags = [arg for name, value in settings.items()
-             for arg in (f"--{name}", str(value).lower() if isinstance(value, bool) else str(value))]
+    flags = [arg for name, value in settings.items() for item in _flag_values(value) for arg in (f"--{name}", item)]
     return [sys.executable, "-m", "streamlit", "run", str(folder / "asgi.py"), *flags]
+
+
+def _flag_values(value) -> list[str]:
+    """A setting's values as flags: a list's items each with the flag, as Streamlit's CLI takes them.
+    An empty list has no flag to say it: Streamlit reads it from the config.toml beside asgi.py."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value).lower() if isinstance(value, bool) else str(value)]
 
 
 def serve_port(port: int | None) -> int:
