@@ -138,3 +138,47 @@ def test_a_chart_that_does_not_hold_what_an_update_was_made_for_asks_for_the_who
     steps, raw = (np.array(col, float) for col in page.evaluate(f"{CHART}.data")[:2])
     np.testing.assert_array_equal(steps, np.arange(40 + count))  # every step, none twice
     np.testing.assert_allclose(raw, 0.5 + 0.4 * np.sin(steps / 5.0), rtol=1e-6)
+
+
+MANY = textwrap.dedent('''
+    import numpy as np
+    import pandas as pd
+    import streamlit as st
+
+    from grpo_core.analysis import charts
+    from grpo_core.dashboard import live_chart
+    from grpo_core.runs import names
+
+    live_chart.load()  # first, as on the live page
+    steps = np.arange(500)
+    df = pd.DataFrame({names.TRAINABLE_RATIO: 0.5 + 0.4 * np.sin(steps / 5.0), names.CUM_TRAINABLE_RATIO: 0.5},
+                      index=steps)
+    for key in ("a", "b", "c"):
+        live_chart.draw(live_chart.encode(live_chart.spec(charts.ratio_chart(df))), key=key)
+''')
+# At the first frame after a chart's canvas appears (an animation frame callback runs before its
+# paint): how many charts have one.
+FRAMES_JS = """(() => { new MutationObserver((_, observer) => {
+  if (!document.querySelector('.live-chart canvas')) return;
+  observer.disconnect();
+  requestAnimationFrame(() => { window.__atFirstFrame = document.querySelectorAll('.live-chart canvas').length; });
+}).observe(document, {childList: true, subtree: true}); })()"""
+
+
+def test_a_page_shows_its_first_chart_before_it_draws_the_others(tmp_path):
+    """A page that mounts several charts at once (the live page's first paint) draws the first at
+    once and the others only after the frame that shows it: the first chart is on the screen
+    without waiting for the rest, and every chart is drawn."""
+    app = tmp_path / "app.py"
+    app.write_text(MANY)
+    with streamlit_app(app, STALL_S) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 1400})
+            page.add_init_script(FRAMES_JS)
+            page.goto(url)
+            wait_for(lambda: page.evaluate("document.querySelectorAll('.live-chart canvas').length") == 3, STALL_S,
+                     what="the three charts drawn")
+            assert page.evaluate("window.__atFirstFrame") == 1
+        finally:
+            browser.close()

@@ -175,4 +175,31 @@ function render(component) {
   host.chart = chart;  // for tests and benches: the chart's scales, series and data
 }
 
-globalThis.grpoHealthLiveChart = render;
+// The first chart asked for draws at once, the others asked for meanwhile just after the frame that
+// shows it: a page's first paint mounts every chart in one go, and drawing them all in one task kept
+// the first from the screen until the last was drawn. Each chart's draws keep their order. A page
+// nobody sees gets no frame: a timer draws the others there.
+let later = null;  // the charts asked for since the last one drawn at once
+
+function drawLater() {
+  const charts = later || [];
+  later = null;
+  for (const component of charts) {
+    try {
+      render(component);
+    } catch (error) {  // a chart that fails to draw does not stop the others
+      console.error(error);
+    }
+  }
+}
+
+globalThis.grpoHealthLiveChart = component => {
+  if (later) {
+    later.push(component);
+    return;
+  }
+  later = [];
+  requestAnimationFrame(() => setTimeout(drawLater, 0));
+  setTimeout(drawLater, 250);
+  render(component);
+};
