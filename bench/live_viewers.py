@@ -17,7 +17,8 @@ Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the 
 - the lag from a step being readable in the store to the first viewer's page showing "step N of":
   the bench polls both every POLL_S;
 - then a new page's first chart, with the others open, --repeats times (the median and the range): from
-  asking for the page to the frame that painted its first chart (live_chart's uPlot canvas), in a
+  asking for the page to the frame that painted its first chart (live_chart's uPlot canvas and title:
+  the title's paint time from the Element Timing API), in a
   browser process of its own (a cold HTTP cache) and as a new tab of the viewers' browser, and where
   its time went (page-side performance.now() marks: the HTML, the JS bundle, the websocket, its first
   message, the first large message (a chart's data), the first chart element, its canvas, the frame

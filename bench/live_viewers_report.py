@@ -18,7 +18,7 @@ BREAKDOWN = [  # (label, key): cumulative ms since navigation start
     ("Streamlit app mounted", "app_mounted"), ("websocket created", "ws_created"), ("websocket open", "ws_open"),
     ("first message from the server", "ws_first_msg"), ("first large message (> 20 kB: a figure)", "ws_first_big_msg"),
     ("progress text \"step N of\" shown", "progress_text"), ("first chart element in the DOM", "chart_element"),
-    ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("first chart painted (the frame after it)", "chart_painted"),
+    ("first chart drawn (its uPlot canvas)", "chart_drawn"), ("first chart painted (its title's paint time)", "chart_painted"),
     ("the bench saw it (Playwright's wait returned)", "bench_saw"), ("every chart drawn", "all_plots")]
 
 KINDS = (("new browser", "first"), ("new tab", "warm"))  # a newcomer's two readings: (label, key)
@@ -248,8 +248,10 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         f"(*new browser*: another machine's browser, its own session at nice 19, a cold HTTP cache) and as a new tab "
         f"in the viewers' browser, in a context that loaded the page before (*new tab*: the app's JS cached). A first "
         f"chart runs from the bench asking for the page to the frame that painted the chart (the page's "
-        f"`performance.timeOrigin` plus its mark, on this machine's clock): Playwright's own wait returns later, once "
-        f"the page's busy main thread runs its check (the breakdown's \"bench saw it\" row).",
+        f"`performance.timeOrigin` plus the paint time the Element Timing API gives the chart's title, which uPlot "
+        f"paints with its canvas, on this machine's clock; before 2026-12-05 15:50 UTC, the first task after that "
+        f"frame, which a page that draws its other charts right after the first counts late): Playwright's own "
+        f"wait returns later, once the page's busy main thread runs its check (the breakdown's \"bench saw it\" row).",
         "",
         f"- Command: {cmd} ({run['minutes']:.1f} min)",
         f"- Machine: {machine()}",
