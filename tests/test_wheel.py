@@ -147,6 +147,8 @@ def test_the_readme_install_commands_build_install_and_serve_the_wheel(tmp_path,
                            cwd=home, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where) == site / "grpo_core" / "__init__.py"  # the wheel's, not the checkout's
     assert (site / "grpo_core" / "streamlit_app" / "pages" / "live.py").is_file()
+    settings = tomllib.loads((site / "grpo_core" / "streamlit_app" / ".streamlit" / "config.toml").read_text())
+    assert settings["client"]["allowedOrigins"] == []  # beside asgi.py, where Streamlit reads what serve passes no flag for
     assets = site / "grpo_core" / "dashboard" / "assets"  # the live page's charts and refresh: their scripts, uPlot and its licence
     assert {p.name for p in assets.iterdir()} == {p.name for p in (REPO / "grpo_core" / "dashboard" / "assets").iterdir()}
 
@@ -161,6 +163,8 @@ def test_the_readme_install_commands_build_install_and_serve_the_wheel(tmp_path,
         wait_for(lambda: trained_steps(runs_dir / rid) >= 1, STALL_S, what="the demo trainer's first step")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/grpo-health/live/{rid}", timeout=30) as answer:
             assert json.loads(answer.read())["key"].endswith(".running")  # the live page's route, from the wheel
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/host-config", timeout=30) as answer:
+            assert json.loads(answer.read())["allowedOrigins"] == []  # no parent frame may steer the pages
         trainer = RunStore.open(runs_dir / rid, readonly=True)
         with trainer:
             pid = trainer.get_meta()["pid"]
