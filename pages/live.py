@@ -48,8 +48,8 @@ RUN_DIR = runs_dir() / run_id
 STEER_REFRESH_S = 5.0  # the steering panel's shortest period while the run is live: new rollouts, settings made elsewhere
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
 CHARTS_SENT = "live_charts_sent"  # what this session's chart elements were sent (live_chart.draw_update)
-PROBE = live_probe.url(run_id)  # the route a refresh asks "anything new?" before it reruns (None: app.py served alone)
 VIEWER = ss.setdefault("live_viewer", secrets.token_hex(8))  # this session, one of the run's viewers (their share of redraws)
+PROBE = live_probe.url(run_id, VIEWER)  # the route a refresh asks "anything new?" before it reruns (None: app.py served alone)
 
 
 def state() -> live_view.LiveState:

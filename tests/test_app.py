@@ -251,7 +251,8 @@ def test_served_with_the_route_each_refresh_asks_it_with_the_key_it_drew(runs_di
     monkeypatch.setattr(live_probe, "_mounted", True)
     key = live_probe.key(live_cache.current(runs_dir / "r"))
     at = app(run_id="r")
-    assert asks(at) == {name: {"probe": "/grpo-health/live/r", "drawn": key} for name in ("monitor_refresh", "steer_refresh")}
+    probe = f"/grpo-health/live/r?viewer={at.session_state['live_viewer']}"  # the page's viewer id: the run's viewers are who ask
+    assert asks(at) == {name: {"probe": probe, "drawn": key} for name in ("monitor_refresh", "steer_refresh")}
     # a poll with nothing new costs a few bytes: the slow run is asked as often as a fast one
     assert refreshes(at) == {"monitor_refresh": live_cache.MIN_REFRESH_S, "steer_refresh": 5.0}
     store.close()

@@ -9,6 +9,7 @@ from starlette.testclient import TestClient
 
 from grpo_core.dashboard import access, live_cache, live_probe
 from grpo_core.runs import requests
+from grpo_core.runs.names import TIME_STEP
 from tests.helpers_dashboard import synth_run
 
 
@@ -67,6 +68,28 @@ def test_with_a_token_only_the_runs_ticket_is_answered(client, tmp_path, monkeyp
     url = live_probe.url("r")  # what the page hands its refresh: the ticket, never the token
     assert "s3cret" not in url and url.startswith("/grpo-health/live/r?ticket=")
     assert client.get(url).status_code == 200
+    assert client.get(live_probe.url("r", "ab12")).status_code == 200  # the ticket and the viewer
+
+
+def test_the_pages_that_ask_are_the_runs_viewers(client, tmp_path, monkeypatch):
+    """A page that asks the route still watches the run: on a fast run, ten pages that asked for
+    their period share its redraws; after the viewers' window, the three that kept asking the route
+    (nothing new: no rerun, no period asked) are its viewers, and the seven that stopped are not."""
+    store = synth_run(tmp_path, "r", 5, P=2, G=2)
+    for step in range(6, 26):  # half a second per step
+        store.log_step(step, {TIME_STEP: 0.5})
+    s = live_cache.current(tmp_path / "r")
+    assert [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)][-1] == \
+        pytest.approx(10 / live_cache.REDRAWS_PER_S)
+    later = time.monotonic() + live_cache.VIEWERS_WINDOW_S + 1
+    monkeypatch.setattr(live_cache.time, "monotonic", lambda: later)
+    for i in range(3):
+        assert client.get(live_probe.url("r", f"page{i}")).status_code == 200
+    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == live_cache.MIN_REFRESH_S  # 3 pages: 2 s
+    assert live_cache.refresh_interval(s, probed=True, viewer="page3") == pytest.approx(4 / live_cache.REDRAWS_PER_S)
+    bad = client.get(live_probe.PATH.format(run_id="r"), params={"viewer": "a/b"})
+    assert bad.status_code == 400 and bad.json()["error"].startswith("viewer: ")
+    store.close()
 
 
 def test_the_page_gets_no_url_where_no_server_mounted_the_route(monkeypatch):
@@ -75,3 +98,4 @@ def test_the_page_gets_no_url_where_no_server_mounted_the_route(monkeypatch):
     assert live_probe.url("r") is None  # app.py served alone: the page reruns at each refresh
     live_probe.routes()
     assert live_probe.url("r") == "/grpo-health/live/r"
+    assert live_probe.url("r", "ab12") == "/grpo-health/live/r?viewer=ab12"

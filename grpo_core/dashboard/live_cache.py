@@ -19,7 +19,8 @@ same value for the same version whichever session fills them.
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
 `refresh_interval(state, probed, viewer)`: the live page's poll period, from the run's step rate (2 s
 for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
-(together they are redrawn REDRAWS_PER_S times a second at most). `expire(run_dir)`:
+(together they are redrawn REDRAWS_PER_S times a second at most; a viewer counts while its page
+asks, `saw_viewer` when it asks the route, so a closed or hidden page drops out). `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
 is dropped.
@@ -60,7 +61,7 @@ STALE_REFRESH_S = 5.0  # a stale run (no heartbeat) may come back
 RATE_WINDOW_S = 120.0  # the step rate is measured over the steps seen in this window
 RATE_SAMPLES = 32  # (time, last step) samples kept per run for the rate
 REDRAWS_PER_S = 1.5  # a run's viewers together are redrawn about this often at most: the dashboard's share of the CPU
-VIEWERS_WINDOW_S = 60.0  # a viewer counts while its page asked for its period within this long, or 2 periods (a closed page drops out)
+VIEWERS_WINDOW_S = 25.0  # a viewer counts while its page asked (its period, or live_probe's route) within this long, or 2 periods: a page asks every 10 s at most (MAX_REFRESH_S), and a closed or hidden one drops out
 
 
 @dataclass
@@ -77,7 +78,7 @@ class _Run:
     memo: OrderedDict = field(default_factory=OrderedDict)
     updates: OrderedDict = field(default_factory=OrderedDict)  # chart_update's
     steps: deque = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))  # (time.time(), last_step)
-    viewers: dict = field(default_factory=dict)  # viewer id -> time.monotonic() its page last asked refresh_interval
+    viewers: dict = field(default_factory=dict)  # viewer id -> time.monotonic() its page last asked (refresh_interval, saw_viewer)
     loads: int = 0  # live_view.load calls (tests and the bench count them)
 
 
@@ -250,8 +251,17 @@ def viewers_period(viewers: int) -> float:
     return viewers / REDRAWS_PER_S
 
 
+def saw_viewer(run_dir: Path, viewer: str):
+    """`viewer`'s page asked live_probe's route: it still watches the run (a probed page with nothing
+    new asks only the route, and reruns, asking refresh_interval, only once per step)."""
+    with _lock:
+        run = _runs.get(str(_db(run_dir)))
+        if run is not None:
+            run.viewers[viewer] = time.monotonic()
+
+
 def _viewers(state: LiveState, viewer: str | None) -> int:
-    """The pages that asked for this run's period within VIEWERS_WINDOW_S, `viewer` counted now."""
+    """The pages that asked for this run's period or its route within VIEWERS_WINDOW_S, `viewer` counted now."""
     now = time.monotonic()
     with _lock:
         run = _runs.get(state.db)

@@ -6,7 +6,10 @@ run changed (Streamlit renders the page's elements again at each fragment run: d
 six. So the page hands its refresh element (refresh.after) this route's URL and the key of the run
 it drew; when due, the element GETs the route (a few bytes, answered from live_cache's shared
 probe: no store read of its own, no script run) and reruns the fragment only if the key differs.
-A viewer of a run with nothing new costs its browser one small request per period.
+A viewer of a run with nothing new costs its browser one small request per period. The URL names
+the page's viewer id too: a page that asks still watches the run (live_cache counts a run's viewers,
+who share its redraws, by who asked lately), and a closed or hidden page, which asks nothing, drops
+out.
 
 The route is mounted by asgi.py (`grpo-health serve` runs it); a dashboard served from app.py alone
 has no route, `url` says so (None) and the page reruns at each refresh as before. With an access
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
+from urllib.parse import urlencode
 
 from grpo_core.dashboard import access, live_cache
 from grpo_core.dashboard.live_view import LiveState
@@ -25,6 +30,7 @@ from grpo_core.runs.locations import check_run_id, runs_dir
 from grpo_core.runs.schema import DB_NAME
 
 PATH = "/grpo-health/live/{run_id}"  # outside Streamlit's own /_stcore/ and the pages' paths
+VIEWER_RE = re.compile(r"[A-Za-z0-9]{1,32}")  # a page's viewer id (the live page's: 16 hex digits)
 _mounted = False  # routes() was asked for in this process: the server answers PATH
 
 
@@ -39,22 +45,27 @@ def ticket(run_id: str, token: str) -> str:
     return hmac.new(token.encode(), run_id.encode(), hashlib.sha256).hexdigest()
 
 
-def url(run_id: str) -> str | None:
-    """The route's URL for `run_id` (with its ticket when the dashboard has a token); None when
-    this server has no route (app.py served alone)."""
+def url(run_id: str, viewer: str | None = None) -> str | None:
+    """The route's URL for `run_id` (with its ticket when the dashboard has a token, and the asking
+    page's viewer id: live_cache counts the run's viewers by who asks); None when this server has no
+    route (app.py served alone)."""
     if not _mounted:
         return None
     token = access.expected_token()
-    return PATH.format(run_id=run_id) + (f"?ticket={ticket(run_id, token)}" if token else "")
+    params = {"ticket": ticket(run_id, token) if token else None, "viewer": viewer}
+    query = urlencode({name: value for name, value in params.items() if value})
+    return PATH.format(run_id=run_id) + (f"?{query}" if query else "")
 
 
-def answer(run_id: str, given_ticket: str | None) -> tuple[int, dict]:
+def answer(run_id: str, given_ticket: str | None, viewer: str | None = None) -> tuple[int, dict]:
     """(HTTP status, JSON body): {"key": key(state)} for a run under the runs dir, else
-    {"error": one line naming what is wrong}."""
+    {"error": one line naming what is wrong}. `viewer`: the asking page, still watching the run."""
     try:
         check_run_id(run_id)
     except StoreError as e:
         return 400, {"error": str(e)}
+    if viewer is not None and not VIEWER_RE.fullmatch(viewer):
+        return 400, {"error": "viewer: 1 to 32 letters or digits (the page's own id; reload the page)"}
     token = access.expected_token()
     if token and not hmac.compare_digest(given_ticket or "", ticket(run_id, token)):
         return 403, {"error": "ticket: missing or wrong for this run (reload the page after entering the token)"}
@@ -62,16 +73,20 @@ def answer(run_id: str, given_ticket: str | None) -> tuple[int, dict]:
     if not (run_dir / DB_NAME).is_file():  # before live_cache: a made-up id must not evict a real run's view
         return 404, {"error": f"run {run_id}: no run store under {runs_dir()}"}
     try:
-        return 200, {"key": key(live_cache.current(run_dir))}
+        state = live_cache.current(run_dir)
     except StoreError as e:
         return 404, {"error": str(e)}
+    if viewer:
+        live_cache.saw_viewer(run_dir, viewer)
+    return 200, {"key": key(state)}
 
 
 def endpoint(request):
     """The route's handler (a plain function: Starlette runs it in its thread pool, off the
     event loop, like the store read it may trigger). Never cached by the browser."""
     from starlette.responses import JSONResponse
-    status, body = answer(request.path_params["run_id"], request.query_params.get("ticket"))
+    status, body = answer(request.path_params["run_id"], request.query_params.get("ticket"),
+                          request.query_params.get("viewer"))
     return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
