@@ -7,6 +7,7 @@ an update was made for asks for the whole chart. Waits follow the app's refresh 
 wall clock."""
 import re
 import textwrap
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -50,22 +51,29 @@ REFRESH = re.compile(r"refresh (\d+)")
 CHART = "document.querySelector('.live-chart').chart"
 
 
-@pytest.fixture
-def page(tmp_path):
+@contextmanager
+def served(tmp_path, source: str, height: int):
+    """`source` served as a Streamlit app of its own, and a new browser page (not on it yet): (URL, page).
+    The server and the browser are stopped on the way out, however the caller ends."""
     app = tmp_path / "app.py"
-    app.write_text(APP)
+    app.write_text(source)
     with streamlit_app(app, STALL_S) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            pg = browser.new_page(viewport={"width": 1000, "height": 700})
-            pg.resends = []  # the page's messages to the server that ask for a whole chart
-            pg.on("websocket", lambda ws: ws.on("framesent", lambda d: pg.resends.append(d)
-                                                 if isinstance(d, bytes) and b"resend" in d else None))
-            pg.goto(url)
-            pg.wait_for_selector(".live-chart canvas", state="attached", timeout=STALL_S * 1000)
-            yield pg
+            yield url, browser.new_page(viewport={"width": 1000, "height": height})
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(tmp_path):
+    with served(tmp_path, APP, 700) as (url, pg):
+        pg.resends = []  # the page's messages to the server that ask for a whole chart
+        pg.on("websocket", lambda ws: ws.on("framesent", lambda d: pg.resends.append(d)
+                                             if isinstance(d, bytes) and b"resend" in d else None))
+        pg.goto(url)
+        pg.wait_for_selector(".live-chart canvas", state="attached", timeout=STALL_S * 1000)
+        yield pg
 
 
 def refresh_count(pg) -> int:
@@ -169,16 +177,9 @@ def test_a_page_shows_its_first_chart_before_it_draws_the_others(tmp_path):
     """A page that mounts several charts at once (the live page's first paint) draws the first at
     once and the others only after the frame that shows it: the first chart is on the screen
     without waiting for the rest, and every chart is drawn."""
-    app = tmp_path / "app.py"
-    app.write_text(MANY)
-    with streamlit_app(app, STALL_S) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1000, "height": 1400})
-            page.add_init_script(FRAMES_JS)
-            page.goto(url)
-            wait_for(lambda: page.evaluate("document.querySelectorAll('.live-chart canvas').length") == 3, STALL_S,
-                     what="the three charts drawn")
-            assert page.evaluate("window.__atFirstFrame") == 1
-        finally:
-            browser.close()
+    with served(tmp_path, MANY, 1400) as (url, page):
+        page.add_init_script(FRAMES_JS)
+        page.goto(url)
+        wait_for(lambda: page.evaluate("document.querySelectorAll('.live-chart canvas').length") == 3, STALL_S,
+                 what="the three charts drawn")
+        assert page.evaluate("window.__atFirstFrame") == 1
