@@ -178,13 +178,13 @@ function render(component) {
 // The first chart asked for draws at once, the others asked for meanwhile just after the frame that
 // shows it: a page's first paint mounts every chart in one go, and drawing them all in one task kept
 // the first from the screen until the last was drawn. Each chart's draws keep their order. A page
-// nobody sees gets no frame: a timer draws the others there.
+// nobody sees gets no frame: there they are drawn at once after this task.
 let later = null;  // the charts asked for since the last one drawn at once
 
 function drawLater() {
-  const charts = later || [];
+  const due = later || [];
   later = null;
-  for (const component of charts) {
+  for (const component of due) {
     try {
       render(component);
     } catch (error) {  // a chart that fails to draw does not stop the others
@@ -199,7 +199,7 @@ globalThis.grpoHealthLiveChart = component => {
     return;
   }
   later = [];
-  requestAnimationFrame(() => setTimeout(drawLater, 0));
-  setTimeout(drawLater, 250);
+  if (document.visibilityState === "hidden") setTimeout(drawLater, 0);
+  else requestAnimationFrame(() => setTimeout(drawLater, 0));
   render(component);
 };
