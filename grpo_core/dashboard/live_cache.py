@@ -257,22 +257,28 @@ def saw_viewer(run_dir: Path, viewer: str):
     with _lock:
         run = _runs.get(str(_db(run_dir)))
         if run is not None:
-            run.viewers[viewer] = time.monotonic()
+            _count_viewers(run, viewer)
 
 
 def _viewers(state: LiveState, viewer: str | None) -> int:
     """The pages that asked for this run's period or its route within VIEWERS_WINDOW_S, `viewer` counted now."""
-    now = time.monotonic()
     with _lock:
         run = _runs.get(state.db)
         if run is None:
             return 1 if viewer else 0
-        if viewer:
-            run.viewers[viewer] = now
-        window = max(VIEWERS_WINDOW_S, 2 * viewers_period(len(run.viewers)))  # ~90 viewers and more: pages ask slower
-        for v in [v for v, t in run.viewers.items() if now - t > window]:
-            del run.viewers[v]
-        return len(run.viewers)
+        return _count_viewers(run, viewer)
+
+
+def _count_viewers(run: _Run, viewer: str | None) -> int:
+    """(Under _lock.) `viewer` seen now; those seen longer ago than the window dropped: how many are left.
+    Both ways a page is seen prune, so ids that stopped asking never pile up."""
+    now = time.monotonic()
+    if viewer:
+        run.viewers[viewer] = now
+    window = max(VIEWERS_WINDOW_S, 2 * viewers_period(len(run.viewers)))  # ~90 viewers and more: pages ask slower
+    for v in [v for v, t in run.viewers.items() if now - t > window]:
+        del run.viewers[v]
+    return len(run.viewers)
 
 
 def _step_period(state: LiveState) -> float | None:
