@@ -133,9 +133,10 @@ RETRY_S = STEER_REFRESH_S if LIVE else None  # a steering part that could not dr
 
 
 @st.fragment
-def monitor():
+def monitor() -> bool:
     """The run's cards, alerts and charts, refreshed at the run's pace once the page drew them
-    (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes)."""
+    (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes);
+    whether it sent charts to draw."""
     s, sent = None, 0
     with refresh.guarded("the run's cards and charts"):
         s, sent = monitor_panel()
@@ -144,6 +145,7 @@ def monitor():
     else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
         period = live_chart.paced(live_cache.refresh_interval(s, probed=PROBE is not None, viewer=VIEWER), sent)
     refresh_after(period, "monitor_refresh", s)
+    return sent > 0
 
 
 def monitor_panel() -> tuple[live_view.LiveState | None, int]:
@@ -549,8 +551,8 @@ def save_preset(cur: dict, step: int):
         tell("preset", "error", str(e))
 
 
-monitor()
+charted = monitor()
 steer()
-if not ss.get(PAINTED):  # the rest of the page, asked for once the browser painted the run's charts
-    ss[PAINTED] = True
-    refresh.after(0.0, key="first_paint")
+if not ss.get(PAINTED):  # the rest of the page, asked for once the browser drew the run's first chart
+    ss[PAINTED] = True  # (its rest, and the JS that draws it, would compete with that chart for the browser)
+    refresh.after(0.0, key="first_paint", ready=live_chart.DRAWN if charted else None)

@@ -204,13 +204,17 @@ def test_viewers_of_one_run_share_what_depends_on_the_run_alone(runs_dir, monkey
     store.close()
 
 
-def refreshes(at) -> dict:
-    """The live page's paced refreshes (grpo_core.dashboard.refresh): {fragment's key: period, s}."""
+def refresh_data(at) -> dict:
+    """The live page's paced refreshes (grpo_core.dashboard.refresh): {fragment's key: what its element is sent}."""
     import json
 
     from grpo_core.dashboard import refresh
-    return {e.key: json.loads(e.proto.json)["every"] for e in at.get("bidi_component")
-            if e.proto.component_name == refresh.COMPONENT}
+    return {e.key: json.loads(e.proto.json) for e in at.get("bidi_component") if e.proto.component_name == refresh.COMPONENT}
+
+
+def refreshes(at) -> dict:
+    """The live page's paced refreshes: {fragment's key: period, s}."""
+    return {key: data["every"] for key, data in refresh_data(at).items()}
 
 
 @pytest.mark.parametrize("step_s, monitor, what_if", [(None, None, 5.0), (8.0, 4.0, 5.0), (60.0, 10.0, 10.0)])
@@ -313,8 +317,8 @@ def test_a_view_too_large_to_resend_at_the_runs_pace_refreshes_less_often(runs_d
 
 def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(runs_dir):
     """A session's first run of the live page draws the run line, its progress and its charts, and
-    asks its browser for the whole page once that is painted (a refresh at 0 s outside the
-    fragments): the cards, alerts and controls come with that second run."""
+    asks its browser for the whole page once it drew the first chart (a refresh at 0 s outside the
+    fragments, waiting for a drawn chart): the cards, alerts and controls come with that second run."""
     store = synth_run(runs_dir, "r", 40, steps_total=100)
     at = AppTest.from_file(APP, default_timeout=60)  # a new session: no first paint yet
     at.session_state["run_id"] = "r"
@@ -322,6 +326,7 @@ def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(r
     assert not at.exception, [e.value for e in at.exception]
     assert len(live_charts(at)) >= 6 and any("step 40 of 100" in str(p.proto) for p in at.get("progress"))
     assert not at.metric and not at.slider and refreshes(at)["first_paint"] == 0.0
+    assert refresh_data(at)["first_paint"]["ready"] == live_chart.DRAWN
     assert not at.selectbox and at.query_params["run"] in ("r", ["r"])  # the run picked, its box drawn with the rest
     elements = [e.proto.component_name for e in at.get("bidi_component")]
     assert elements.index(live_chart.LIBRARY) < elements.index(live_chart.COMPONENT)  # uPlot before the charts' data
@@ -331,6 +336,20 @@ def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(r
     assert {"Chart smoothing", "exact", "min_group_std"} <= {s.label for s in at.slider}  # the steering panel too
     assert "first_paint" not in refreshes(at) and len(live_charts(at)) >= 6
     store.close()
+
+
+def test_a_first_paint_with_no_chart_asks_for_the_rest_at_once(runs_dir):
+    """A run with no step logged yet has no chart to draw: its first paint asks for the rest of the
+    page at once, not once a chart is drawn (which would be never: the page's 15-s fallback)."""
+    synth_run(runs_dir, "r", 0, steps_total=100).close()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["run_id"] = "r"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "No steps logged yet." in [i.value for i in at.info] and not live_charts(at)
+    assert refresh_data(at)["first_paint"] == {"every": 0.0, "n": 1}
+    at.run()  # what the browser asks for at once
+    assert "first_paint" not in refreshes(at) and at.selectbox(key="run_id").value == "r"
 
 
 def chart_places(at) -> list[tuple[int, ...]]:

@@ -63,6 +63,21 @@ MOUNTS_JS = """window.chartMounts = 0;
 new MutationObserver(records => { for (const r of records) for (const n of r.addedNodes)
   if (n.classList && n.classList.contains('live-chart')) window.chartMounts += 1; })
   .observe(document, {childList: true, subtree: true});"""
+# A page whose charts draw late, or never: live_chart.js' entry point (grpoHealthLiveChart) wrapped
+# before the page's scripts run, each draw held window.holdMs ms (never when null). window.seen: when
+# the first chart was drawn and when the rest of the page (its run picker) came, in page ms.
+HOLD_JS = """(() => {
+  let draw = null;
+  Object.defineProperty(globalThis, 'grpoHealthLiveChart', {configurable: true, set(fn) { draw = fn; },
+    get() { return draw && (c => { if (window.holdMs !== null) setTimeout(() => draw(c), window.holdMs); }); }});
+  window.holdMs = HOLD_MS;
+  const seen = window.seen = {};
+  new MutationObserver(() => {
+    if (!('chart' in seen) && document.querySelector('.live-chart canvas')) seen.chart = performance.now();
+    if (!('rest' in seen) && document.querySelector('[data-testid="stSidebar"] [data-testid="stSelectbox"]'))
+      seen.rest = performance.now();
+  }).observe(document, {childList: true, subtree: true});
+})();"""
 
 
 class Server:
@@ -409,6 +424,25 @@ def test_charts_keep_updating_while_the_run_trains(served, new_context):
     assert int(STEP_TEXT.search(step_text).group(1)) >= first
     assert page.evaluate("window.chartMounts") == page.evaluate(f"{CHARTS}.length")
 
+
+
+def test_a_new_page_asks_for_its_rest_once_its_first_chart_is_drawn(served, new_context):
+    """A new page's first paint is the run line and the charts; the rest (the run picker, the cards,
+    the steering panel) is asked for once a chart is drawn, so neither its elements nor their scripts
+    compete with the first chart for the browser. With every draw held 4 s, the rest still comes
+    after the first chart (it came while the charts were drawing before); a page whose charts never
+    draw gets the rest all the same, after refresh.js' wait for them (READY_MS)."""
+    server, rid = served
+    pages = {}
+    for name, hold_ms in (("late", "4000"), ("never", "null")):
+        pages[name] = new_context().new_page()
+        pages[name].add_init_script(HOLD_JS.replace("HOLD_MS", hold_ms))
+        pages[name].goto(f"{server.url}/?run={rid}", wait_until="domcontentloaded")
+    seen = until(lambda: pages["late"].evaluate("'rest' in window.seen && window.seen"), what="the late page's rest")
+    assert "chart" in seen and seen["chart"] < seen["rest"], seen
+    until(lambda: pages["never"].evaluate("'rest' in window.seen"), what="the rest of a page that draws no chart")
+    assert pages["never"].evaluate("document.querySelector('.live-chart canvas')") is None
+    assert pages["never"].locator(".live-chart").count() == 0 and pages["never"].get_by_text(STEP_TEXT).first.is_visible()
 
 
 def test_the_page_refreshes_its_panels_alone_past_the_heartbeats_stale_age(served, new_context):

@@ -36,6 +36,7 @@ COMPONENT = "grpo_health_live_chart"
 LIBRARY = "grpo_health_uplot"
 FILL_ALPHA = 0.25  # a filled area under its line (plotly's fill='tozeroy', a stacked band)
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # a chart with a larger value sends its values as float64
+DRAWN = ".live-chart canvas"  # a chart drawn in the page (assets/live_chart.js: uPlot's canvas in the element)
 SEND_RATE = 250_000  # bytes/s of chart data a live page is sent at most: a larger view refreshes less often
 
 

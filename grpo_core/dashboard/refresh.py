@@ -32,13 +32,16 @@ def _component():
     return st.components.v2.component(COMPONENT, js=(ASSETS / "refresh.js").read_text())
 
 
-def after(seconds: float | None, key: str, probe: str | None = None, drawn: str | None = None) -> None:
+def after(seconds: float | None, key: str, probe: str | None = None, drawn: str | None = None,
+          ready: str | None = None) -> None:
     """Rerun the current fragment `seconds` after the page drew this run of it (None: no more
     refreshes, e.g. the run has ended). Call it last in the fragment; `key` is one per fragment.
     Outside any fragment it reruns the whole page (the live page's first paint asks so for the rest).
     With `probe` (a URL answering {"key": ...}, live_probe's) and `drawn` (the key this run drew),
     each refresh asks the URL first and reruns only when its key differs (or it cannot answer: an
-    error, or no answer within 3 periods, 10 s at least); else it waits `seconds` again."""
+    error, or no answer within 3 periods, 10 s at least); else it waits `seconds` again. With
+    `ready` (a CSS selector), the wait starts once the page holds an element it matches (15 s at
+    most): the live page asks for its rest once its first chart is drawn, not while it draws."""
     if seconds is None:
         return
     import streamlit as st
@@ -47,6 +50,8 @@ def after(seconds: float | None, key: str, probe: str | None = None, drawn: str 
     data = {"every": float(seconds), "n": count}
     if probe is not None:
         data.update(probe=probe, drawn=drawn)
+    if ready is not None:
+        data["ready"] = ready
     _component()(data=data, key=key, on_due_change=lambda: None)
 
 

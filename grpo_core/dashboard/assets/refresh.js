@@ -8,9 +8,11 @@
 // the probe first and reruns only when the run's key changed: a rerun redraws the whole page, a
 // probe is a few bytes. Runs in the page (a Streamlit components-v2 element); `data` is
 // {every: seconds, n: this session's refresh count (new data, so each refresh runs this),
-// probe and drawn (optional): the URL answering {key} and the key this run drew}.
+// probe and drawn (optional): the URL answering {key} and the key this run drew, ready (optional):
+// a CSS selector, the wait starts once the page holds an element it matches (READY_MS at most)}.
 const RETRY = 3;  // no answer within RETRY periods (a request lost to a reconnect): ask again
 const patience = data => Math.max(10, RETRY * data.every) * 1000;  // that wait in ms, 10 s at least
+const READY_MS = 15000;  // an element `ready` names that never comes (a chart that failed to draw): go on
 
 async function changed(data) {
   try {  // a hung server: given up after RETRY periods, as a rerun that gets no answer is asked again
@@ -24,6 +26,8 @@ async function changed(data) {
 
 function stopWaiting(host) {
   clearTimeout(host.refreshTimer);
+  if (host.readyWatch) host.readyWatch.disconnect();
+  host.readyWatch = null;
   if (host.refreshOnShow) document.removeEventListener("visibilitychange", host.refreshOnShow);
   host.refreshOnShow = null;
 }
@@ -59,10 +63,21 @@ export default function render({data, setTriggerValue, parentElement}) {
     setTriggerValue("due", data.n);
     host.refreshTimer = setTimeout(ask, patience(data));
   };
-  if (document.visibilityState === "hidden") {
-    ask();  // drawn unseen (a refresh in flight when the tab was left): wait for the reader
-  } else {  // after the frame that paints this refresh: the wait starts once the reader can see it
-    requestAnimationFrame(() => { if (current()) host.refreshTimer = setTimeout(ask, data.every * 1000); });
+  const start = () => {
+    if (!current()) return;
+    stopWaiting(host);
+    if (document.visibilityState === "hidden") {
+      ask();  // drawn unseen (a refresh in flight when the tab was left): wait for the reader
+    } else {  // after the frame that paints this refresh: the wait starts once the reader can see it
+      requestAnimationFrame(() => { if (current()) host.refreshTimer = setTimeout(ask, data.every * 1000); });
+    }
+  };
+  if (data.ready && !document.querySelector(data.ready)) {  // e.g. the first chart, still drawing
+    host.readyWatch = new MutationObserver(() => { if (document.querySelector(data.ready)) start(); });
+    host.readyWatch.observe(document.body, {childList: true, subtree: true});
+    host.refreshTimer = setTimeout(start, READY_MS);
+  } else {
+    start();
   }
   // Unmounted (the run ended, the page's first paint gave way to the whole page): ask no more. An
   // element no longer on the page would rerun the whole page, not its fragment.
