@@ -109,12 +109,6 @@ def halves(r: dict) -> str:
             f"{d['browser']:.0%} / {s['browser']:.0%}, the whole box {d['box']:.2f} / {s['box']:.2f} cores)")
 
 
-def fast_period(refresh_s: float, viewers: int) -> float:
-    """A fast run's page period with this many viewers (live_cache.refresh_interval: they share
-    live_cache.REDRAWS_PER_S redraws a second)."""
-    return max(refresh_s, live_cache.viewers_period(viewers))
-
-
 def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: float | None) -> list[str]:
     base = next((r for r in results if r["viewers"] == 0), None)
     idle_server = base["server_cpu"] if base else 0.0
@@ -127,7 +121,7 @@ def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: fl
         slow = "—" if not alone_rate or n == 0 else f"{r['steps_per_s'] / alone_rate - 1:+.1%}"
         per = "—" if n == 0 else f"{(r['server_cpu'] - idle_server) / n:.1%}" + ok((r["server_cpu"] - idle_server) / n < 0.05)
         lag = "—" if not r["lags"] else (f"{statistics.median(r['lags']):.2f} s, {max(r['lags']):.2f} s"
-                                         + ok(max(r["lags"]) < 2 * fast_period(refresh_s, n)))
+                                         + ok(max(r["lags"]) < 2 * live_cache.fast_period(n)))
         if n and not r["lags"]:
             lag = "no redraw seen ✗"
         redraw = "—" if r["redraw_s"] is None else f"{r['redraw_s']:.1f} s"

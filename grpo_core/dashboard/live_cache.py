@@ -234,21 +234,27 @@ def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None 
         return STALE_REFRESH_S
     if not state.is_live:
         return None
-    shared = viewers_period(_viewers(state, viewer))
+    fast = fast_period(_viewers(state, viewer))
     if probed:  # redraws once per step at most: the viewers' share bounds only a run faster than it
-        if status != RUNNING or shared <= MIN_REFRESH_S:
+        if status != RUNNING:
             return MIN_REFRESH_S
         step = _step_period(state)
-        return MIN_REFRESH_S if step is not None and step >= shared else shared
+        return MIN_REFRESH_S if step is not None and step >= fast else fast
     step = _step_period(state) if status == RUNNING else None
     if step is None:  # starting or paused: its first step or its resume may come any moment
-        return max(MIN_REFRESH_S, shared)
-    return max(min(MAX_REFRESH_S, max(MIN_REFRESH_S, step / 2)), shared)
+        return fast
+    return max(min(MAX_REFRESH_S, max(MIN_REFRESH_S, step / 2)), fast)
 
 
 def viewers_period(viewers: int) -> float:
     """The period at which `viewers` pages together redraw REDRAWS_PER_S times a second."""
     return viewers / REDRAWS_PER_S
+
+
+def fast_period(viewers: int) -> float:
+    """A fast run's page period (a step or more per period) with `viewers` pages: MIN_REFRESH_S, or
+    their share of REDRAWS_PER_S where that is longer."""
+    return max(MIN_REFRESH_S, viewers_period(viewers))
 
 
 def saw_viewer(run_dir: Path, viewer: str):
