@@ -236,7 +236,7 @@ def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None 
         return None
     fast = fast_period(_viewers(state, viewer))
     if probed:  # redraws once per step at most: the viewers' share bounds only a run faster than it
-        if status != RUNNING:
+        if status != RUNNING or fast <= MIN_REFRESH_S:  # no share to bound: the step rate is not needed
             return MIN_REFRESH_S
         step = _step_period(state)
         return MIN_REFRESH_S if step is not None and step >= fast else fast
