@@ -47,7 +47,9 @@ live_chart.load()
 RUN_DIR = runs_dir() / run_id
 STEER_REFRESH_S = 5.0  # the steering panel's shortest period while the run is live: new rollouts, settings made elsewhere
 PAINTED = widget_state.PAINTED  # this session has had its first paint of this page (see the end)
-CHARTS_SENT = "live_charts_sent"  # what this session's chart elements were sent (live_chart.draw_update)
+CHARTS_SENT = "live_charts_sent"  # what this session's charts were sent (live_chart.draw_charts)
+if frame.entered_page():  # a new visit: the browser mounts the charts anew, holding none of them
+    ss.pop(CHARTS_SENT, None)
 VIEWER = ss.setdefault("live_viewer", secrets.token_hex(8))  # this session, one of the run's viewers (their share of redraws)
 PROBE = live_probe.url(run_id, VIEWER)  # the route a refresh asks "anything new?" before it reruns (None: app.py served alone)
 
@@ -160,8 +162,8 @@ def monitor_panel() -> tuple[live_view.LiveState | None, int]:
     c = shared(s, "cards", fn=lambda: live_cards.cards(s))
     caps = live_cards.capabilities(s)
     # One container for each part above the charts, drawn or left empty: the charts keep their place
-    # on the page when an alert, a request line or the first paint's rest comes or goes, so each
-    # stays the same element and its uPlot chart (with a reader's zoom) takes the new data in place.
+    # on the page when an alert, a request line or the first paint's rest comes or goes, so they
+    # stay the same element and each uPlot chart (with a reader's zoom) takes the new data in place.
     line_box, health_box, controls_box = st.container(), st.container(), st.container()
     with line_box:
         run_line(s, c, caps)
@@ -240,9 +242,9 @@ def chart_controls() -> tuple[float, bool]:
 
 
 def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
-    """The run's charts, two per row (live_chart: uPlot, built per version for every viewer; each
-    element sent only the rows it lacks, made once for the viewers that hold the same); the bytes
-    of chart data sent."""
+    """The run's charts, two per row in one element (live_chart: uPlot, built per version for every
+    viewer; each chart sent only the rows it lacks, made once for the viewers that hold the same,
+    and nothing when it holds them all); the bytes of chart data sent."""
     specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.specs(charts.live_charts(
         raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
         live_view.current_settings(s)["outcome_metric"], smoothing=smooth, plain=True)))
@@ -250,12 +252,7 @@ def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
     shown = [(key, chart) for key, chart in specs if chart is not None]
     if not shown:
         st.info("No steps logged yet." if s.last_step < 0 else "This run logged none of the charted metrics.")
-    cols = st.columns(2)
-    held = ss.setdefault(CHARTS_SENT, {})
-    sent = 0
-    for i, (key, chart) in enumerate(shown):
-        with cols[i % 2]:
-            sent += live_chart.draw_update(chart, f"chart_{key}", held, memo=chart_update)
+    sent = live_chart.draw_charts(shown, "charts", ss.setdefault(CHARTS_SENT, {}), memo=chart_update) if shown else 0
     if missing and shown:
         st.caption("Not logged by this run: " + ", ".join(missing) + ".")
     return sent

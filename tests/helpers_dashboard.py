@@ -240,14 +240,21 @@ def chart_specs(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
-def live_chart_bytes(at) -> list[bytes]:
-    """The live page's charts as the page is sent them (live_chart.encode's bytes)."""
+def live_chart_entries(at) -> list[dict]:
+    """The live page's charts as its charts element is sent them (live_chart.unpack's entries: the
+    chart's key and token, and its bytes, None when the page holds it already)."""
     from grpo_core.dashboard import live_chart
-    return [e.proto.bytes for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
+    return [entry for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT
+            for entry in live_chart.unpack(e.proto.bytes)]
+
+
+def live_chart_bytes(at) -> list[bytes]:
+    """The bytes the live page's charts are sent (live_chart.encode's, whole or an update's)."""
+    return [e["data"] for e in live_chart_entries(at) if e["data"] is not None]
 
 
 def live_charts(at) -> list[dict]:
-    """The live page's charts as their elements receive them (live_chart.spec's dicts, decoded)."""
+    """The live page's charts sent something, as the page receives them (live_chart.spec's dicts, decoded)."""
     from grpo_core.dashboard import live_chart
     return [live_chart.decode(b) for b in live_chart_bytes(at)]
 

@@ -15,7 +15,8 @@ from grpo_core.dashboard import live_chart, processes
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import REPO, TRAINED_STEPS, app_test, live_chart_bytes, live_charts, series, synth_run, trained_run, wait_for
+from tests.helpers_dashboard import (REPO, TRAINED_STEPS, app_test, live_chart_bytes, live_chart_entries, live_charts,
+                                     series, synth_run, trained_run, wait_for)
 
 APP = str(REPO / "app.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
@@ -289,19 +290,21 @@ def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_di
 def test_a_view_too_large_to_resend_at_the_runs_pace_refreshes_less_often(runs_dir, monkeypatch):
     """The monitor's period is the run's, or the chart bytes it sends over live_chart.SEND_RATE
     when that is longer (every step of a long run: 2.6 MB at 10,000 steps), which is the new
-    steps' rows only once the page holds the rest."""
+    steps' rows only once the page holds the rest, and nothing at a refresh with no new step."""
     from grpo_core.dashboard import live_cache, live_chart
     store = synth_run(runs_dir, "r", 1600, P=2, G=4, steps_total=2000)  # bins of 2 steps (live_view.MAX_BINS)
     at = app(run_id="r")
     period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
     assert refreshes(at)["monitor_refresh"] == period  # a few kB: the run's pace
 
-    def sent(at) -> int:
-        return sum(len(b) for b in live_chart_bytes(at))
+    def sent(at) -> int:  # the charts element's message: its directory and the charts' bytes
+        return sum(len(e.proto.bytes) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT)
     monkeypatch.setattr(live_chart, "SEND_RATE", 1_000)  # 1 kB/s: both views are too large for the run's pace
-    at.run()
+    at = app(run_id="r")  # a new page: the whole binned view
     binned = sent(at)
     assert binned / 1_000 > period and refreshes(at)["monitor_refresh"] == pytest.approx(binned / 1_000)
+    at.run()  # no new step: the page holds every chart and is sent none, at the run's pace
+    assert len(live_chart_entries(at)) >= 6 and not live_chart_bytes(at) and refreshes(at)["monitor_refresh"] == period
     at.toggle(key="raw_steps").set_value(True).run()
     raw = sent(at)
     assert raw > binned and refreshes(at)["monitor_refresh"] == pytest.approx(raw / 1_000)
@@ -334,7 +337,8 @@ def test_a_new_session_paints_the_run_and_its_charts_first_then_the_whole_page(r
     assert "Trainable ratio (cumulative)" in metrics(at)
     assert at.selectbox(key="run_id").value == "r"
     assert {"Chart smoothing", "exact", "min_group_std"} <= {s.label for s in at.slider}  # the steering panel too
-    assert "first_paint" not in refreshes(at) and len(live_charts(at)) >= 6
+    assert "first_paint" not in refreshes(at) and len(live_chart_entries(at)) >= 6
+    assert not live_chart_bytes(at)  # the page holds its charts from the first paint: sent none again
     store.close()
 
 
@@ -353,8 +357,8 @@ def test_a_first_paint_with_no_chart_asks_for_the_rest_at_once(runs_dir):
 
 
 def chart_places(at) -> list[tuple[int, ...]]:
-    """Where each live chart sits on the page: its path of child indexes from the main area, what
-    the browser knows an element by (a chart at a new path is a new element: a new uPlot chart)."""
+    """Where the live charts element sits on the page: its path of child indexes from the main area,
+    what the browser knows an element by (at a new path it is a new element: new uPlot charts)."""
     def walk(node, path):
         for i, child in sorted(getattr(node, "children", {}).items()):
             if getattr(getattr(child, "proto", None), "component_name", None) == live_chart.COMPONENT:
@@ -364,15 +368,15 @@ def chart_places(at) -> list[tuple[int, ...]]:
 
 
 def test_the_charts_keep_their_places_when_what_is_above_them_changes(runs_dir):
-    """From the first paint to the whole page, and when a request line appears above them, each
-    chart stays at its place: the browser hands the same uPlot chart the new data (a reader's zoom
-    survives: tests/test_browser_live_chart.py) instead of building every chart again."""
+    """From the first paint to the whole page, and when a request line appears above them, the
+    charts stay at their place: the browser hands the same uPlot charts the new data (a reader's
+    zoom survives: tests/test_browser_live_chart.py) instead of building every chart again."""
     store = synth_run(runs_dir, "r", 40, steps_total=100)
     at = AppTest.from_file(APP, default_timeout=60)  # a new session: its first paint
     at.session_state["run_id"] = "r"
     at.run()
     places = chart_places(at)
-    assert len(places) >= 6
+    assert len(places) == 1 and len(live_chart_entries(at)) >= 6  # one element, every chart
     at.run()  # the whole page: the cards, the verdict, the chart controls above the charts
     assert "Trainable ratio (cumulative)" in metrics(at) and chart_places(at) == places
     at.slider(key="w:r:length").set_value(0.6).run()
@@ -389,7 +393,9 @@ def test_runs_page_lists_a_real_run_with_progress(trained):
     assert any(rid in md and "finished" in md for md in texts(at.markdown))
     assert any(f"step {TRAINED_STEPS} of {TRAINED_STEPS}" in str(p.proto) for p in at.get("progress"))
     at.button(key=f"open_{rid}").click().run()
-    assert at.session_state["run_id"] == rid and len(live_charts(at)) == 7  # the live page's charts
+    # The live page's charts, whole: the session showed them before (app.py's start page), but a
+    # new visit's element holds none of them.
+    assert at.session_state["run_id"] == rid and len(live_charts(at)) == 7
 
 
 @pytest.mark.parametrize("extra, message", [

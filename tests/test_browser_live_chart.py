@@ -40,7 +40,10 @@ APP = textwrap.dedent('''
                           index=steps)
         st.markdown(f"refresh {n}")
         chart = live_chart.spec(charts.ratio_chart(df, CHANGES, 0.3, smoothing=0.0))
-        live_chart.draw_update(chart, "ratio", st.session_state.setdefault("held", {}))  # the rows it lacks
+        if "steady" not in st.session_state:  # a chart that never changes: sent once, then nothing
+            st.session_state["steady"] = live_chart.spec(charts.ratio_chart(df.iloc[:30], smoothing=0.0))
+        live_chart.draw_charts([("ratio", chart), ("steady", st.session_state["steady"])], "charts",
+                               st.session_state.setdefault("held", {}))  # the rows each lacks
         refresh.after(0.5, key="refresh")  # as on the live page: the next refresh once this one is drawn
 
 
@@ -48,7 +51,8 @@ APP = textwrap.dedent('''
     live_chart.load()  # after the charts (the live page mounts it first): they wait for it
 ''')
 REFRESH = re.compile(r"refresh (\d+)")
-CHART = "document.querySelector('.live-chart').chart"
+CHART = "document.querySelector('.live-chart[data-key=ratio]').chart"
+STEADY = "document.querySelector('.live-chart[data-key=steady]').chart"
 
 
 @contextmanager
@@ -111,10 +115,10 @@ def test_the_chart_draws_the_figure_and_keeps_a_readers_zoom_across_refreshes(pa
     np.testing.assert_allclose(cumulative, np.cumsum(raw) / (steps + 1), rtol=1e-5)
 
     # Hovering the change marker names the change under the chart.
-    over = page.locator(".live-chart .u-over").bounding_box()
+    over = page.locator(".live-chart[data-key=ratio] .u-over").bounding_box()
     marker_x = page.evaluate(f"{CHART}.valToPos(12, 'x')")
     page.mouse.move(over["x"] + marker_x, over["y"] + over["height"] / 2)
-    wait_for(lambda: "exact=0.7" in page.inner_text(".live-chart .change-note"), STALL_S, what="the change's note")
+    wait_for(lambda: "exact=0.7" in page.inner_text(".live-chart[data-key=ratio] .change-note"), STALL_S, what="the change's note")
 
     # A drag zooms on x; two refreshes later (each with a new step) the zoom is still shown.
     page.mouse.move(over["x"] + over["width"] * 0.2, over["y"] + over["height"] / 2)
@@ -136,16 +140,37 @@ def test_the_chart_draws_the_figure_and_keeps_a_readers_zoom_across_refreshes(pa
 
 def test_a_chart_that_does_not_hold_what_an_update_was_made_for_asks_for_the_whole_chart(page):
     """An update made for data the chart does not hold (here: its token changed in the page, as
-    when an update was lost on the way) is not drawn on top of it: the chart asks for the whole
-    chart, the next refresh sends it, and the chart holds every step again."""
+    when an update was lost on the way) is not drawn on top of it: the chart asks for itself whole,
+    the next refresh sends it, and the chart holds every step again. The element's other chart is
+    not named, and keeps its uPlot chart and what it holds."""
     after_refreshes(page, 1)
     assert not page.resends
-    page.evaluate(f"{CHART}.spec.token = -1")
+    page.evaluate(f"{STEADY}.mark = 'kept'; {CHART}.spec.token = -1")
+    steady = page.evaluate(f"{STEADY}.spec.token")
     count = after_refreshes(page, 3)
     assert page.resends, "the chart did not ask for the whole chart"
+    assert all(b"ratio" in d and b"steady" not in d for d in page.resends)
     steps, raw = (np.array(col, float) for col in page.evaluate(f"{CHART}.data")[:2])
     np.testing.assert_array_equal(steps, np.arange(40 + count))  # every step, none twice
     np.testing.assert_allclose(raw, 0.5 + 0.4 * np.sin(steps / 5.0), rtol=1e-6)
+    assert page.evaluate(f"[{STEADY}.mark, {STEADY}.spec.token]") == ["kept", steady]
+
+
+def test_a_chart_sent_nothing_that_does_not_hold_its_version_asks_for_itself_whole(page):
+    """A chart that did not change is sent nothing at a refresh, only its version's token: the
+    page keeps drawing what it holds. One that does not hold that version (its token changed in the
+    page) asks for itself whole, and holds its steps again; the other chart goes on with its rows."""
+    after_refreshes(page, 2)
+    steady = page.evaluate(f"{STEADY}.spec.token")
+    page.evaluate(f"{STEADY}.mark = 'kept'")
+    after_refreshes(page, 2)
+    assert page.evaluate(f"[{STEADY}.mark, {STEADY}.spec.token]") == ["kept", steady] and not page.resends
+    page.evaluate(f"{STEADY}.spec.token = -1")
+    wait_for(lambda: page.evaluate(f"{STEADY}.spec.token") == steady, STALL_S, what="the chart sent whole")
+    assert page.resends and all(b"steady" in d and b"ratio" not in d for d in page.resends)
+    assert page.evaluate(f"{STEADY}.data[0]") == list(range(30)) and page.evaluate(f"{STEADY}.spec.keep") == 0
+    after_refreshes(page, 1)
+    assert page.evaluate(f"{CHART}.spec.keep") >= 39  # the other chart: the new rows only
 
 
 MANY = textwrap.dedent('''
@@ -161,8 +186,7 @@ MANY = textwrap.dedent('''
     steps = np.arange(500)
     df = pd.DataFrame({names.TRAINABLE_RATIO: 0.5 + 0.4 * np.sin(steps / 5.0), names.CUM_TRAINABLE_RATIO: 0.5},
                       index=steps)
-    for key in ("a", "b", "c"):
-        live_chart.draw(live_chart.encode(live_chart.spec(charts.ratio_chart(df))), key=key)
+    live_chart.draw_charts([(key, live_chart.spec(charts.ratio_chart(df))) for key in ("a", "b", "c")], "charts", {})
 ''')
 # At the first frame after a chart's canvas appears (an animation frame callback runs before its
 # paint): how many charts have one.

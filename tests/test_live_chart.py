@@ -224,3 +224,32 @@ def test_an_update_for_data_the_element_does_not_hold_asks_for_the_whole_chart()
     assert held["x"] == list(map(float, range(12))) and held["token"] == second.token
     other = live_chart.spec(go.Figure(go.Scatter(x=np.arange(12), y=np.arange(12.0), mode="lines", name="t")))
     assert live_chart.decode(live_chart.update(other, second).data)["keep"] == 0  # other lines: whole
+
+
+def test_the_charts_element_is_sent_each_charts_rows_it_lacks_in_one_message(monkeypatch):
+    """pack's bytes name every chart in the order drawn, and hold the bytes of the charts sent
+    something, one after another: whole at first, the rows a chart lacks once it holds a version,
+    nothing for a chart it holds; a chart forgotten (the page asked for it whole) is sent whole."""
+    def chart(name, n):
+        return live_chart.spec(go.Figure(go.Scatter(x=np.arange(n), y=np.cos(np.arange(n)), mode="lines", name=name)))
+    held, sent = {}, []  # the element's (key, data) at each draw
+    monkeypatch.setattr(live_chart, "_components", lambda: (None, lambda data, key, on_resend_change: sent.append((key, data))))
+    first = [("a", chart("a", 10)), ("b", chart("b", 20))]
+    size = live_chart.draw_charts(first, "charts", held)
+    entries = live_chart.unpack(sent[-1][1])
+    assert size == len(sent[-1][1]) and sent[-1][0] == "charts"
+    assert [e["key"] for e in entries] == ["a", "b"] and [e["token"] for e in entries] == [c["token"] for _, c in first]
+    assert [live_chart.decode(e["data"])["x"] for e in entries] == [list(map(float, range(n))) for n in (10, 20)]
+    live_chart.draw_charts(first, "charts", held)  # the same versions: nothing but the directory
+    assert [e["data"] for e in live_chart.unpack(sent[-1][1])] == [None, None] and len(sent[-1][1]) < 100
+    second = [("a", chart("a", 12)), first[1]]
+    live_chart.draw_charts(second, "charts", held)
+    a, b = live_chart.unpack(sent[-1][1])
+    assert (live_chart.decode(a["data"])["keep"], len(live_chart.decode(a["data"])["x"])) == (10, 2)
+    assert b["data"] is None and b["token"] == first[1][1]["token"]
+    live_chart.forget(held, ["b"])  # the page asked for b whole
+    live_chart.draw_charts(second, "charts", held)
+    a, b = live_chart.unpack(sent[-1][1])
+    assert a["data"] is None and live_chart.decode(b["data"])["keep"] == 0
+    live_chart.forget(held, None)  # asked without naming the charts: every chart whole
+    assert held == {}

@@ -39,6 +39,8 @@ IN_APP = contextvars.ContextVar("grpo_health_in_app", default=False)
 
 
 LIVE_TITLE = "Live monitor"  # the live page's title in the menu (main() tells its first paint by it)
+SHOWN = "page_shown"  # the url path of the page the session's last whole run showed
+ENTERED = "page_entered"  # this whole run shows another page than the last (entered_page)
 
 
 def pages() -> list:
@@ -87,12 +89,21 @@ def main():
     st.set_page_config(page_title="GRPO Health", page_icon=FAVICON, layout="wide")
     require_token()
     page = st.navigation(pages())  # its menu tops the sidebar, above the run picker
+    st.session_state[ENTERED] = st.session_state.get(SHOWN) != page.url_path
+    st.session_state[SHOWN] = page.url_path
     pick_run(show=page.title != LIVE_TITLE or bool(st.session_state.get(widget_state.PAINTED)))
     token = IN_APP.set(True)
     try:
         page.run()
     finally:  # st.stop / st.rerun / st.switch_page / an error in the page: unset all the same
         IN_APP.reset(token)
+
+
+def entered_page() -> bool:
+    """Whether this run shows its page anew: the session's last whole run showed another page, or
+    none. The browser then mounts the page's elements anew, holding nothing sent to them on an
+    earlier visit (the live page's charts). A page file run as its own app is always new."""
+    return st.session_state.get(ENTERED, True)
 
 
 def app_is_the_entry_point() -> bool:

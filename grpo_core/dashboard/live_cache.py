@@ -180,7 +180,7 @@ def memo(run_dir: str | Path, key, fn):
 
 
 def chart_update(run_dir: str | Path, key, fn):
-    """live_chart.update's memo: the bytes that take a chart element from the version it holds to
+    """live_chart.update's memo: the bytes that take a page's chart from the version it holds to
     the chart's (key: their tokens) are made once for every viewer holding that version (the last
     UPDATES_SIZE kept, apart from memo's values so that 7 charts do not push those out)."""
     run = _entry(run_dir)

@@ -1,23 +1,26 @@
-"""The live page's chart element: a figure of grpo_core.analysis.charts drawn by uPlot in the page.
+"""The live page's charts element: figures of grpo_core.analysis.charts drawn by uPlot in the page.
 
 charts.py stays the one definition of what a chart shows (plotly figures, also drawn as such by
 the Analysis page and the HTML report). `spec` reads such a figure into uPlot's terms: one column
 of steps shared by every line, each line's values at its own steps (None elsewhere: lines span
-the gaps), fills, stacked bands, threshold lines and change markers. `draw` mounts it in a
-Streamlit components-v2 element whose script (assets/live_chart.js, sent once per page with
-uPlot: `load`) runs in the page, keeps its uPlot chart across refreshes and hands it the new
-columns only, so a reader's zoom survives a refresh; uPlot (assets/uPlot.iife.min.js, MIT) is
-51 kB against plotly.js' 4.7 MB, and draws on a canvas (bench/chart_renderers.py: docs/benchmarks.md
-"Live charts"). `encode` makes a chart's bytes: a short JSON header and the columns as raw
-little-endian floats (steps float64; values float32, or float64 for a chart whose values float32
-cannot hold), so neither Python nor the browser formats or parses a number as text; `decode` reads
-them back (tests; assets/live_chart.js reads them in the page).
+the gaps), fills, stacked bands, threshold lines and change markers. `draw_charts` mounts the
+page's charts in one Streamlit components-v2 element (one element, one message per refresh, where
+a chart per element made seven), whose script (assets/live_chart.js, sent once per page with
+uPlot: `load`) runs in the page, lays the charts out two per row, keeps each one's uPlot chart
+across refreshes and hands it the new columns only, so a reader's zoom survives a refresh; uPlot
+(assets/uPlot.iife.min.js, MIT) is 51 kB against plotly.js' 4.7 MB, and draws on a canvas
+(bench/chart_renderers.py: docs/benchmarks.md "Live charts"). `encode` makes a chart's bytes: a
+short JSON header and the columns as raw little-endian floats (steps float64; values float32, or
+float64 for a chart whose values float32 cannot hold), so neither Python nor the browser formats
+or parses a number as text; `decode` reads them back (tests; assets/live_chart.js reads them in
+the page). `pack` puts the charts' bytes in one message.
 
-A refresh sends an element only the rows it lacks (`update`, `draw_update`): a new step appends
-rows to every chart and changes none before them (old history is folded into bins 500 steps at a
-time), so the bytes are the rows after the first one that changed, on top of the rows the element
-holds (`apply`: what the element does). An element that does not hold what an update was made for
-(a page reloaded, a message replaced before it was sent) asks for the whole chart instead.
+A refresh sends each chart only the rows it lacks (`update`): a new step appends rows to every
+chart and changes none before them (old history is folded into bins 500 steps at a time), so the
+bytes are the rows after the first one that changed, on top of the rows the chart holds (`apply`:
+what the page does); a chart the page holds already is sent nothing. A chart that does not hold
+what an update was made for (a page reloaded, a message replaced before it was sent) asks for
+itself whole instead.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ COMPONENT = "grpo_health_live_chart"
 LIBRARY = "grpo_health_uplot"
 FILL_ALPHA = 0.25  # a filled area under its line (plotly's fill='tozeroy', a stacked band)
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # a chart with a larger value sends its values as float64
-DRAWN = ".live-chart canvas"  # a chart drawn in the page (assets/live_chart.js: uPlot's canvas in the element)
+DRAWN = ".live-chart canvas"  # a chart drawn in the page (assets/live_chart.js: uPlot's canvas in the chart's box)
 SEND_RATE = 250_000  # bytes/s of chart data a live page is sent at most: a larger view refreshes less often
 
 
@@ -77,7 +80,7 @@ def _text(title) -> str:
 
 
 def encode(chart: dict, keep: int = 0, base: int = 0) -> bytes:
-    """A chart (`spec`'s dict) as the element receives it: the byte length of a UTF-8 JSON header
+    """A chart (`spec`'s dict) as the page receives it: the byte length of a UTF-8 JSON header
     (uint32), the header (everything but the columns, with the values' "dtype" and the chart's
     "token", plus "n" rows sent, "lines", and "keep", "base": see `update`), padding to 8 bytes,
     the steps (float64), then each line's values (NaN: no point): its rows from `keep` on."""
@@ -114,7 +117,7 @@ def decode(data: bytes) -> dict:
 
 @dataclass(frozen=True)
 class Sent:
-    """What a page's chart element was last sent: the chart (`spec`'s dict) and the bytes."""
+    """What a page's chart was last sent: the chart (`spec`'s dict) and the bytes."""
     chart: dict
     data: bytes
 
@@ -129,9 +132,9 @@ def _now(key, fn):
 
 
 def update(chart: dict, sent: Sent | None, memo: Callable[[tuple, Callable[[], Sent]], Sent] = _now) -> Sent:
-    """What to send an element that was last sent `sent` (None: nothing yet, or it asked for the
-    whole chart) so that it draws `chart`: the same bytes when it is the chart sent (Streamlit does
-    not redraw an element whose data did not change), else the rows from the first one that
+    """What to send a page's chart that was last sent `sent` (None: nothing yet, or it asked for
+    itself whole) so that it draws `chart`: `sent` itself when it is the chart sent (`draw_charts`
+    sends it nothing), else the rows from the first one that
     changed ("keep" rows kept) for the data carrying token "base", or the whole chart (keep 0).
     They depend on the chart and the one sent alone, so every viewer holding the same version is
     sent the same bytes: `memo(key, fn)` gives fn() or the answer of an earlier call with the same
@@ -160,10 +163,10 @@ def kept_rows(old: dict, new: dict) -> int:
 
 
 def apply(held: dict | None, received: dict) -> dict | None:
-    """What the element draws once it receives `received` (`decode`'s dict) holding `held` (the
+    """What a page's chart draws once it receives `received` (`decode`'s dict) holding `held` (the
     last it drew, or None): the chart itself when whole (keep 0); its rows after the first "keep"
-    of held when made for held (base == held's token); else None: the element asks for the whole
-    chart (assets/live_chart.js does the same in the page)."""
+    of held when made for held (base == held's token); else None: the chart asks for itself whole
+    (assets/live_chart.js does the same in the page)."""
     keep = received["keep"]
     if not keep:
         return received
@@ -270,8 +273,15 @@ def _vlines(layout: dict) -> list[dict]:
     return out
 
 
-# The chart element's own script: the drawing is live_chart.js's, which the library element defines
-# once per page; a components-v2 element's script travels with each of its updates (8 kB a chart).
+# The charts two per row (Streamlit's st.columns(2): its small gap; one per row on a narrow screen,
+# as Streamlit's columns stack there), and a change marker's note under its chart.
+GRID_CSS = """.live-charts { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 1rem; }
+@media (max-width: 640px) { .live-charts { grid-template-columns: minmax(0, 1fr); } }
+.live-chart .change-note { font-size: 11px; min-height: 14px; }
+"""
+
+# The charts element's own script: the drawing is live_chart.js's, which the library element defines
+# once per page; a components-v2 element's script travels with each of its updates (8 kB a time).
 CHART_JS = """export default function draw(component) {
   if (!globalThis.grpoHealthLiveChart) {  // the library element (live_chart.load) defines it: wait
     requestAnimationFrame(() => draw(component));
@@ -284,19 +294,19 @@ CHART_JS = """export default function draw(component) {
 
 @cache
 def _components():
-    """(the library, the chart element), registered once per process. The library is an element
-    of its own, mounted once per page (`load`) with the same message each time: uPlot, the chart
-    element's drawing (assets/live_chart.js) and their CSS, which then do not travel with each
-    chart's data at every refresh (a components-v2 element's script and CSS are part of each of
-    its messages); the chart element's own script only hands its data to the drawing. Inline CSS
-    spans two lines (a one-line string reads as a file path)."""
+    """(the library, the charts element), registered once per process. The library is an element
+    of its own, mounted once per page (`load`) with the same message each time: uPlot, the charts'
+    drawing (assets/live_chart.js) and their CSS, which then do not travel with the charts' data
+    at every refresh (a components-v2 element's script and CSS are part of each of its messages);
+    the charts element's own script only hands its data to the drawing. Inline CSS spans two lines
+    (a one-line string reads as a file path)."""
     import streamlit as st
     js = "\n".join([(ASSETS / "uPlot.iife.min.js").read_text(), "globalThis.uPlot = uPlot;",
                     (ASSETS / "live_chart.js").read_text(), "export default function () {}", ""])
-    css = (ASSETS / "uPlot.min.css").read_text() + "\n.live-chart .change-note { font-size: 11px; min-height: 14px; }\n"
+    css = (ASSETS / "uPlot.min.css").read_text() + "\n" + GRID_CSS
     library = st.components.v2.component(LIBRARY, js=js, css=css, isolate_styles=False)
-    chart = st.components.v2.component(COMPONENT, js=CHART_JS, isolate_styles=False)  # no shadow DOM: the CSS applies
-    return library, chart
+    charts = st.components.v2.component(COMPONENT, js=CHART_JS, isolate_styles=False)  # no shadow DOM: the CSS applies
+    return library, charts
 
 
 def load():
@@ -307,18 +317,59 @@ def load():
     _components()[0](key="uplot_library")
 
 
-def draw(chart: bytes, key: str, on_resend: Callable[[], None] = lambda: None):
-    """Mount a chart's bytes (`encode`, or an `update`'s) in the current Streamlit container; `key`
-    keeps it the same element, and the same uPlot chart, from one refresh to the next; `on_resend`
-    runs when the element asks for the whole chart. The page calls `load` too."""
-    return _components()[1](data=chart, key=key, on_resend_change=on_resend)
+def pack(charts: list[tuple[str, int, bytes | None]]) -> bytes:
+    """The charts element's data: (name, token, bytes or None) per chart, in the order drawn. The
+    byte length of a UTF-8 JSON directory (uint32), the directory (each chart's "key", "token" and
+    "size", 0 for a chart sent nothing: the element holds that token already), then each sent
+    chart's bytes (`encode`'s, whole or an `update`'s) one after another."""
+    head = json.dumps([{"key": name, "token": token, "size": len(data or b"")} for name, token, data in charts],
+                      separators=(",", ":")).encode()
+    return b"".join([struct.pack("<I", len(head)), head, *(data for _, _, data in charts if data)])
 
 
-def draw_update(chart: dict, key: str, held: MutableMapping,
+def unpack(data: bytes) -> list[dict]:
+    """`pack`'s bytes back: each chart's "key", "token" and "data" (its bytes, or None)."""
+    (size,) = struct.unpack_from("<I", data)
+    at, out = 4 + size, []
+    for entry in json.loads(data[4:at]):
+        out.append({"key": entry["key"], "token": entry["token"], "data": data[at:at + entry["size"]] or None})
+        at += entry["size"]
+    return out
+
+
+def draw(chart: bytes, key: str):
+    """Mount one chart's bytes (`encode`'s) as a charts element of its own (`key`), drawn whole at
+    each run (benches and tests: a page of one chart). The page calls `load` too."""
+    token = json.loads(chart[4:4 + struct.unpack_from("<I", chart)[0]])["token"]
+    return _components()[1](data=pack([(key, token, chart)]), key=key, on_resend_change=lambda: None)
+
+
+def draw_charts(charts: list[tuple[str, dict]], key: str, held: MutableMapping,
                 memo: Callable[[tuple, Callable[[], Sent]], Sent] = _now) -> int:
-    """Draw `chart` (`spec`'s dict) in the element `key`, sending only what it lacks: `held` is the
-    session's record of what each element was sent (key -> Sent), kept across refreshes (dropped
-    for an element that asks for the whole chart); `memo` as `update`'s. The bytes sent."""
-    sent = held[key] = update(chart, held.get(key), memo)
-    draw(sent.data, key, on_resend=lambda: held.pop(key, None))
-    return len(sent.data)
+    """Draw `charts` ((name, `spec`'s dict), in the order shown: two per row) in one element `key`,
+    sending each only what it lacks: `held` is the session's record of what each chart was sent
+    (name -> Sent), kept across refreshes; a chart the element holds already is sent nothing; a
+    chart the element asks to have whole is dropped from it (`forget`), so the next run sends it
+    whole. `memo` as `update`'s. The bytes sent."""
+    entries = []
+    for name, chart in charts:
+        before = held.get(name)
+        sent = held[name] = update(chart, before, memo)
+        entries.append((name, sent.token, None if sent is before else sent.data))
+    data = pack(entries)
+    _components()[1](data=data, key=key, on_resend_change=lambda: forget(held, _asked(key)))
+    return len(data)
+
+
+def forget(held: MutableMapping, names: list[str] | None):
+    """Drop what the element was sent of the charts `names` (None: of every chart)."""
+    for name in list(held) if names is None else names:
+        held.pop(name, None)
+
+
+def _asked(key: str) -> list[str] | None:
+    """The charts the element `key` asked to have whole (its "resend" trigger: assets/live_chart.js),
+    read in the callback of the run it started; None when it did not name them."""
+    import streamlit as st
+    names = (st.session_state.get(key) or {}).get("resend")
+    return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None

@@ -1,8 +1,9 @@
-// The live page's chart: one uPlot per element, kept across the page's refreshes. A refresh hands
+// The live page's charts: one uPlot per chart, kept across the page's refreshes. A refresh hands
 // the same chart new columns (setData), so a reader's zoom (drag on x; double-click resets) and the
 // legend's toggles survive, where rebuilding the chart would reset them. Runs in the page: the
-// library element (live_chart.load) defines `grpoHealthLiveChart`, which each chart element (a
-// Streamlit components-v2 element, live_chart.CHART_JS) calls with its data; `data` is
+// library element (live_chart.load) defines `grpoHealthLiveChart`, which the charts element (a
+// Streamlit components-v2 element, live_chart.CHART_JS) calls with its data: live_chart.pack's
+// bytes (unpack reads them), a directory of the charts and, for each chart sent something,
 // grpo_core.dashboard.live_chart.encode's bytes of live_chart.spec's dict, whole or the rows the
 // chart lacks (decode reads them, withHeld joins them to the rows it holds); `uPlot` is the global
 // the library element defines.
@@ -147,21 +148,65 @@ function sameShape(a, b) {
   return JSON.stringify([a.series, a.title, a.y_title]) === JSON.stringify([b.series, b.title, b.y_title]);
 }
 
-function render(component) {
+// live_chart.pack's layout: uint32 directory length, a JSON directory (each chart's key, token and
+// byte size: 0 when the element holds that token already), then the sent charts' bytes in order.
+function unpack(bytes) {
+  const view = bytes instanceof ArrayBuffer ? new Uint8Array(bytes) : new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const size = new DataView(view.buffer, view.byteOffset, 4).getUint32(0, true);
+  let at = 4 + size;
+  return JSON.parse(new TextDecoder().decode(view.subarray(4, at))).map(entry => {
+    const part = entry.size ? view.subarray(at, at + entry.size) : null;
+    at += entry.size;
+    return {...entry, part};
+  });
+}
+
+// The element's charts, one host each (.live-chart) in a grid of two columns, in the directory's
+// order; a chart no longer sent is removed.
+function place(component, entries) {
   const {parentElement} = component;
-  let host = parentElement.querySelector(".live-chart");
-  if (!host) {
-    host = document.createElement("div");
-    host.className = "live-chart";
-    host.innerHTML = '<div class="plot"></div><div class="change-note"></div>';
-    parentElement.appendChild(host);
+  let grid = parentElement.querySelector(".live-charts");
+  if (!grid) {
+    grid = document.createElement("div");
+    grid.className = "live-charts";
+    grid.hosts = new Map();
+    parentElement.appendChild(grid);
   }
+  const keys = new Set(entries.map(e => e.key));
+  for (const [key, host] of grid.hosts) {
+    if (keys.has(key)) continue;
+    const chart = charts.get(host);
+    if (chart) { chart.resized.disconnect(); chart.destroy(); }
+    host.remove();
+    grid.hosts.delete(key);
+  }
+  entries.forEach((entry, i) => {
+    let host = grid.hosts.get(entry.key);
+    if (!host) {
+      host = document.createElement("div");
+      host.className = "live-chart";
+      host.dataset.key = entry.key;
+      host.innerHTML = '<div class="plot"></div><div class="change-note"></div>';
+      grid.hosts.set(entry.key, host);
+    }
+    if (grid.children[i] !== host) grid.insertBefore(host, grid.children[i] || null);
+    entry.host = host;
+  });
+}
+
+// One chart's entry: nothing to do when its chart holds the token already; else draw its bytes on
+// top of what it holds, or name it among the charts to resend whole.
+function render(entry, resend) {
+  const {host} = entry;
   let chart = charts.get(host);
-  const received = decode(component.data);
-  if (chart && received.keep && chart.spec.token === received.token) return;  // drawn already: rendered again
-  const data = withHeld(chart && chart.spec, received);
+  if (chart && chart.spec.token === entry.token) return;  // drawn already
+  if (!entry.part) {  // sent nothing: the server thinks the element holds a version it does not
+    resend.push(entry.key);
+    return;
+  }
+  const data = withHeld(chart && chart.spec, decode(entry.part));
   if (!data) {  // made for data this chart does not hold: ask for the whole chart, keep drawing the old one
-    component.setTriggerValue("resend", received.token);
+    resend.push(entry.key);
     return;
   }
   if (chart && sameShape(chart.spec, data)) {
@@ -175,31 +220,44 @@ function render(component) {
   host.chart = chart;  // for tests and benches: the chart's scales, series and data
 }
 
-// The first chart asked for draws at once, the others asked for meanwhile just after the frame that
-// shows it: a page's first paint mounts every chart in one go, and drawing them all in one task kept
-// the first from the screen until the last was drawn. Each chart's draws keep their order. A page
-// nobody sees gets no frame: there they are drawn at once after this task.
-let later = null;  // the charts asked for since the last one drawn at once
+// The first chart that changed is drawn at once, the others just after the frame that shows it:
+// drawing them all in one task kept the first from the screen until the last was drawn. Draws left
+// from one message are done before the next message's, so each chart's draws keep their order. A
+// page nobody sees gets no frame: there they are drawn at once after this task.
+let later = null;  // {component, entries, resend}: the draws after the frame
 
-function drawLater() {
-  const due = later || [];
-  later = null;
-  for (const component of due) {
+function drawAll(job) {
+  for (const entry of job.entries) {
     try {
-      render(component);
+      render(entry, job.resend);
     } catch (error) {  // a chart that fails to draw does not stop the others
       console.error(error);
     }
   }
+  if (job.resend.length) job.component.setTriggerValue("resend", job.resend);
+}
+
+function drawLater() {
+  const job = later;
+  later = null;
+  if (job) drawAll(job);
 }
 
 globalThis.grpoHealthLiveChart = component => {
-  if (later) {
-    later.push(component);
-    return;
+  drawLater();
+  const entries = unpack(component.data);
+  place(component, entries);
+  const due = entries.filter(e => !(charts.get(e.host) && charts.get(e.host).spec.token === e.token));
+  const resend = [];
+  if (due.length) {
+    try {
+      render(due[0], resend);
+    } catch (error) {
+      console.error(error);
+    }
   }
-  later = [];
-  if (document.visibilityState === "hidden") setTimeout(drawLater, 0);
+  later = {component, entries: due.slice(1), resend};
+  if (later.entries.length === 0) drawLater();
+  else if (document.visibilityState === "hidden") setTimeout(drawLater, 0);
   else requestAnimationFrame(() => setTimeout(drawLater, 0));
-  render(component);
 };
