@@ -127,7 +127,7 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
                 "--disable-component-update", "--disable-sync"])
             page = b.new_page()
             page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded")
-            page.wait_for_selector(".live-chart canvas", timeout=600_000)
+            page.wait_for_selector(live_chart.DRAWN, timeout=600_000)
             out["first_chart"] = time.perf_counter() - t0
             first = page.evaluate(last_x)
             page.wait_for_function(f"{last_x} > {first}", timeout=600_000)

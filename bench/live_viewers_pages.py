@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grpo_core.dashboard.live_chart import DRAWN  # noqa: E402
 from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, process_tree  # noqa: E402
 
 # Every page really redraws (no background-tab throttling): the worst case for the server.
@@ -156,7 +157,7 @@ def open_page(ctx, url: str, timeout_s: float):
     t = time.perf_counter()
     try:
         page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
-        page.wait_for_selector(".live-chart canvas", state="attached", timeout=timeout_s * 1000)
+        page.wait_for_selector(DRAWN, state="attached", timeout=timeout_s * 1000)
     except PageTimeout:
         print(f"no chart drawn within {timeout_s:.0f} s", file=sys.stderr)
         return page, None
