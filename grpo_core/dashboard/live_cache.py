@@ -19,8 +19,9 @@ same value for the same version whichever session fills them.
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
 `refresh_interval(state, probed, viewer)`: the live page's poll period, from the run's step rate (2 s
 for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
-(together they are redrawn REDRAWS_PER_S times a second at most; a viewer counts while its page
-asks, `saw_viewer` when it asks the route, so a closed or hidden page drops out). `expire(run_dir)`:
+(together they are redrawn REDRAWS_PER_S times a second at most; a viewer counts from its page's
+script run and while its page asks, `saw_viewer` when it asks the route, so a closed or hidden page
+drops out, and an id made up on the route counts for nothing). `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
 is dropped.
@@ -259,10 +260,12 @@ def fast_period(viewers: int) -> float:
 
 def saw_viewer(run_dir: Path, viewer: str):
     """`viewer`'s page asked live_probe's route: it still watches the run (a probed page with nothing
-    new asks only the route, and reruns, asking refresh_interval, only once per step)."""
+    new asks only the route, and reruns, asking refresh_interval, only once per step). Only a viewer
+    counted already (its page's script run asked refresh_interval) is kept so: the route is open to
+    any request, and ids made up there would lengthen every page's period and pile up."""
     with _lock:
         run = _runs.get(str(_db(run_dir)))
-        if run is not None:
+        if run is not None and viewer in run.viewers:
             _count_viewers(run, viewer)
 
 
