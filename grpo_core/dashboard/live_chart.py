@@ -134,8 +134,8 @@ def _now(key, fn):
 def update(chart: dict, sent: Sent | None, memo: Callable[[tuple, Callable[[], Sent]], Sent] = _now) -> Sent:
     """What to send a page's chart that was last sent `sent` (None: nothing yet, or it asked for
     itself whole) so that it draws `chart`: `sent` itself when it is the chart sent (`draw_charts`
-    sends it nothing), else the rows from the first one that
-    changed ("keep" rows kept) for the data carrying token "base", or the whole chart (keep 0).
+    then sends it nothing), else the rows from the first one that changed ("keep" rows kept) for
+    the data carrying token "base", or the whole chart (keep 0).
     They depend on the chart and the one sent alone, so every viewer holding the same version is
     sent the same bytes: `memo(key, fn)` gives fn() or the answer of an earlier call with the same
     key (the live page's: live_cache.chart_update, made once for every viewer)."""
@@ -281,7 +281,8 @@ GRID_CSS = """.live-charts { display: grid; grid-template-columns: repeat(2, min
 """
 
 # The charts element's own script: the drawing is live_chart.js's, which the library element defines
-# once per page; a components-v2 element's script travels with each of its updates (8 kB a time).
+# once per page; a components-v2 element's script travels with each of its updates (live_chart.js'
+# 8 kB at every refresh, were it the charts element's own).
 CHART_JS = """export default function draw(component) {
   if (!globalThis.grpoHealthLiveChart) {  // the library element (live_chart.load) defines it: wait
     requestAnimationFrame(() => draw(component));
