@@ -55,10 +55,10 @@ REDRAWS_PAST = 20
 CORRECT_AFTER = 4  # page redraws without a slider's value before its key presses are sent again
 STALL_S = 240
 STEP_TEXT = re.compile(rf"step (\d+) of {BUDGET}")
-# The live page's uPlot charts (grpo_core.dashboard.live_chart: each element keeps its chart on its node).
+# The live page's uPlot charts (grpo_core.dashboard.live_chart: each chart's box keeps its chart on its node).
 CHARTS = "Array.from(document.querySelectorAll('.live-chart')).map(h => h.chart).filter(c => c)"
-# How many chart elements the page ever made (live_chart.js makes one where it is first mounted): a
-# chart that moved on the page is mounted again, as a new element with a new uPlot chart.
+# How many chart boxes the page ever made (live_chart.js makes one per chart where the charts element
+# is first mounted): charts that moved on the page are mounted again, new boxes with new uPlot charts.
 MOUNTS_JS = """window.chartMounts = 0;
 new MutationObserver(records => { for (const r of records) for (const n of r.addedNodes)
   if (n.classList && n.classList.contains('live-chart')) window.chartMounts += 1; })

@@ -1,10 +1,11 @@
-"""The live chart element (grpo_core.dashboard.live_chart) in a real browser: a Streamlit app of
-its own whose fragment redraws a charts.py figure with one more step at each refresh. The chart
-draws the figure's lines, threshold and change marker; each refresh reaches the same chart (new
-data, no rebuild), so a reader's drag-zoom survives refreshes and a double-click gives the chart
-back to the data. A refresh sends the rows the chart lacks, and a chart that does not hold what
-an update was made for asks for the whole chart. Waits follow the app's refresh counter, not a
-wall clock."""
+"""The live charts element (grpo_core.dashboard.live_chart) in a real browser: a Streamlit app of
+its own whose fragment redraws two charts.py figures in one element at each refresh, one with one
+more step each time, one that never changes. The chart draws the figure's lines, threshold and
+change marker; each refresh reaches the same chart (new data, no rebuild), so a reader's
+drag-zoom survives refreshes and a double-click gives the chart back to the data. A refresh sends
+the rows a chart lacks and nothing to a chart that holds its version; a chart that does not hold
+what it was sent for asks for itself, and only itself, whole. Waits follow the app's refresh
+counter, not a wall clock."""
 import re
 import textwrap
 from contextlib import contextmanager
