@@ -104,8 +104,7 @@ def _dtype(columns: list[np.ndarray]) -> str:
 def decode(data: bytes) -> dict:
     """`encode`'s bytes back as a dict: "x" the steps, "y" each line's values with None where it
     has no point (what assets/live_chart.js hands uPlot), and the header's "keep", "base", "token"."""
-    (size,) = struct.unpack_from("<I", data)
-    head = json.loads(data[4:4 + size])
+    head, size = _head(data)
     n, lines, dtype = head.pop("n"), head.pop("lines"), "<" + head.pop("dtype")
     at = _columns_at(size)
     x = np.frombuffer(data, "<f8", n, at)
@@ -174,6 +173,12 @@ def apply(held: dict | None, received: dict) -> dict | None:
         return None
     return {**received, "x": held["x"][:keep] + received["x"],
             "y": [old[:keep] + new for old, new in zip(held["y"], received["y"])]}
+
+
+def _head(data: bytes):
+    """The JSON that `encode`'s and `pack`'s bytes open with (after its uint32 byte length), and that length."""
+    (size,) = struct.unpack_from("<I", data)
+    return json.loads(data[4:4 + size]), size
 
 
 def _columns_at(header_size: int) -> int:
@@ -330,9 +335,9 @@ def pack(charts: list[tuple[str, int, bytes | None]]) -> bytes:
 
 def unpack(data: bytes) -> list[dict]:
     """`pack`'s bytes back: each chart's "key", "token" and "data" (its bytes, or None)."""
-    (size,) = struct.unpack_from("<I", data)
+    directory, size = _head(data)
     at, out = 4 + size, []
-    for entry in json.loads(data[4:at]):
+    for entry in directory:
         out.append({"key": entry["key"], "token": entry["token"], "data": data[at:at + entry["size"]] or None})
         at += entry["size"]
     return out
@@ -341,7 +346,7 @@ def unpack(data: bytes) -> list[dict]:
 def draw(chart: bytes, key: str):
     """Mount one chart's bytes (`encode`'s) as a charts element of its own (`key`), drawn whole at
     each run (benches and tests: a page of one chart). The page calls `load` too."""
-    token = json.loads(chart[4:4 + struct.unpack_from("<I", chart)[0]])["token"]
+    token = _head(chart)[0]["token"]
     return _components()[1](data=pack([(key, token, chart)]), key=key, on_resend_change=lambda: None)
 
 

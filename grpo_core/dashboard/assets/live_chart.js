@@ -14,7 +14,7 @@ const DASHES = {dash: [6, 4], dot: [2, 3], dashdot: [6, 3, 2, 3], longdash: [10,
 // (float64), each line's values (float32 or float64, NaN: no point, which uPlot takes as null).
 // Plain loops: Array.from with a mapping function costs several times more per value.
 function decode(bytes) {
-  const buf = new Uint8Array(bytes).slice().buffer;  // a copy of its own, at offset 0: aligned views
+  const buf = bytes.slice().buffer;  // (a Uint8Array: unpack's part) a copy of its own, at offset 0: aligned views
   const size = new DataView(buf).getUint32(0, true);
   const data = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, size)));
   const n = data.n;
@@ -194,12 +194,18 @@ function place(component, entries) {
   });
 }
 
-// One chart's entry: nothing to do when its chart holds the token already; else draw its bytes on
-// top of what it holds, or name it among the charts to resend whole.
+// Whether an entry's chart holds the version the entry names already (drawn: nothing to do).
+function holds(entry) {
+  const chart = charts.get(entry.host);
+  return Boolean(chart) && chart.spec.token === entry.token;
+}
+
+// One chart's entry: draw its bytes on top of what the chart holds, or name it among the charts to
+// resend whole.
 function render(entry, resend) {
   const {host} = entry;
   let chart = charts.get(host);
-  if (chart && chart.spec.token === entry.token) return;  // drawn already
+  if (holds(entry)) return;  // drawn already
   if (!entry.part) {  // sent nothing: the server thinks the element holds a version it does not
     resend.push(entry.key);
     return;
@@ -226,14 +232,16 @@ function render(entry, resend) {
 // page nobody sees gets no frame: there they are drawn at once after this task.
 let later = null;  // {component, entries, resend}: the draws after the frame
 
-function drawAll(job) {
-  for (const entry of job.entries) {
-    try {
-      render(entry, job.resend);
-    } catch (error) {  // a chart that fails to draw does not stop the others
-      console.error(error);
-    }
+function drawOne(entry, resend) {
+  try {
+    render(entry, resend);
+  } catch (error) {  // a chart that fails to draw does not stop the others
+    console.error(error);
   }
+}
+
+function drawAll(job) {
+  for (const entry of job.entries) drawOne(entry, job.resend);
   if (job.resend.length) job.component.setTriggerValue("resend", job.resend);
 }
 
@@ -247,15 +255,9 @@ globalThis.grpoHealthLiveChart = component => {
   drawLater();
   const entries = unpack(component.data);
   place(component, entries);
-  const due = entries.filter(e => !(charts.get(e.host) && charts.get(e.host).spec.token === e.token));
+  const due = entries.filter(e => !holds(e));
   const resend = [];
-  if (due.length) {
-    try {
-      render(due[0], resend);
-    } catch (error) {
-      console.error(error);
-    }
-  }
+  if (due.length) drawOne(due[0], resend);
   later = {component, entries: due.slice(1), resend};
   if (later.entries.length === 0) drawLater();
   else if (document.visibilityState === "hidden") setTimeout(drawLater, 0);
