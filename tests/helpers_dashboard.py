@@ -240,12 +240,17 @@ def chart_specs(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
+def live_chart_messages(at) -> list[bytes]:
+    """The data of the live page's charts element (live_chart.pack's bytes), one per element drawn."""
+    from grpo_core.dashboard import live_chart
+    return [e.proto.bytes for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT]
+
+
 def live_chart_entries(at) -> list[dict]:
     """The live page's charts as its charts element is sent them (live_chart.unpack's entries: the
     chart's key and token, and its bytes, None when the page holds it already)."""
     from grpo_core.dashboard import live_chart
-    return [entry for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT
-            for entry in live_chart.unpack(e.proto.bytes)]
+    return [entry for data in live_chart_messages(at) for entry in live_chart.unpack(data)]
 
 
 def live_chart_bytes(at) -> list[bytes]:

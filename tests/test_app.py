@@ -15,8 +15,8 @@ from grpo_core.dashboard import live_chart, processes
 from grpo_core.runs import names
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.store import RunStore
-from tests.helpers_dashboard import (REPO, TRAINED_STEPS, app_test, live_chart_bytes, live_chart_entries, live_charts,
-                                     series, synth_run, trained_run, wait_for)
+from tests.helpers_dashboard import (REPO, TRAINED_STEPS, app_test, live_chart_bytes, live_chart_entries,
+                                     live_chart_messages, live_charts, series, synth_run, trained_run, wait_for)
 
 APP = str(REPO / "app.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trl" / "chaos-economy-trainer_state.json"
@@ -298,7 +298,7 @@ def test_a_view_too_large_to_resend_at_the_runs_pace_refreshes_less_often(runs_d
     assert refreshes(at)["monitor_refresh"] == period  # a few kB: the run's pace
 
     def sent(at) -> int:  # the charts element's message: its directory and the charts' bytes
-        return sum(len(e.proto.bytes) for e in at.get("bidi_component") if e.proto.component_name == live_chart.COMPONENT)
+        return sum(len(data) for data in live_chart_messages(at))
     monkeypatch.setattr(live_chart, "SEND_RATE", 1_000)  # 1 kB/s: both views are too large for the run's pace
     at = app(run_id="r")  # a new page: the whole binned view
     binned = sent(at)
