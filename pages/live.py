@@ -140,13 +140,14 @@ def monitor() -> bool:
     (refresh.after: a page short of CPU refreshes less often instead of queueing refreshes);
     whether it sent charts to draw."""
     s, sent = None, 0
-    with refresh.guarded("the run's cards and charts"):
-        s, sent = monitor_panel()
-    if s is None:  # the store could not be read, or a bug: try again while the run was live
-        period = live_cache.STALE_REFRESH_S if LIVE else None
-    else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
-        period = live_chart.paced(live_cache.refresh_interval(s, probed=PROBE is not None, viewer=VIEWER), sent)
-    refresh_after(period, "monitor_refresh", s)
+    with refresh.steady("monitor"):
+        with refresh.guarded("the run's cards and charts"):
+            s, sent = monitor_panel()
+        if s is None:  # the store could not be read, or a bug: try again while the run was live
+            period = live_cache.STALE_REFRESH_S if LIVE else None
+        else:  # the run's pace, slower for a view too large to resend at that pace (every step of a long run)
+            period = live_chart.paced(live_cache.refresh_interval(s, probed=PROBE is not None, viewer=VIEWER), sent)
+        refresh_after(period, "monitor_refresh", s)
     return sent > 0
 
 
@@ -344,9 +345,10 @@ def what_if_now(weights: dict, thr: float, level_changed: bool, group_size, todo
     what the controls were drawn from changed (a setting applied, made in another tab or by the
     autopilot; a request resolved), the page."""
     period, s = RETRY_S, None
-    with refresh.guarded("the what-if"):
-        period, s = what_if_part(weights, thr, level_changed, group_size, todo, drawn)
-    refresh_after(period, "steer_refresh", s)
+    with refresh.steady("what_if"):
+        with refresh.guarded("the what-if"):
+            period, s = what_if_part(weights, thr, level_changed, group_size, todo, drawn)
+        refresh_after(period, "steer_refresh", s)
 
 
 def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, todo: list,

@@ -192,9 +192,10 @@ target = st.slider("Target trainable ratio", 0.05, 0.95, 0.3, 0.05, key="pilot_t
 @st.fragment
 def polled(run_id: str, target: float):
     """The pilot while it runs: the store read again 2 s after the page drew the last read."""
-    with refresh.guarded("the pilot's results"):
-        show(run_id, target, polling=True)
-    refresh.after(2.0, key="pilot_refresh")
+    with refresh.steady("pilot"):
+        with refresh.guarded("the pilot's results"):
+            show(run_id, target, polling=True)
+        refresh.after(2.0, key="pilot_refresh")
 
 
 if live:

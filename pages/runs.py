@@ -50,10 +50,11 @@ def run_rows():
     page once it drew the rows; the rows are read again at each refresh, so polling ends with the
     last live run."""
     rows = runs
-    with refresh.guarded("the run list"):
-        rows = run_list.runs_overview()
-        run_cards(rows)
-    refresh.after(3.0 if rows["status"].isin((*LIVE_STATUSES, STALE)).any() else None, key="runs_refresh")
+    with refresh.steady("runs"):
+        with refresh.guarded("the run list"):
+            rows = run_list.runs_overview()
+            run_cards(rows)
+        refresh.after(3.0 if rows["status"].isin((*LIVE_STATUSES, STALE)).any() else None, key="runs_refresh")
 
 
 def run_cards(rows):

@@ -238,3 +238,67 @@ def test_a_probe_that_hangs_does_not_stop_the_refreshes(tmp_path):
             assert len(given_up) >= 2 and not answered and counter(page, "page runs") == 1
         finally:
             browser.close()
+
+
+# Two fragments that refresh themselves, each run long enough for Streamlit's fade to start (it
+# waits half a second): one in a steady part, one not.
+STEADY_APP = textwrap.dedent(f'''
+    import time
+
+    import streamlit as st
+
+    from grpo_core.dashboard import refresh
+
+
+    @st.fragment
+    def steady():
+        with refresh.steady("panel"):
+            n = st.session_state["steady"] = st.session_state.get("steady", 0) + 1
+            time.sleep({RUN_S})
+            st.markdown(f"steady runs {{n}}")
+            refresh.after({PERIOD_S}, key="steady_refresh")
+
+
+    @st.fragment
+    def plain():
+        n = st.session_state["plain"] = st.session_state.get("plain", 0) + 1
+        time.sleep({RUN_S})
+        st.markdown(f"plain runs {{n}}")
+        refresh.after({PERIOD_S}, key="plain_refresh")
+
+
+    steady()
+    plain()
+''')
+# Each time Streamlit marks an element stale (its fragment reruns), the style it gets: its opacity
+# and the transition that would fade it.
+STALE_JS = """window.__stale = [];
+new MutationObserver(changes => { for (const change of changes) {
+  const element = change.target;
+  if (element.getAttribute('data-stale') !== 'true') continue;
+  const style = getComputedStyle(element);
+  window.__stale.push({text: element.innerText.trim(), opacity: style.opacity, fade: style.transitionDuration});
+} }).observe(document, {attributes: true, attributeFilter: ['data-stale'], subtree: true});"""
+
+
+def test_a_steady_part_keeps_its_look_while_it_reruns(tmp_path):
+    """refresh.steady: the elements of a part that refreshes itself are not faded while it reruns
+    (Streamlit's fade: opacity a third, after 0.5 s, over 1 s), where the same fragment outside
+    one is (the contrast: the fade is there to remove)."""
+    (tmp_path / "app.py").write_text(STEADY_APP)
+    with streamlit_app(tmp_path / "app.py", STALL_S) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.add_init_script(STALE_JS)
+            page.goto(url)
+            wait_for(lambda: counter(page, "steady runs") >= 3 and counter(page, "plain runs") >= 3, STALL_S,
+                     what="both parts refreshed twice")
+            stale = page.evaluate("window.__stale")
+            steady = [s for s in stale if s["text"].startswith("steady runs")]
+            plain = [s for s in stale if s["text"].startswith("plain runs")]
+            assert steady and plain, stale
+            assert all(s["opacity"] == "1" and s["fade"] == "0s" for s in steady), steady
+            assert any(s["fade"] != "0s" for s in plain), plain  # Streamlit's fade, left outside a steady part
+        finally:
+            browser.close()

@@ -10,6 +10,12 @@ is slower, and a page that cannot keep up costs its browser less instead of more
 can see (a background tab, a minimised window) asks for nothing until it is seen again. Given a
 probe (live_probe's route), a refresh asks it first and reruns only when the run changed.
 
+`steady(key)` holds a refreshing part's elements: they keep their look while it reruns. Streamlit
+fades a rerunning fragment's elements (to a third, from half a second on): the fade, started and
+called off on every element at each refresh, costs an open page's browser, and a refresh that took
+longer (a slow server, a large view) would dim the part each time (docs/benchmarks.md "Live page:
+a newcomer's server"). The refresh element brings the rule (STEADY_CSS): it is in every such part.
+
 `guarded(what)` wraps a refreshing panel's body: an error nobody foresaw (a bug) shows one line
 instead of Streamlit's traceback, which ended the page's refreshes (nothing after it ran, so no
 next refresh was asked for); the traceback goes to the server's log, and the refreshes go on.
@@ -23,13 +29,26 @@ from pathlib import Path
 
 ASSETS = Path(__file__).parent / "assets"
 COMPONENT = "grpo_health_refresh"
+STEADY_PREFIX = "steady_"  # a steady part's container key: its element carries the class st-key-steady_<key>
+STEADY_CSS = f"""[class*="st-key-{STEADY_PREFIX}"] .stElementContainer[data-stale="true"] {{
+  opacity: 1; transition: none; }}
+"""
 logger = logging.getLogger(__name__)
 
 
 @cache
 def _component():
     import streamlit as st
-    return st.components.v2.component(COMPONENT, js=(ASSETS / "refresh.js").read_text())
+    # Not isolated: the rule applies to the page (the element draws nothing of its own).
+    return st.components.v2.component(COMPONENT, js=(ASSETS / "refresh.js").read_text(), css=STEADY_CSS,
+                                      isolate_styles=False)
+
+
+def steady(key: str):
+    """A container for a part that refreshes itself (its fragment's elements, the refresh element
+    among them): its elements keep their look while the part reruns (STEADY_CSS)."""
+    import streamlit as st
+    return st.container(key=STEADY_PREFIX + key)
 
 
 def after(seconds: float | None, key: str, probe: str | None = None, drawn: str | None = None,
