@@ -1,8 +1,8 @@
 """The live page's refresh (grpo_core.dashboard.refresh) in a real browser: a fragment of a
 Streamlit app of its own reruns alone, again and again, and the page asks for each rerun only
 once it has drawn the last one: a server (or a browser) slower than the period gets one request
-per refresh, where Streamlit's run_every timer would queue one per period. Waits follow the app's
-run counter, not a wall clock."""
+per refresh, where Streamlit's run_every timer would queue one per period; a steady part is not
+faded while it reruns. Waits follow the app's run counter, not a wall clock."""
 import re
 import textwrap
 import threading
