@@ -18,26 +18,27 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 STALL_S = 120  # no rerun at all for this long: a hung server
 PERIOD_S, RUN_S = 0.1, 0.6  # each fragment run takes 6 periods: a timer would ask 6 times per run
-APP = textwrap.dedent(f'''
+# A fragment that reruns itself every PERIOD_S, each run RUN_S long, counting its runs under `name`.
+PANEL = textwrap.dedent(f'''
     import time
 
     import streamlit as st
 
     from grpo_core.dashboard import refresh
 
-    st.session_state["page"] = st.session_state.get("page", 0) + 1
-    st.markdown(f"page runs {{st.session_state['page']}}")
-
 
     @st.fragment
-    def panel():
-        n = st.session_state["n"] = st.session_state.get("n", 0) + 1
+    def panel(name):
+        n = st.session_state[name] = st.session_state.get(name, 0) + 1
         time.sleep({RUN_S})
-        st.markdown(f"fragment runs {{n}}")
-        refresh.after({PERIOD_S}, key="refresh")
+        st.markdown(f"{{name}} runs {{n}}")
+        refresh.after({PERIOD_S}, key=f"{{name}}_refresh")
+''')
+APP = PANEL + textwrap.dedent('''
 
-
-    panel()
+    st.session_state["page"] = st.session_state.get("page", 0) + 1
+    st.markdown(f"page runs {st.session_state['page']}")
+    panel("fragment")
 ''')
 
 
@@ -221,8 +222,8 @@ def test_a_probe_that_hangs_does_not_stop_the_refreshes(tmp_path):
     """A refresh asks its probe first; a probe that does not answer (a hung server) is given up
     after RETRY periods (10 s at least), and the fragment reruns: the page goes on following
     the run instead of waiting forever on one request (it did: no rerun after the first hang)."""
-    (tmp_path / "app.py").write_text(APP.replace(f"refresh.after({PERIOD_S}, key=\"refresh\")",
-                                                 f"refresh.after({PERIOD_S}, key=\"refresh\", probe=\"/hang\", drawn=\"k\")"))
+    (tmp_path / "app.py").write_text(APP.replace(f"refresh.after({PERIOD_S}, key=f\"{{name}}_refresh\")",
+                                                 f"refresh.after({PERIOD_S}, key=f\"{{name}}_refresh\", probe=\"/hang\", drawn=\"k\")"))
     (tmp_path / "asgi.py").write_text(HANGING_ROUTE)
     assert 'probe="/hang"' in (tmp_path / "app.py").read_text()
     with streamlit_app(tmp_path / "asgi.py", STALL_S) as url, sync_api.sync_playwright() as p:
@@ -242,33 +243,11 @@ def test_a_probe_that_hangs_does_not_stop_the_refreshes(tmp_path):
 
 # Two fragments that refresh themselves, each run long enough for Streamlit's fade to start (it
 # waits half a second): one in a steady part, one not.
-STEADY_APP = textwrap.dedent(f'''
-    import time
+STEADY_APP = PANEL + textwrap.dedent('''
 
-    import streamlit as st
-
-    from grpo_core.dashboard import refresh
-
-
-    @st.fragment
-    def steady():
-        with refresh.steady("panel"):
-            n = st.session_state["steady"] = st.session_state.get("steady", 0) + 1
-            time.sleep({RUN_S})
-            st.markdown(f"steady runs {{n}}")
-            refresh.after({PERIOD_S}, key="steady_refresh")
-
-
-    @st.fragment
-    def plain():
-        n = st.session_state["plain"] = st.session_state.get("plain", 0) + 1
-        time.sleep({RUN_S})
-        st.markdown(f"plain runs {{n}}")
-        refresh.after({PERIOD_S}, key="plain_refresh")
-
-
-    steady()
-    plain()
+    with refresh.steady("panel"):
+        panel("steady")
+    panel("plain")
 ''')
 # Each time Streamlit marks an element stale (its fragment reruns), the style it gets: its opacity
 # and the transition that would fade it.
