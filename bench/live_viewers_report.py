@@ -203,7 +203,7 @@ def limits(results: list[dict], refresh_s: float, alone_rate: float | None) -> l
         out.append(f"- Lag (max {max(lags):.2f} s over all phases): a step is readable once the trainer commits "
                    f"(`log.commit_every_s`, 1 s by default), then shown at the page's next refresh, which the page asks "
                    f"for `live_cache.MIN_REFRESH_S` = {refresh_s:g} s (a fast run's period; with n viewers at least "
-                   f"n / `live_cache.REDRAWS_PER_S` = n / {live_cache.REDRAWS_PER_S:g} s) after it drew the last one "
+                   f"n / `serve --redraws-per-s` = n / {live_cache.redraws_per_s():g} s) after it drew the last one "
                    f"(grpo_core/dashboard/refresh.py), plus the server's run and the browser's draw.")
     return out
 
@@ -252,7 +252,7 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         f"- Measured: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- Targets (issue 29): first chart < 2 s, server < 5% of a core per viewer, 10 viewers slow the "
         f"trainer by < 5%, lag < 2 refresh intervals (a fast run's: `live_cache.MIN_REFRESH_S` = {refresh_s:g} s, or "
-        f"n / `live_cache.REDRAWS_PER_S` = n / {live_cache.REDRAWS_PER_S:g} s with n viewers where that is longer)",
+        f"n / `serve --redraws-per-s` = n / {live_cache.redraws_per_s():g} s with n viewers where that is longer)",
         "",
         *rows(results, refresh_s, args.timeout_s, alone_rate),
         "",

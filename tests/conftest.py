@@ -21,6 +21,7 @@ def _isolated_runs_dir(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     runs.mkdir()
     monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(runs))
+    monkeypatch.delenv("GRPO_HEALTH_REDRAWS_PER_S", raising=False)  # the viewers' share at its default
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     yield

@@ -263,6 +263,22 @@ def test_served_with_the_route_each_refresh_asks_it_with_the_key_it_drew(runs_di
     store.close()
 
 
+def test_the_page_takes_the_redraw_rate_serve_hands_it(runs_dir, monkeypatch):
+    """$GRPO_HEALTH_REDRAWS_PER_S (serve --redraws-per-s) reaches the page's period: at a quarter
+    of a redraw a second, the one page of a fast run asks every 4 s; at the default, it and a
+    second page each every 2 s."""
+    from grpo_core.dashboard import live_cache, live_probe
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    for step in range(41, 61):  # a fast run: a tenth of a second per step
+        store.log_step(step, {names.TIME_STEP: 0.1})
+    monkeypatch.setattr(live_probe, "_mounted", True)
+    monkeypatch.setenv(live_cache.REDRAWS_ENV, "0.25")
+    assert refreshes(app(run_id="r"))["monitor_refresh"] == pytest.approx(4.0)
+    monkeypatch.delenv(live_cache.REDRAWS_ENV)
+    assert refreshes(app(run_id="r"))["monitor_refresh"] == live_cache.MIN_REFRESH_S
+    store.close()
+
+
 def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_dir, monkeypatch, caplog):
     """An exception nobody foresaw while drawing the monitor or the steering panel (here: the
     run's capabilities fail) shows one line naming the panel and the error, not Streamlit's

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from grpo_core.dashboard import live_cache, live_view
-from grpo_core.errors import StoreError
+from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs.names import TIME_STEP
 from grpo_core.runs.run_meta import FINISHED, PAUSED
 from grpo_core.runs.store import APPLIED, APPLYING, PENDING, RunStore
@@ -306,20 +306,44 @@ def test_a_fast_runs_viewers_share_its_redraws(runs_dir, monkeypatch):
     s = live_cache.current(store.run_dir)
     periods = [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)]
     assert periods[:3] == [live_cache.MIN_REFRESH_S] * 3
-    assert periods[-1] == pytest.approx(10 / live_cache.REDRAWS_PER_S)
-    assert live_cache.refresh_interval(s, viewer="page0") == pytest.approx(10 / live_cache.REDRAWS_PER_S)  # no route
-    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == pytest.approx(10 / live_cache.REDRAWS_PER_S)
+    assert periods[-1] == pytest.approx(10 / live_cache.redraws_per_s())
+    assert live_cache.refresh_interval(s, viewer="page0") == pytest.approx(10 / live_cache.redraws_per_s())  # no route
+    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == pytest.approx(10 / live_cache.redraws_per_s())
     later = time.monotonic() + live_cache.VIEWERS_WINDOW_S + 1
     monkeypatch.setattr(live_cache.time, "monotonic", lambda: later)  # only page0 asks again
     assert live_cache.refresh_interval(s, probed=True, viewer="page0") == live_cache.MIN_REFRESH_S
     many = [live_cache.refresh_interval(s, probed=True, viewer=f"many{i}") for i in range(120)][-1]
-    assert many == pytest.approx(121 / live_cache.REDRAWS_PER_S) and many > live_cache.VIEWERS_WINDOW_S
+    assert many == pytest.approx(121 / live_cache.redraws_per_s()) and many > live_cache.VIEWERS_WINDOW_S
     later += live_cache.VIEWERS_WINDOW_S + 1  # past the window, within 2 periods: all still counted
     assert live_cache.refresh_interval(s, probed=True, viewer="page0") == pytest.approx(many)
     slow = _small(runs_dir, "slow")
     _with_step_time(slow, 31, 60.0)
     s = live_cache.current(slow.run_dir)
     assert [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)][-1] == live_cache.MIN_REFRESH_S
+
+
+
+def test_serves_setting_sets_the_viewers_share(runs_dir, monkeypatch):
+    """$GRPO_HEALTH_REDRAWS_PER_S (serve --redraws-per-s) sets how often a run's pages together
+    are redrawn: ten pages on a fast run each every 2 s with 5 a second, every 20 s with 0.5."""
+    store = _small(runs_dir)
+    _with_step_time(store, 31, 0.5)
+    s = live_cache.current(store.run_dir)
+    monkeypatch.setenv(live_cache.REDRAWS_ENV, "5")
+    assert [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)][-1] == live_cache.MIN_REFRESH_S
+    monkeypatch.setenv(live_cache.REDRAWS_ENV, "0.5")
+    assert live_cache.refresh_interval(s, probed=True, viewer="page0") == pytest.approx(20.0)
+    monkeypatch.setenv(live_cache.REDRAWS_ENV, "")  # empty: unset, the default
+    assert live_cache.redraws_per_s() == live_cache.DEFAULT_REDRAWS_PER_S == 1.5
+    assert live_cache.redraws_per_s("3") == 3.0  # serve's flag wins over the variable
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "abc", "nan", "inf", ""])
+def test_a_bad_redraw_rate_is_one_line_that_names_it(text):
+    with pytest.raises(ConfigError) as e:
+        live_cache.redraws_per_s(text)
+    assert str(e.value).startswith("--redraws-per-s / $GRPO_HEALTH_REDRAWS_PER_S must be a number above 0")
+    assert str(e.value).endswith(f"got {text!r}") and "\n" not in str(e.value)
 
 
 # ---- the probe, and the trainer's protection ----------------------------------------------------------

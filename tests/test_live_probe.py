@@ -81,7 +81,7 @@ def test_the_pages_that_ask_are_the_runs_viewers(client, tmp_path, monkeypatch):
         store.log_step(step, {TIME_STEP: 0.5})
     s = live_cache.current(tmp_path / "r")
     assert [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)][-1] == \
-        pytest.approx(10 / live_cache.REDRAWS_PER_S)
+        pytest.approx(10 / live_cache.redraws_per_s())
     now = time.monotonic()
     clock = [now + live_cache.VIEWERS_WINDOW_S - 1]
     monkeypatch.setattr(live_cache.time, "monotonic", lambda: clock[0])
@@ -91,7 +91,7 @@ def test_the_pages_that_ask_are_the_runs_viewers(client, tmp_path, monkeypatch):
         assert client.get(live_probe.url("r", f"madeup{i}")).status_code == 200
     clock[0] = now + live_cache.VIEWERS_WINDOW_S + 1
     assert live_cache.refresh_interval(s, probed=True, viewer="page0") == live_cache.MIN_REFRESH_S  # 3 pages: 2 s
-    assert live_cache.refresh_interval(s, probed=True, viewer="page3") == pytest.approx(4 / live_cache.REDRAWS_PER_S)
+    assert live_cache.refresh_interval(s, probed=True, viewer="page3") == pytest.approx(4 / live_cache.redraws_per_s())
     bad = client.get(live_probe.PATH.format(run_id="r"), params={"viewer": "a/b"})
     assert bad.status_code == 400 and bad.json()["error"].startswith("viewer: ")
     store.close()

@@ -36,7 +36,7 @@ TOKEN = "s3cret-token-for-tests"
 PAGES = ["pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"]
 
 
-# ---- serve: bind address, warning, token hand-over ----------------------------------------------------------
+# ---- serve: bind address, warning, token and redraw rate hand-over---------------------------------------------------------
 @pytest.fixture
 def launched(monkeypatch):
     """serve() with Streamlit replaced by a recorder: the command and env it would start."""
@@ -74,6 +74,23 @@ def test_serve_wider_warns_and_hands_the_token_over_by_env_only(launched, runs_d
     err = capsys.readouterr().err
     assert "Every browser must give the token first" in err
     assert launched["env"][access.TOKEN_ENV] == TOKEN and TOKEN not in " ".join(launched["cmd"])
+
+
+def test_serve_hands_the_viewers_redraw_rate_over_and_refuses_a_bad_one(launched, runs_dir, capsys, monkeypatch):
+    """--redraws-per-s reaches the Streamlit it starts as $GRPO_HEALTH_REDRAWS_PER_S (the flag wins
+    over the variable); a bad value stops serve in one line before anything starts."""
+    from grpo_core.dashboard import live_cache
+    assert main(["serve", "--no-demo", "--port", "9"]) == 0
+    assert launched["env"][live_cache.REDRAWS_ENV] == "1.5"  # the default, said explicitly
+    monkeypatch.setenv(live_cache.REDRAWS_ENV, "0.5")
+    assert main(["serve", "--no-demo", "--port", "9", "--redraws-per-s", "6"]) == 0
+    assert launched["env"][live_cache.REDRAWS_ENV] == "6.0"
+    launched.clear()
+    assert main(["serve", "--no-demo", "--port", "9", "--redraws-per-s", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("error: --redraws-per-s / $GRPO_HEALTH_REDRAWS_PER_S must be a number above 0 "
+                                            "(how often a run's open pages together are redrawn, per second; default 1.5), got '0'")
+    assert launched == {}  # nothing started
 
 
 def test_a_short_token_is_refused_in_one_line(launched, runs_dir, capsys):

@@ -19,7 +19,7 @@ same value for the same version whichever session fills them.
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
 `refresh_interval(state, probed, viewer)`: the live page's poll period, from the run's step rate (2 s
 for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
-(together they are redrawn REDRAWS_PER_S times a second at most; a viewer counts from its page's
+(together they are redrawn `redraws_per_s()` times a second at most, serve's --redraws-per-s; a viewer counts from its page's
 script run and while its page asks, `saw_viewer` when it asks the route, so a closed or hidden page
 drops out, and an id made up on the route counts for nothing). `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
@@ -42,7 +42,8 @@ from pathlib import Path
 
 from grpo_core.dashboard import live_view
 from grpo_core.dashboard.live_view import LiveState
-from grpo_core.errors import StoreError
+from grpo_core.errors import ConfigError, StoreError
+from grpo_core.runs.locations import env
 from grpo_core.runs.names import TIME_STEP
 from grpo_core.runs.run_meta import RUNNING, STALE
 from grpo_core.runs.schema import DB_NAME
@@ -61,8 +62,27 @@ MAX_REFRESH_S = 10.0  # ... for a slow one: a change still shows within 2 period
 STALE_REFRESH_S = 5.0  # a stale run (no heartbeat) may come back
 RATE_WINDOW_S = 120.0  # the step rate is measured over the steps seen in this window
 RATE_SAMPLES = 32  # (time, last step) samples kept per run for the rate
-REDRAWS_PER_S = 1.5  # a run's viewers together are redrawn about this often at most: the dashboard's share of the CPU
+REDRAWS_ENV = "GRPO_HEALTH_REDRAWS_PER_S"  # `serve --redraws-per-s` sets it for its Streamlit
+DEFAULT_REDRAWS_PER_S = 1.5  # a box that trains and serves on a few cores: ten pages cost what three do
 VIEWERS_WINDOW_S = 25.0  # a viewer counts while its page asked (its period, or live_probe's route) within this long, or 2 periods: a page asks every 10 s at most (MAX_REFRESH_S), and a closed or hidden one drops out
+
+
+
+def redraws_per_s(text: str | None = None) -> float:
+    """How often a run's viewers together are redrawn at most (the dashboard's share of the CPU):
+    `text` (serve's --redraws-per-s), else $GRPO_HEALTH_REDRAWS_PER_S, else 1.5."""
+    text = env(REDRAWS_ENV) if text is None else text
+    if text is None:
+        return DEFAULT_REDRAWS_PER_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"--redraws-per-s / ${REDRAWS_ENV} must be a number above 0 (how often a run's open "
+                          f"pages together are redrawn, per second; default {DEFAULT_REDRAWS_PER_S}), got {text!r}")
+    return value
+
 
 
 @dataclass
@@ -227,8 +247,8 @@ def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None 
     2 periods; None for a run that has ended. `probed`: the page asks live_probe's route before
     each rerun, so a poll that finds nothing new costs it a few bytes, not a redraw: MIN_REFRESH_S
     whatever the run's pace (a step shows within one period; the page redraws once per step).
-    `viewer`: the asking page (one id per browser session). A run's viewers share REDRAWS_PER_S:
-    with n of them, a page that would redraw more often than every n / REDRAWS_PER_S seconds (a
+    `viewer`: the asking page (one id per browser session). A run's viewers share redraws_per_s():
+    with n of them, a page that would redraw more often than every n / redraws_per_s() seconds (a
     fast run) waits that long, so ten viewers cost the server and the trainer's box what a few do."""
     status = state.status
     if status == STALE:
@@ -248,13 +268,13 @@ def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None 
 
 
 def viewers_period(viewers: int) -> float:
-    """The period at which `viewers` pages together redraw REDRAWS_PER_S times a second."""
-    return viewers / REDRAWS_PER_S
+    """The period at which `viewers` pages together redraw redraws_per_s() times a second."""
+    return viewers / redraws_per_s()
 
 
 def fast_period(viewers: int) -> float:
     """A fast run's page period (a step or more per period) with `viewers` pages: MIN_REFRESH_S, or
-    their share of REDRAWS_PER_S where that is longer."""
+    their share of redraws_per_s() where that is longer."""
     return max(MIN_REFRESH_S, viewers_period(viewers))
 
 

@@ -30,7 +30,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from grpo_core.dashboard import access, processes
+from grpo_core.dashboard import access, live_cache, processes
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs.locations import env, runs_dir, source_checkout
 
@@ -144,8 +144,9 @@ def stop_own_demo(run_id: str, root: Path):
 
 
 def serve(port: int | None = None, demo: bool = True, root=None, overrides: list[str] | None = None,
-          host: str = "127.0.0.1", token: str | None = None) -> int:
+          host: str = "127.0.0.1", token: str | None = None, redraws_per_s: str | None = None) -> int:
     port = serve_port(port)
+    redraws = live_cache.redraws_per_s(redraws_per_s)  # before anything starts: a bad value fails here
     command = streamlit_command(port, host=host)  # before anything starts: a missing app fails here
     token = token if token is not None else access.expected_token()
     check_access(host, port, token)
@@ -157,7 +158,7 @@ def serve(port: int | None = None, demo: bool = True, root=None, overrides: list
         logger.info(f"demo run {rid} {'started' if started else 'already live'} "
                     f"(log: {root / rid / processes.LOG_NAME})")
     logger.info(banner(host, port, own_demo))
-    child_env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(root)}
+    child_env = {**os.environ, "GRPO_HEALTH_RUNS_DIR": str(root), live_cache.REDRAWS_ENV: str(redraws)}
     if token:
         child_env[access.TOKEN_ENV] = token  # the app reads it; never on Streamlit's command line
     try:
@@ -169,4 +170,4 @@ def serve(port: int | None = None, demo: bool = True, root=None, overrides: list
 
 def cli_serve(args) -> int:
     return serve(port=args.port, demo=not args.no_demo, root=args.runs_dir, overrides=args.overrides,
-                 host=args.host, token=args.token)
+                 host=args.host, token=args.token, redraws_per_s=args.redraws_per_s)
