@@ -373,12 +373,12 @@ def what_if_part(weights: dict, thr: float, level_changed: bool, group_size, tod
 
 
 def what_if_period(s: live_view.LiveState) -> float | None:
-    """The monitor's poll period (live_cache.refresh_interval), at least STEER_REFRESH_S: the what-if
+    """The monitor's poll period, at least STEER_REFRESH_S (live_cache.what_if_interval): the what-if
     window's rollouts change once per step, so without the route a run of a step a minute has its
     what-if redrawn every 10 s, not every 5 s (each redraw is the whole page's work for its
-    browser); with it, every 5 s it asks and redraws once per step."""
-    period = live_cache.refresh_interval(s, probed=PROBE is not None, viewer=VIEWER)
-    return None if period is None else max(STEER_REFRESH_S, period)
+    browser); with it, every 5 s it asks and redraws once per step; with many viewers, half as
+    often as the charts."""
+    return live_cache.what_if_interval(s, STEER_REFRESH_S, probed=PROBE is not None, viewer=VIEWER)
 
 
 def settled(s: live_view.LiveState, cur: dict, caps: dict):

@@ -279,6 +279,22 @@ def test_the_page_takes_the_redraw_rate_serve_hands_it(runs_dir, monkeypatch):
     store.close()
 
 
+def test_with_ten_viewers_the_what_if_refreshes_half_as_often_as_the_charts(runs_dir, monkeypatch):
+    """Ten pages of a fast run share its redraws: the charts every 10 / 1.5 s, the what-if line
+    (live_cache.what_if_interval) half as often, where one page alone has them every 2 and 5 s."""
+    from grpo_core.dashboard import live_cache, live_probe
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    for step in range(41, 61):  # a fast run: a tenth of a second per step
+        store.log_step(step, {names.TIME_STEP: 0.1})
+    monkeypatch.setattr(live_probe, "_mounted", True)
+    assert refreshes(app(run_id="r")) == {"monitor_refresh": 2.0, "steer_refresh": 5.0}
+    s = live_cache.current(runs_dir / "r")
+    for i in range(8):  # eight more pages asked for their period: ten with the next one
+        live_cache.refresh_interval(s, probed=True, viewer=f"other{i}")
+    assert refreshes(app(run_id="r")) == {"monitor_refresh": pytest.approx(10 / 1.5), "steer_refresh": pytest.approx(20 / 1.5)}
+    store.close()
+
+
 def test_a_bug_in_a_refreshing_panel_is_one_line_and_the_refreshes_go_on(runs_dir, monkeypatch, caplog):
     """An exception nobody foresaw while drawing the monitor or the steering panel (here: the
     run's capabilities fail) shows one line naming the panel and the error, not Streamlit's

@@ -323,6 +323,22 @@ def test_a_fast_runs_viewers_share_its_redraws(runs_dir, monkeypatch):
 
 
 
+def test_the_what_if_lines_share_half_the_redraws(runs_dir):
+    """The what-if line polls at the charts' period, 5 s at least (the page's `least`); with many
+    viewers of a fast run their what-ifs together are redrawn WHAT_IF_SHARE as often as their charts:
+    ten pages each every 13.3 s where the charts are every 6.7 s. A finished run's asks for none."""
+    store = _small(runs_dir)
+    _with_step_time(store, 31, 0.5)
+    s = live_cache.current(store.run_dir)
+    assert live_cache.what_if_interval(s, 5.0, probed=True, viewer="page0") == 5.0
+    assert live_cache.what_if_interval(s, 1.0, probed=True, viewer="page0") == live_cache.MIN_REFRESH_S
+    periods = [live_cache.refresh_interval(s, probed=True, viewer=f"page{i}") for i in range(10)]
+    assert periods[-1] == pytest.approx(10 / 1.5)
+    assert live_cache.what_if_interval(s, 5.0, probed=True, viewer="page0") == pytest.approx(2 * 10 / 1.5)
+    store.set_status(FINISHED)
+    assert live_cache.what_if_interval(live_cache.current(store.run_dir), 5.0, viewer="page0") is None
+
+
 def test_serves_setting_sets_the_viewers_share(runs_dir, monkeypatch):
     """$GRPO_HEALTH_REDRAWS_PER_S (serve --redraws-per-s) sets how often a run's pages together
     are redrawn: ten pages on a fast run each every 2 s with 5 a second, every 20 s with 0.5."""

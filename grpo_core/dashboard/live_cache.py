@@ -21,7 +21,8 @@ same value for the same version whichever session fills them.
 for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
 (together they are redrawn `redraws_per_s()` times a second at most, serve's --redraws-per-s; a viewer counts from its page's
 script run and while its page asks, `saw_viewer` when it asks the route, so a closed or hidden page
-drops out, and an id made up on the route counts for nothing). `expire(run_dir)`:
+drops out, and an id made up on the route counts for nothing); `what_if_interval`: the steering
+panel's what-if line's, whose redraws the viewers share at half that rate. `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
 is dropped.
@@ -64,6 +65,7 @@ RATE_WINDOW_S = 120.0  # the step rate is measured over the steps seen in this w
 RATE_SAMPLES = 32  # (time, last step) samples kept per run for the rate
 REDRAWS_ENV = "GRPO_HEALTH_REDRAWS_PER_S"  # `serve --redraws-per-s` sets it for its Streamlit
 DEFAULT_REDRAWS_PER_S = 1.5  # a box that trains and serves on a few cores: ten pages cost what three do
+WHAT_IF_SHARE = 0.5  # a run's what-if lines together are redrawn half as often as its charts at most: each costs a page's rerun, and it is read when steering
 VIEWERS_WINDOW_S = 25.0  # a viewer counts while its page asked (its period, or live_probe's route) within this long, or 2 periods: a page asks every 10 s at most (MAX_REFRESH_S), and a closed or hidden one drops out
 
 
@@ -265,6 +267,16 @@ def refresh_interval(state: LiveState, probed: bool = False, viewer: str | None 
     if step is None:  # starting or paused: its first step or its resume may come any moment
         return fast
     return max(min(MAX_REFRESH_S, max(MIN_REFRESH_S, step / 2)), fast)
+
+
+def what_if_interval(state: LiveState, least: float, probed: bool = False, viewer: str | None = None) -> float | None:
+    """The steering panel's what-if line's poll period: the charts' (`refresh_interval`), `least` at
+    least, and with many viewers their share of WHAT_IF_SHARE x redraws_per_s(): a what-if redraw is
+    a rerun of the page like a chart's, so ten pages' what-ifs were as many reruns as their charts."""
+    period = refresh_interval(state, probed, viewer)
+    if period is None:
+        return None
+    return max(least, period, viewers_period(_viewers(state, viewer)) / WHAT_IF_SHARE)
 
 
 def viewers_period(viewers: int) -> float:
