@@ -19,10 +19,11 @@ same value for the same version whichever session fills them.
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
 `refresh_interval(state, probed, viewer)`: the live page's poll period, from the run's step rate (2 s
 for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
-(together they are redrawn `redraws_per_s()` times a second at most, serve's --redraws-per-s; a viewer counts from its page's
-script run and while its page asks, `saw_viewer` when it asks the route, so a closed or hidden page
-drops out, and an id made up on the route counts for nothing); `what_if_interval`: the steering
-panel's what-if line's, whose redraws the viewers share at half that rate. `expire(run_dir)`:
+(together they are redrawn `redraws_per_s()` times a second at most, serve's --redraws-per-s; a
+viewer counts from its page's script run and while its page asks, `saw_viewer` when it asks the
+route, so a closed or hidden page drops out, and an id made up on the route counts for nothing);
+`what_if_interval`: the steering panel's what-if line's, whose redraws the viewers share at half
+that rate. `expire(run_dir)`:
 the next call probes at once (after the page sent a request).
 Memory stays bounded with many runs: at most MAX_RUNS runs, a run nobody asked for in EVICT_S
 is dropped.
@@ -69,7 +70,6 @@ WHAT_IF_SHARE = 0.5  # a run's what-if lines together are redrawn half as often 
 VIEWERS_WINDOW_S = 25.0  # a viewer counts while its page asked (its period, or live_probe's route) within this long, or 2 periods: a page asks every 10 s at most (MAX_REFRESH_S), and a closed or hidden one drops out
 
 
-
 def redraws_per_s(text: str | None = None) -> float:
     """How often a run's viewers together are redrawn at most (the dashboard's share of the CPU):
     `text` (serve's --redraws-per-s), else $GRPO_HEALTH_REDRAWS_PER_S, else 1.5."""
@@ -84,7 +84,6 @@ def redraws_per_s(text: str | None = None) -> float:
         raise ConfigError(f"--redraws-per-s / ${REDRAWS_ENV} must be a number above 0 (how often a run's open "
                           f"pages together are redrawn, per second; default {DEFAULT_REDRAWS_PER_S}), got {text!r}")
     return value
-
 
 
 @dataclass
