@@ -218,16 +218,23 @@ def refreshes(at) -> dict:
     return {key: data["every"] for key, data in refresh_data(at).items()}
 
 
+def paced_run(runs_dir, step_s: float | None) -> RunStore:
+    """A synthetic live run of 40 steps, then 20 more logged as taking `step_s` each (the rate the
+    page sees: one load, none yet); None: none more."""
+    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    if step_s is not None:
+        for step in range(41, 61):
+            store.log_step(step, {names.TIME_STEP: step_s})
+    return store
+
+
 @pytest.mark.parametrize("step_s, monitor, what_if", [(None, None, 5.0), (8.0, 4.0, 5.0), (60.0, 10.0, 10.0)])
 def test_a_live_run_refreshes_at_its_pace(runs_dir, step_s, monitor, what_if):
     """The monitor refreshes at live_cache.refresh_interval (half a step, 2-10 s), the what-if at
     that pace too but no more often than every 5 s (its rollouts change once per step), each asked
     by the page once it drew the last refresh (a finished run's page asks for none: above)."""
     from grpo_core.dashboard import live_cache
-    store = synth_run(runs_dir, "r", 40, steps_total=100)
-    if step_s is not None:  # steps logged as taking this long (the rate seen: one load, none yet)
-        for step in range(41, 61):
-            store.log_step(step, {names.TIME_STEP: step_s})
+    store = paced_run(runs_dir, step_s)
     at = app(run_id="r")
     period = live_cache.refresh_interval(live_cache.current(runs_dir / "r"))
     assert period == monitor if monitor else period <= 5.0  # the synthetic run's own step times: fast
@@ -243,13 +250,11 @@ def test_served_with_the_route_each_refresh_asks_it_with_the_key_it_drew(runs_di
     import json
 
     from grpo_core.dashboard import live_cache, live_probe, refresh
-    store = synth_run(runs_dir, "r", 40, steps_total=100)
+    store = paced_run(runs_dir, 60.0)  # a slow run: a minute per step
 
     def asks(at):
         return {e.key: {k: v for k, v in json.loads(e.proto.json).items() if k in ("probe", "drawn")}
                 for e in at.get("bidi_component") if e.proto.component_name == refresh.COMPONENT}
-    for step in range(41, 61):  # a slow run: a minute per step
-        store.log_step(step, {names.TIME_STEP: 60.0})
     at = app(run_id="r")
     assert asks(at) == {"monitor_refresh": {}, "steer_refresh": {}}
     assert refreshes(at) == {"monitor_refresh": 10.0, "steer_refresh": 10.0}  # its pace: every poll redraws
@@ -268,9 +273,7 @@ def test_the_page_takes_the_redraw_rate_serve_hands_it(runs_dir, monkeypatch):
     of a redraw a second, the one page of a fast run asks every 4 s; at the default, it and a
     second page each every 2 s."""
     from grpo_core.dashboard import live_cache, live_probe
-    store = synth_run(runs_dir, "r", 40, steps_total=100)
-    for step in range(41, 61):  # a fast run: a tenth of a second per step
-        store.log_step(step, {names.TIME_STEP: 0.1})
+    store = paced_run(runs_dir, 0.1)  # a fast run: a tenth of a second per step
     monkeypatch.setattr(live_probe, "_mounted", True)
     monkeypatch.setenv(live_cache.REDRAWS_ENV, "0.25")
     assert refreshes(app(run_id="r"))["monitor_refresh"] == pytest.approx(4.0)
@@ -283,9 +286,7 @@ def test_with_ten_viewers_the_what_if_refreshes_half_as_often_as_the_charts(runs
     """Ten pages of a fast run share its redraws: the charts every 10 / 1.5 s, the what-if line
     (live_cache.what_if_interval) half as often, where one page alone has them every 2 and 5 s."""
     from grpo_core.dashboard import live_cache, live_probe
-    store = synth_run(runs_dir, "r", 40, steps_total=100)
-    for step in range(41, 61):  # a fast run: a tenth of a second per step
-        store.log_step(step, {names.TIME_STEP: 0.1})
+    store = paced_run(runs_dir, 0.1)  # a fast run: a tenth of a second per step
     monkeypatch.setattr(live_probe, "_mounted", True)
     assert refreshes(app(run_id="r")) == {"monitor_refresh": 2.0, "steer_refresh": 5.0}
     s = live_cache.current(runs_dir / "r")
