@@ -246,9 +246,7 @@ def chart_grid(s: live_view.LiveState, smooth: float, raw: bool) -> int:
     """The run's charts, two per row in one element (live_chart: uPlot, built per version for every
     viewer; each chart sent only the rows it lacks, made once for the viewers that hold the same,
     and nothing when it holds them all); the bytes of chart data sent."""
-    specs = shared(s, "charts", smooth, raw, fn=lambda: live_chart.specs(charts.live_charts(
-        raw_steps(s) if raw else live_view.chart_frame(s), s.metrics, s.changes, live_view.health_config(s.meta),
-        live_view.current_settings(s)["outcome_metric"], smoothing=smooth, plain=True)))
+    specs = live_cache.chart_specs(RUN_DIR, s, smooth, raw_steps(s) if raw else None)
     missing = [key for key, chart in specs if chart is None]
     shown = [(key, chart) for key, chart in specs if chart is not None]
     if not shown:

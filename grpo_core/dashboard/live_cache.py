@@ -15,7 +15,8 @@ consistent version. Sessions treat it as read-only, except LiveState's own cache
 arrays_cache, advice_cache, settings_cache, status_cache), which live_view and advice fill with the
 same value for the same version whichever session fills them.
 
-`memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once;
+`memo(run_dir, key, fn)`: what many viewers derive from one version (the figures), computed once
+(`chart_specs`: the live page's charts, for its pages and its HTML's first paint);
 `chart_update(run_dir, key, fn)`: a chart's update for the viewers that hold the same version of it.
 `refresh_interval(state, probed, viewer)`: the live page's poll period, from the run's step rate (2 s
 for a page that asks live_probe's route before it redraws), longer for a fast run with many viewers
@@ -42,7 +43,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_core.dashboard import live_view
+from grpo_core.analysis import charts
+from grpo_core.dashboard import live_chart, live_view
 from grpo_core.dashboard.live_view import LiveState
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs.locations import env
@@ -199,6 +201,19 @@ def memo(run_dir: str | Path, key, fn):
     An exception from fn propagates and nothing is kept."""
     run = _entry(run_dir)
     return _kept(run, run.memo, MEMO_SIZE, key, fn)
+
+
+def chart_specs(run_dir: str | Path, state: LiveState, smoothing: float, raw_frame=None) -> list[tuple[str, dict | None]]:
+    """The live page's charts of `state` (live_chart.spec's dicts by name, None where the run logged
+    nothing to chart), built once per version and smoothing for every viewer: the binned history
+    (live_view.chart_frame), or `raw_frame` (a session's every-step read) where given. The page and its
+    first paint (first_paint: the HTML's preview) share them."""
+    def build():
+        frame = live_view.chart_frame(state) if raw_frame is None else raw_frame
+        return live_chart.specs(charts.live_charts(
+            frame, state.metrics, state.changes, live_view.health_config(state.meta),
+            live_view.current_settings(state)["outcome_metric"], smoothing=smoothing, plain=True))
+    return memo(run_dir, (state.version, state.status, "charts", smoothing, raw_frame is not None), build)
 
 
 def chart_update(run_dir: str | Path, key, fn):
