@@ -283,7 +283,8 @@ def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_di
     out.update(newcomers(p, wrapper, warm, url, server, args))
     out["floor"] = newcomers(p, wrapper, floor.warm, floor.url, [], args)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "
-          f"browser {out['browser_cpu']:.0%}, first chart {out['first']['all_seconds']} s "
+          f"browser {out['browser_cpu']:.0%}, first chart in the HTML {out['first']['all_previews']} s "
+          f"(new tab {out['warm']['all_previews']} s), the page's {out['first']['all_seconds']} s "
           f"(new tab {out['warm']['all_seconds']} s), floor {out['floor']['first']['all_seconds']} s "
           f"(new tab {out['floor']['warm']['all_seconds']} s), lags {[round(x, 2) for x in out['lags']]}, "
           f"paired {out.get('paired')}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """A page of the live monitor in headless Chromium at the lowest CPU priority, and what it costs.
 
 bench/live_viewers.py's browser side: the niced browser (`niced_chromium`), a page opened on a URL
-(`open_page`), a newcomer's first chart and where its time went (`first_chart`, from page-side
-performance.now() marks: MARKS_JS), the step a page shows (`page_step`), and the CPU time of the
+(`open_page`), a newcomer's first chart (the page's own, and the one its HTML brings: first_paint)
+and where its time went (`first_chart`, from page-side performance.now() marks: MARKS_JS), the step a page shows (`page_step`), and the CPU time of the
 processes involved and of the whole box, read from /proc (`cpu_seconds`, `box_cpu_seconds`).
 bench/chart_renderers.py uses them too.
 """
@@ -58,12 +58,16 @@ MARKS_JS = """
   // Where the API or the title is missing: the first task after the frame that showed it (late when
   // the page runs other work right after that frame).
   const timed = window.PerformanceObserver && PerformanceObserver.supportedEntryTypes.includes('element');
-  if (timed) new PerformanceObserver(l => { for (const e of l.getEntries())
+  // The same for the chart the HTML brings (grpo_core.dashboard.first_paint's preview, before Streamlit's app).
+  if (timed) new PerformanceObserver(l => { for (const e of l.getEntries()) {
     if (e.identifier === 'chart' && !('chart_painted' in t)) t.chart_painted = e.renderTime || e.loadTime;
-  }).observe({type: 'element', buffered: true});
+    if (e.identifier === 'preview' && !('preview_painted' in t)) t.preview_painted = e.renderTime || e.loadTime;
+  } }).observe({type: 'element', buffered: true});
   let plots = 0;
   new MutationObserver(() => {
     for (const title of document.querySelectorAll('.live-chart .u-title:not([elementtiming])')) title.setAttribute('elementtiming', 'chart');
+    for (const title of document.querySelectorAll('#grpo-first-paint .u-title:not([elementtiming])')) title.setAttribute('elementtiming', 'preview');
+    if (!('preview_drawn' in t) && document.querySelector('#grpo-first-paint canvas')) mark('preview_drawn');
     if (!('app_mounted' in t) && document.querySelector('[data-testid="stApp"]')) mark('app_mounted');
     if (!('chart_element' in t) && document.querySelector('.live-chart')) mark('chart_element');
     if (!('progress_text' in t) && document.body && /STEP_RE/.test(document.body.textContent)) mark('progress_text');
@@ -176,11 +180,13 @@ def first_chart(ctx, url: str, timeout_s: float, server: list[int]) -> dict:
     page, seen = open_page(ctx, url, timeout_s)
     cpu = {"server_cpu_s": cpu_share(c0, cpu_seconds(server), 1.0),
            "browser_cpu_s": cpu_share(b0, cpu_seconds(chromium_pids()), 1.0)}
-    seconds = None
+    seconds = preview = None
     if seen is not None:
         page.wait_for_function("window.__marks && 'chart_painted' in window.__marks", timeout=timeout_s * 1000)
         origin = page.evaluate("performance.timeOrigin") / 1e3
         seconds = origin + page.evaluate("window.__marks.chart_painted") / 1e3 - t0
+        painted = page.evaluate("window.__marks.preview_painted || window.__marks.preview_drawn || null")
+        preview = None if painted is None else origin + painted / 1e3 - t0  # none: a page served without it
         cpu["bench_saw"] = (t0 + seen - origin) * 1e3
     drawn, same = -1, 0
     for _ in range(int(timeout_s / 0.5) if seen is not None else 0):  # every chart of the first script run: the breakdown's last row
@@ -195,7 +201,7 @@ def first_chart(ctx, url: str, timeout_s: float, server: list[int]) -> dict:
     except Exception:  # a page still starved after the timeout: no marks
         nav = {"marks": {}}
     page.close()
-    return {"seconds": seconds, **cpu, **(nav.pop("marks") or {}), **nav}
+    return {"seconds": seconds, "preview_seconds": preview, **cpu, **(nav.pop("marks") or {}), **nav}
 
 
 def first_chart_new_browser(p, wrapper: Path, url: str, timeout_s: float, server: list[int],
@@ -216,9 +222,11 @@ def first_chart_new_browser(p, wrapper: Path, url: str, timeout_s: float, server
 
 def median_reading(measure, n: int) -> dict:
     """n readings of `measure()`: the median one (by seconds; no chart counts as the slowest), with
-    every reading's seconds as `all_seconds` (the spread the table shows)."""
+    every reading's seconds as `all_seconds` (the spread the table shows), and the previews' (the
+    HTML's first chart) as `all_previews`, None where a page had none."""
     readings = sorted((measure() for _ in range(n)), key=lambda r: math.inf if r["seconds"] is None else r["seconds"])
-    return {**readings[(n - 1) // 2], "all_seconds": [r["seconds"] for r in readings]}
+    return {**readings[(n - 1) // 2], "all_seconds": [r["seconds"] for r in readings],
+            "all_previews": [r.get("preview_seconds") for r in readings]}
 
 
 def page_step(page) -> int | None:

@@ -14,7 +14,7 @@ from grpo_core.dashboard import live_cache
 
 HEADING = "## Live page: viewers"
 BREAKDOWN = [  # (label, key): cumulative ms since navigation start
-    ("HTML received", "html"), ("DOMContentLoaded", "dom"), ("largest JS file received", "big_js"), ("last JS file received", "js_last"),
+    ("HTML received", "html"), ("the HTML's first chart painted (first_paint's preview)", "preview_painted"), ("DOMContentLoaded", "dom"), ("largest JS file received", "big_js"), ("last JS file received", "js_last"),
     ("Streamlit app mounted", "app_mounted"), ("websocket created", "ws_created"), ("websocket open", "ws_open"),
     ("first message from the server", "ws_first_msg"), ("first large message (> 20 kB: a figure)", "ws_first_big_msg"),
     ("progress text \"step N of\" shown", "progress_text"), ("first chart element in the DOM", "chart_element"),
@@ -38,6 +38,16 @@ def reading_cell(reading: dict, timeout_s: float) -> str:
     seen = [x for x in reading["all_seconds"] if x is not None]
     spread = f" ({min(seen):.1f}–{max(seen):.1f})" if len(reading["all_seconds"]) > 1 and seen else ""
     return seconds_cell(reading["seconds"], timeout_s) + spread
+
+
+def preview_cell(reading: dict) -> str:
+    """The first chart the page's HTML brings (first_paint), the median of its readings and their
+    range; "—" where the page had none (Streamlit's floor page, a page served without it)."""
+    seen = sorted(x for x in reading.get("all_previews", []) if x is not None)
+    if not seen:
+        return "—"
+    middle = statistics.median(seen)
+    return f"{middle:.1f} s{ok(middle < 2)}" + (f" ({seen[0]:.1f}–{seen[-1]:.1f})" if len(seen) > 1 else "")
 
 
 def alone(results: list[dict], run: dict) -> float | None:
@@ -113,9 +123,10 @@ def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: fl
     base = next((r for r in results if r["viewers"] == 0), None)
     idle_server = base["server_cpu"] if base else 0.0
     out = ["| viewers open | trainer steps/s | vs 0 viewers | trainer, viewers drawing vs their browser stopped (paired) | server CPU (serve + Streamlit) | server per viewer "
-           "(above 0 viewers) | Chromium CPU (nice 19) | a new page's first chart: new browser / new tab | Streamlit's floor "
+           "(above 0 viewers) | Chromium CPU (nice 19) | a new page's first chart, in its HTML: new browser / new tab | "
+           "the page's own first chart (Streamlit's): new browser / new tab | Streamlit's floor "
            "page, same place: new browser / new tab | lag store -> page (median, max) | page redraw every | load avg |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         n = r["viewers"]
         slow = "—" if not alone_rate or n == 0 else f"{r['steps_per_s'] / alone_rate - 1:+.1%}"
@@ -126,7 +137,8 @@ def rows(results: list[dict], refresh_s: float, timeout_s: float, alone_rate: fl
             lag = "no redraw seen ✗"
         redraw = "—" if r["redraw_s"] is None else f"{r['redraw_s']:.1f} s"
         out.append(f"| {n} | {r['steps_per_s']:.2f} | {slow} | {paired_cell(r)} | {r['server_cpu']:.1%} of a core | {per} | "
-                   f"{r['browser_cpu']:.0%} of a core | {reading_cell(r['first'], timeout_s)} / {reading_cell(r['warm'], timeout_s)} | "
+                   f"{r['browser_cpu']:.0%} of a core | {preview_cell(r['first'])} / {preview_cell(r['warm'])} | "
+                   f"{reading_cell(r['first'], timeout_s)} / {reading_cell(r['warm'], timeout_s)} | "
                    f"{reading_cell(r['floor']['first'], timeout_s)} / {reading_cell(r['floor']['warm'], timeout_s)} | "
                    f"{lag} | {redraw} | {r['load']:.2f} |")
     return out
@@ -167,7 +179,11 @@ def first_chart_limit(r: dict, kind: str, key: str) -> str:
 def limits(results: list[dict], refresh_s: float, alone_rate: float | None) -> list[str]:
     """What the numbers say limits each target, computed from this bench's readings."""
     most = results[-1]
-    out = [first_chart_limit(most, kind, key) for kind, key in KINDS]
+    out = [f"- The first chart in the HTML ({most['viewers']} open: new browser {preview_cell(most['first'])}, new tab "
+           f"{preview_cell(most['warm'])}) waits on the server's answer to the page's URL (the run's state and charts, "
+           f"shared with the page's first script run) and the browser's parse of the HTML and draw of one chart: none "
+           f"of Streamlit's app. The page's own first charts then come as below."]
+    out += [first_chart_limit(most, kind, key) for kind, key in KINDS]
     if most["viewers"]:
         out.append(f"- With {most['viewers']} viewers open, a newcomer's browser shares the CPU with theirs (Chromium at "
                    f"nice 19 took {most['browser_cpu']:.0%} of a core to redraw them) and with the trainer; a new tab "
@@ -245,7 +261,11 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
         f"`performance.timeOrigin` plus the paint time the Element Timing API gives the chart's title, which uPlot "
         f"paints with its canvas, on this machine's clock; before 2026-12-05 15:50 UTC, the first task after that "
         f"frame, which a page that draws its other charts right after the first counts late): Playwright's own "
-        f"wait returns later, once the page's busy main thread runs its check (the breakdown's \"bench saw it\" row).",
+        f"wait returns later, once the page's busy main thread runs its check (the breakdown's \"bench saw it\" row). "
+        f"Since 2026-12-06 the live page's HTML brings its run's first chart (`grpo_core.dashboard.first_paint`: "
+        f"drawn before Streamlit's app has loaded, shown until the page has drawn its own): its column is read the same "
+        f"way, from that chart's title; the page's own first chart, drawn by Streamlit's app, is the next column "
+        f"(the only one before).",
         "",
         f"- Command: {cmd} ({run['minutes']:.1f} min)",
         f"- Machine: {machine()}",
@@ -272,6 +292,7 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
           if args.pairs else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
+        f"in its HTML, new browser {preview_cell(paused['first'])}, new tab {preview_cell(paused['warm'])}; the page's own, "
         f"new browser {reading_cell(paused['first'], args.timeout_s)}, new tab "
         f"{reading_cell(paused['warm'], args.timeout_s)}. Streamlit's floor page (the table's column): a minimal "
         f"app of its own, served by a Streamlit of its own beside the running trainer (one line of text and one "
