@@ -135,6 +135,9 @@ def test_real_servers_bind_where_told_keep_xsrf_on_refuse_parent_frames_and_keep
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(req, timeout=10)
             assert refused.value.code == 403 and b"XSRF" in refused.value.read()
+        pages = {k: urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read().decode() for k, port in ports.items()}
+        assert 'data-run="secret-run"' in pages["default"]  # the live page's HTML brings its run's first chart
+        assert "secret-run" not in pages["wide"] and "grpo-first-paint" not in pages["wide"]  # not before the token
         for port in ports.values():  # no parent frame may steer the pages (config.toml's empty list, read beside asgi.py)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/host-config", timeout=10) as answer:
                 assert json.loads(answer.read())["allowedOrigins"] == []

@@ -167,6 +167,8 @@ def test_the_readme_install_commands_build_install_and_serve_the_wheel(tmp_path,
         wait_for(lambda: trained_steps(runs_dir / rid) >= 1, STALL_S, what="the demo trainer's first step")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/grpo-health/live/{rid}", timeout=30) as answer:
             assert json.loads(answer.read())["key"].endswith(".running")  # the live page's route, from the wheel
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:
+            assert f'data-run="{rid}"' in answer.read().decode()  # its HTML, with the run's first chart in it
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/host-config", timeout=30) as answer:
             assert json.loads(answer.read())["allowedOrigins"] == []  # no parent frame may steer the pages
         trainer = RunStore.open(runs_dir / rid, readonly=True)

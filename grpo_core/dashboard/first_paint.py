@@ -106,11 +106,12 @@ def page(from_url: str | None) -> str:
     base = index_html()
     if access.expected_token() or ROOT not in base or "</head>" not in base:
         return base
+    run_id = None
     try:
         run_id = run_list.resolve_run(None, from_url)
         box = preview(run_id) if run_id else None
     except Exception:  # the preview is optional: the page itself reads the run and says what is wrong
-        logger.exception("first paint: no preview of run %s", from_url)
+        logger.exception("first paint: no preview of run %s", run_id or from_url)
         return base
     if box is None:
         return base
