@@ -2,8 +2,9 @@
 
 bench/live_viewers.py's browser side: the niced browser (`niced_chromium`), a page opened on a URL
 (`open_page`), a newcomer's first chart (the page's own, and the one its HTML brings: first_paint)
-and where its time went (`first_chart`, from page-side performance.now() marks: MARKS_JS), the step a page shows (`page_step`), and the CPU time of the
-processes involved and of the whole box, read from /proc (`cpu_seconds`, `box_cpu_seconds`).
+and where its time went (`first_chart`, from page-side performance.now() marks: MARKS_JS), the
+step a page shows (`page_step`), and the CPU time of the processes involved and of the whole box,
+read from /proc (`cpu_seconds`, `box_cpu_seconds`).
 bench/chart_renderers.py uses them too.
 """
 from __future__ import annotations
