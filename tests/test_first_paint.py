@@ -41,14 +41,14 @@ def previewed_chart(text: str) -> dict:
 
 
 def test_the_page_holds_the_first_chart_the_page_itself_then_draws(client, tmp_path, monkeypatch):
-    synth_run(tmp_path, "r", 30, P=2, G=2, steps_total=500).close()
+    synth_run(tmp_path, "r", 30, P=2, G=2, steps_total=500, status="finished").close()  # no heartbeat to age
     builds = []
     build = charts.live_charts
     monkeypatch.setattr(charts, "live_charts", lambda *a, **k: builds.append(1) or build(*a, **k))
     text = served(client)
     streamlit = first_paint.index_html()
     assert text.startswith(streamlit[:streamlit.index("</head>")]) and text.count('<div id="root"></div>') == 1
-    assert '<div id="grpo-first-paint" data-run="r"' in text and "<b>r</b> · running · 30 / 500 steps" in text
+    assert '<div id="grpo-first-paint" data-run="r"' in text and "<b>r</b> · finished · 30 / 500 steps" in text
     assert "step 30 of" not in text  # the page's own progress text is the page's (tests and benches find it)
     assert f"<script>{first_paint.script()}</script>" in text  # the chart's drawing, inline
     state = live_cache.current(tmp_path / "r")
