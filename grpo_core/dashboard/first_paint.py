@@ -54,10 +54,11 @@ STYLE = """<style>
 @cache
 def index_html() -> str | None:
     """Streamlit's own index.html, as its static files serve it (the file its package ships: no
-    Streamlit API names it); None where this Streamlit has none there, and then `routes` mounts
-    nothing: Streamlit answers PATH itself."""
+    Streamlit API names it); None where this Streamlit has none there, or one without the places
+    the preview goes (ROOT, </head>), and then `routes` mounts nothing: Streamlit answers PATH itself."""
     path = resources.files("streamlit") / "static" / "index.html"
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    return text if ROOT in text and "</head>" in text else None
 
 
 @cache
@@ -104,7 +105,7 @@ def page(from_url: str | None) -> str:
     """The live page's HTML: Streamlit's index.html, with the preview of the run the page will show
     (?run=<id> if it exists, else the default run: frame.pick_run's choice for a new session)."""
     base = index_html()
-    if access.expected_token() or ROOT not in base or "</head>" not in base:
+    if access.expected_token():
         return base
     run_id = None
     try:
@@ -130,6 +131,6 @@ def routes() -> list:
     PATH is answered here rather than by Streamlit's static files."""
     from starlette.routing import Route
     if index_html() is None:
-        logger.warning("first paint: no index.html in Streamlit's package; the live page has no preview")
+        logger.warning("first paint: no index.html with a root element in Streamlit's package: no preview")
         return []
     return [Route(PATH, endpoint, methods=["GET"])]
