@@ -10,9 +10,10 @@ standing in for browsers on other machines) opens one page per viewer on the run
 
 Per phase (viewers already open: 0, 1, 3, 10), over --phase-s seconds after the pages settled:
 - trainer steps/s, from the store's last step at the window's ends (and against 0 viewers);
-- with viewers open, the trainer's steps/s paired: --pairs pairs of PAIR_S windows with the viewers'
-  browser drawing and stopped (SIGSTOP), the target's reading (the box's drift cancels within a pair;
-  the pairs' spread gives the reading's uncertainty, and the report decides the target outside it);
+- with viewers open, the trainer's steps/s paired: --pairs pairs (--target-pairs with 10 viewers: the
+  target's reading) of PAIR_S windows with the viewers' browser drawing and stopped (SIGSTOP; the box's
+  drift cancels within a pair; the pairs' spread gives the reading's uncertainty, and the report decides
+  the target outside it);
 - the dashboard server's CPU (serve and its Streamlit, /proc utime + stime), total and per viewer;
 - the lag from a step being readable in the store to the first viewer's page showing "step N of":
   the bench polls both every POLL_S;
@@ -66,6 +67,7 @@ POLL_S = 0.2  # how often the bench reads the store's last step and the watched 
 # One half of a paired trainer reading (`paired`): short, so the box's drift moves both halves alike,
 # and within a stopped browser's websocket grace (Streamlit pings every 30 s and waits 30 s for the pong).
 PAIR_S = 8.0
+TARGET_VIEWERS = 10  # the phase whose paired reading decides the target (10 viewers slow the trainer by < 5%)
 
 # Streamlit's own floor: a page of one progress-like line and one chart in the live page's element,
 # a minimal app of its own (the same marks apply: its text matches STEP_RE, its chart is a .live-chart).
@@ -278,8 +280,9 @@ def phase(p, wrapper: Path, browser, warm, pages: list, n: int, url: str, run_di
     out = {"viewers": n, **w, "server_cpu": cpu_share(c0, cpu_seconds(server), elapsed),
            "browser_cpu": cpu_share(b0, cpu_seconds(chromium_pids()), elapsed), "opening": opening,
            "load": os.getloadavg()[0]}
-    if n and args.pairs:
-        out["paired"] = paired(run_dir, args.pairs, server)
+    pairs = args.target_pairs if n >= TARGET_VIEWERS else args.pairs
+    if n and pairs:
+        out["paired"] = paired(run_dir, pairs, server)
     out.update(newcomers(p, wrapper, warm, url, server, args))
     out["floor"] = newcomers(p, wrapper, floor.warm, floor.url, [], args)
     print(f"{n} viewers: {out['steps_per_s']:.2f} steps/s, server {out['server_cpu']:.0%} of a core, "
@@ -342,6 +345,9 @@ def main():
                     help="where the trained history is kept between benches")
     ap.add_argument("--pairs", type=int, default=12, help=f"per phase with viewers, pairs of {PAIR_S:.0f}-s trainer readings with "
                     "the viewers' browser drawing and stopped (0: none)")
+    ap.add_argument("--target-pairs", type=int, default=96, help=f"the same pairs with {TARGET_VIEWERS} viewers or more, "
+                    "the target's reading: a pair's change spreads by about 10%% on a shared 2-core box, so 12 pairs "
+                    "rarely decide a 5%% target and 96 pairs do (0: none)")
     ap.add_argument("--repeats", type=int, default=3, help="a newcomer's first chart: readings per kind and phase (the table shows their median and range)")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="give up waiting on a page's first chart after this")
     ap.add_argument("--browser-priority", choices=["autogroup", "nice"], default="autogroup",

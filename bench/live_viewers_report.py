@@ -280,7 +280,8 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
            f"{run['alone_after']:.2f} in {args.phase_s:.0f} s after the last phase (its viewers closed); the \"vs 0 "
            f"viewers\" column compares with their mean, {alone_rate:.2f}: their difference is the box's own "
            f"drift over the bench.", ""] if run.get("alone_after") and results[0]["viewers"] == 0 else []),
-        *([f"The 10-viewer target is read from the paired column: per phase with viewers, {args.pairs} pairs of "
+        *([f"The 10-viewer target is read from the paired column: per phase with viewers, {args.pairs} pairs "
+           f"({args.target_pairs} with 10 viewers: a pair's change spreads by about 10% on a shared box) of "
            f"{run['pair_s']:.0f}-s windows (in ABBA order) with the viewers' browser drawing and stopped (SIGSTOP: no "
            f"page draws, so none asks the server for a refresh), the trainer's steps/s counted between the commits "
            f"the bench saw in each (drawing / stopped in brackets, over all pairs): the box's drift moves both halves of "
@@ -288,8 +289,8 @@ def section(results: list[dict], paused: dict, args, run: dict) -> str:
            f"it with at least {LEVEL:.0%} confidence (the sign test's: between the k-th smallest and the k-th largest "
            f"change, no assumption on how the box spreads them, and one burst pair moves each end by a rank at most). "
            f"The target is decided only where the whole interval lies on one side of -5% (else \"undecided\": more "
-           f"pairs, `--pairs`, narrow it).", ""]
-          if args.pairs else []),
+           f"pairs, `--target-pairs`, narrow it).", ""]
+          if args.pairs or args.target_pairs else []),
         f"With the trainer paused while the page loads (SIGSTOP, no viewer open: what the page itself costs when "
         f"its browser and the server have the CPU, as a browser on another machine would), a new page's first chart: "
         f"in its HTML, new browser {preview_cell(paused['first'])}, new tab {preview_cell(paused['warm'])}; the page's own, "
