@@ -36,7 +36,7 @@ TOKEN = "s3cret-token-for-tests"
 PAGES = ["pages/runs.py", "pages/live.py", "pages/analysis.py", "pages/pilot.py"]
 
 
-# ---- serve: bind address, warning, token and redraw rate hand-over---------------------------------------------------------
+# ---- serve: bind address, warning, token and redraw rate hand-over -----------------------------------------
 @pytest.fixture
 def launched(monkeypatch):
     """serve() with Streamlit replaced by a recorder: the command and env it would start."""
@@ -182,7 +182,7 @@ def test_xsrf_protection_stays_on():
         assert not re.search(r"enableCORS[= ]+(false|0)", text, re.I)
 
 
-# ---- the token gate ---------------------------------------------------------------------------------------
+# ---- the token gate ----------------------------------------------------------------------------------------
 def gated(path: str) -> AppTest:
     at = AppTest.from_file(str(REPO / path), default_timeout=60)
     at.run()
@@ -238,7 +238,7 @@ def test_token_compare_is_constant_time(monkeypatch):
     assert len(calls) == 4 and access.token_matches("anything", "")  # no token set: open
 
 
-# ---- nothing typed in a browser is executed --------------------------------------------------------------------
+# ---- nothing typed in a browser is executed ----------------------------------------------------------------
 BUILTINS = {"eval", "exec", "compile", "__import__"}  # called by name
 METHODS = {"import_module", "load_metric", "build_metrics", "system", "popen", "run_path"}  # called as x.name
 
@@ -291,7 +291,7 @@ def test_typed_paths_resolve_inside_the_allowed_folders(runs_dir, tmp_path, monk
     assert access.check_ui_path("model.path", "grpo_core", "dir") == str(REPO / "grpo_core")
 
 
-# ---- Docker ----------------------------------------------------------------------------------------------------
+# ---- Docker ------------------------------------------------------------------------------------------------
 def test_dockerfile_lints_clean_and_installs_like_the_makefile():
     from tests.check_dockerfile import problems
     assert problems() == []
