@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 
-from grpo_core.errors import ConfigError, StoreError
+from grpo_core.errors import USER_ERRORS
 
 
 def _add_run_options(p: argparse.ArgumentParser):
@@ -74,7 +74,7 @@ def cmd_serve(args):
 
 def cmd_status(args):
     from grpo_core.runs import names
-    from grpo_core.runs.run_meta import RunMeta, display_status, ranks_label, status_label
+    from grpo_core.runs.run_meta import RunMeta, display_status, error_line, ranks_label, status_label
     from grpo_core.runs.store import RunStore
     with RunStore.open(args.run, readonly=True) as s:
         meta = s.get_meta()
@@ -85,7 +85,7 @@ def cmd_status(args):
                "last_step": last,
                "steps": run.steps_budget,  # set_steps changes it mid-run
                "ranks": run.ranks,  # training processes; None (null): the store does not say
-               "error": meta.get("error")}
+               "error": error_line(meta)}  # one line; the traceback is in the run's trainer.log
         if not row.empty:
             r = row.iloc[-1]
             for name in (names.TRAINABLE_RATIO, names.CUM_TRAINABLE_RATIO, names.REWARD, names.REWARD_STD,
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     log_to_stderr()
     try:
         return args.func(args) or 0
-    except (ConfigError, StoreError, FileNotFoundError) as e:
+    except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

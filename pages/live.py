@@ -25,6 +25,7 @@ from grpo_core.dashboard import (advice, frame, live_cache, live_cards, live_cha
 from grpo_core.errors import ConfigError, StoreError
 from grpo_core.runs import live_settings, presets, requests
 from grpo_core.runs.locations import runs_dir
+from grpo_core.runs.run_meta import error_line
 
 run_id = frame.open_page()
 ss = st.session_state
@@ -187,7 +188,7 @@ def run_line(s: live_view.LiveState, c: live_cards.Cards, caps: dict):
         eta = "runs until you stop it" if c.steps >= processes.UNTIL_STOPPED else f"ETA {live_cards.fmt_eta(c.eta_s)}"
         top[1].progress(c.progress, text=f"step {c.step or 0} of {c.steps} · {eta}")
     if c.status == "failed":
-        st.error(f"The run failed: {(s.meta.get('error') or 'no error recorded').strip().splitlines()[-1]}")
+        st.error(f"The run failed: {error_line(s.meta) or 'no error recorded'}")
     elif c.status == "stale":
         st.warning("No heartbeat from the trainer: it may have crashed or been killed. See the Runs page.")
     elif c.status == "created":

@@ -89,15 +89,15 @@ def run_cards(rows):
             if status == "stale":
                 if b.button("Kill", key=f"kill_{rid}", help="SIGTERM the recorded trainer pid"):
                     act(processes.terminate_run, rid, f"{rid} terminated")
-            err = str(r["error"]).strip().splitlines() if isinstance(r["error"], str) else []
+            err = r["error"] if isinstance(r["error"], str) else ""  # one line (list_runs); NaN: none
             if status == "failed":
-                st.error(f"{rid} failed: {err[-1] if err else 'no error recorded'}")
+                st.error(f"{rid} failed: {err or 'no error recorded'}")
             elif status == "stale":
                 st.warning(f"{rid}: no heartbeat from its trainer; the process is gone or hung. Kill sends "
                            "SIGTERM to the recorded trainer pid; the trainer log is below.")
             if status in ("failed", "stale"):
-                with st.expander("Error and trainer log"):
-                    st.code("\n".join(err[-30:] + ["---- trainer.log ----", processes.log_tail(rid, 40)]))
+                with st.expander("Error and trainer log"):  # the log holds the traceback
+                    st.code("\n".join(([err] if err else []) + ["---- trainer.log ----", processes.log_tail(rid, 40)]))
 
 
 if not runs.empty:

@@ -13,7 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_core.runs.config import RunConfig
 from grpo_core.runs.store import RunStore
-from tests.test_report import CHANGE_AT_50, bottleneck_scores, change_scores, make_imported, make_run
+from tests.test_report import (CHANGE_AT_50, OLD_TRACEBACK, bottleneck_scores, change_scores, make_imported,
+                               make_run)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = str(ROOT / "pages" / "analysis.py")
@@ -141,6 +142,17 @@ def test_failed_run():
     assert not at.exception
     assert [e.value for e in at.error] == ["Run failed at step 1: ValueError: reward.custom.judge returned None. "
                                            "The analysis covers the steps logged before the failure."]
+
+
+def test_a_failed_run_from_an_older_store_shows_its_traceback_as_one_line():
+    run = make_run("old-boom", steps=2, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, status="failed")
+    with RunStore.open(run) as s:
+        s.set_meta(error=OLD_TRACEBACK)  # as stores written before errors were one line hold it
+    at = page("old-boom")
+    assert not at.exception
+    assert [e.value for e in at.error] == ["Run failed at step 1: RuntimeError: Engine core initialization failed. "
+                                           "See root cause above. The analysis covers the steps logged before the "
+                                           "failure."]
 
 
 def test_imported_run():

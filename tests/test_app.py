@@ -473,8 +473,9 @@ def test_start_form_launches_a_real_trainer_with_the_form_values(runs_dir):
 
 
 def test_failed_stale_and_unreadable_runs_say_why(runs_dir):
-    synth_run(runs_dir, "bad", 3).set_status("failed", error="Traceback (most recent call last):\n ...\n"
-                                            "ValueError: reward metric 'exact' raised")
+    bad = synth_run(runs_dir, "bad", 3)  # a store from before errors were one line: a whole traceback in meta
+    bad.set_status("failed")
+    bad.set_meta(error="Traceback (most recent call last):\n ...\nValueError: reward metric 'exact' raised\n")
     (runs_dir / "junk").mkdir()
     (runs_dir / "junk" / "run.db").write_bytes(b"\x00garbage" * 64)
     gone = subprocess.Popen(["true"])
@@ -482,6 +483,8 @@ def test_failed_stale_and_unreadable_runs_say_why(runs_dir):
     synth_run(runs_dir, "ghost", 3).set_meta(pid=gone.pid)  # its trainer died without a word
     at = app("pages/runs.py")
     assert "bad failed: ValueError: reward metric 'exact' raised" in texts(at.error)
+    # its expander: the one line, then the run's trainer.log (where a traceback goes now; none here)
+    assert "ValueError: reward metric 'exact' raised\n---- trainer.log ----" in [c.value for c in at.code]
     assert any(e.startswith("unreadable:") for e in texts(at.error))
     assert any(w.startswith("ghost: no heartbeat") for w in texts(at.warning))
     at.button(key="kill_ghost").click().run()  # nothing to signal: the run is marked stopped

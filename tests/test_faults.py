@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from grpo_core.__main__ import main
+from grpo_core.analysis import report
 from grpo_core.errors import StoreError
 from grpo_core.runs import names as run_names
 from grpo_core.runs import run_index, store
@@ -207,6 +208,72 @@ def test_sigkill_at_random_moments_never_loses_a_step_or_loads_a_half_checkpoint
         Path(REPORT).write_text(json.dumps({"kills": records, "final_steps": final,
                                             "time_per_step": t.median().round(4).to_dict()}, indent=1))
     assert len(records) == KILLS and max(r["shown_after_s"] for r in records) < 10
+
+
+# ---- a bug: one line in the store, on the terminal and in the report; the traceback in trainer.log ----------
+# A custom metric module is imported by the trainer itself (preflight), so its import can plant a bug in the
+# real process started exactly as a user starts one: at start-up (an engine that does not load, as vLLM's
+# "Engine core initialization failed") or at step 3 (a KeyError deep in a step).
+FAULTY_METRIC = """
+import os
+from grpo_core.train.trainer import Trainer
+
+
+def short(completion, example):
+    return float(len(completion.strip()) <= 2)
+
+
+def fail_to_start(self):
+    raise RuntimeError("\\nEngine core initialization failed. See root cause above.\\nFailed core proc(s): {}")
+
+
+train_step = Trainer.train_step
+
+
+def fail_at_step_3(self, *args, **kwargs):
+    if self.step == 2:
+        raise KeyError("rollout 7")
+    return train_step(self, *args, **kwargs)
+
+
+if os.environ["FAULT_AT"] == "start":
+    Trainer.prepare_model = fail_to_start
+else:
+    Trainer.train_step = fail_at_step_3
+"""
+FAULT_RUN = ["grpo.steps=5", f"grpo.prompts_per_step={P}", f"grpo.group_size={G}", "grpo.max_new_tokens=8",
+             "model.warm_start_steps=0", "log.progress=false", "log.checkpoint_every=0"] + TINY_MODEL
+
+
+@pytest.mark.parametrize("verb, fault_at, line", [
+    ("train", "start", "RuntimeError: Engine core initialization failed. See root cause above."),
+    ("train", "step", "KeyError: 'rollout 7'"),
+    ("pilot", "step", "KeyError: 'rollout 7'")])
+def test_a_bug_is_one_line_everywhere_and_its_traceback_is_in_the_runs_log(tmp_path, verb, fault_at, line):
+    (tmp_path / "faulty.py").write_text(FAULTY_METRIC)
+    (tmp_path / "run.toml").write_text('[reward.custom]\nshort = "faulty:short"\n')
+    runs, rid = tmp_path / "runs", f"{verb}-{fault_at}"
+    cmd = [sys.executable, "-m", "grpo_core", verb, "--config", str(tmp_path / "run.toml"), "--run-id", rid,
+           "--runs-dir", str(runs)] + [a for s in FAULT_RUN for a in ("--set", s)]
+    env = {**os.environ, "FAULT_AT": fault_at, "GRPO_HEALTH_TORCH_THREADS": "1"}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    log = runs / rid / "trainer.log"
+    stored = f"{line} (traceback in {log})"  # the exception's type and first meaningful line, and where to read on
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and r.stderr.strip().splitlines()[-1] == f"error: {stored}", r.stderr[-3000:]
+    with read(runs, rid) as s:
+        meta, failed = s.get_meta(), s.events(kinds=["lifecycle"])["payload"].tolist()
+        assert meta["status"] == "failed" and meta["error"] == stored
+        assert s.last_step() == (None if fault_at == "start" else 2)  # the steps before the bug are kept
+    if fault_at == "step":
+        assert failed[-1] == {"event": "failed", "error": stored}
+    assert run_index.list_runs(runs).set_index("run_id").loc[rid, "error"] == stored
+    text = log.read_text()  # the whole traceback, once, in the run's folder
+    assert text.count("Traceback (most recent call last)") == 1
+    assert ("in fail_to_start" if fault_at == "start" else "in fail_at_step_3") in text
+    assert "Failed core proc(s)" in text if fault_at == "start" else "KeyError: 'rollout 7'" in text
+    notices = [n.text for n in report.build_report(runs / rid).notices if n.level == "error"]
+    assert len(notices) == 1 and f": {stored}. " in notices[0], notices
 
 
 # ---- disk full (RLIMIT_FSIZE) and a runs dir that cannot be written ---------------------------------------

@@ -89,7 +89,8 @@ def test_a_step_that_fits_nowhere_fails_in_one_line_and_keeps_the_finished_steps
     with RunStore.open(tmp_path / "oom", readonly=True) as store:
         assert store.last_step() == 2 and store.get_meta()["status"] == FAILED
         assert [e["groups"] for e in memory_events(store)] == []  # the halvings of the failed step: not a step
-        assert "OutOfMemory: out of memory in training" in store.get_meta()["error"]
+        assert store.get_meta()["error"] == err[-1][len("error: "):]  # the line the terminal ends with
+    assert "OutOfMemory: out of memory" in (tmp_path / "oom" / "trainer.log").read_text()  # its traceback
 
 
 def test_what_counts_as_out_of_memory_and_nothing_else_is_retried():

@@ -294,6 +294,25 @@ def test_one_step_failed_run():
     report.to_html(rep), report.to_markdown(rep), report.steps_csv(rep)
 
 
+OLD_TRACEBACK = ('Traceback (most recent call last):\n  File "grpo_core/train/trainer.py", line 80, in __init__\n'
+                 '    self.sampler = sampling.make_sampler(...)\n'
+                 'RuntimeError: Engine core initialization failed. See root cause above.\n')
+
+
+def test_an_older_stores_traceback_is_one_line_in_the_report():
+    """Stores written before errors were one line keep a whole traceback in meta.error (written raw
+    here: set_status stores one line now): the report shows its last line, nothing more."""
+    run = make_run("old-fail", steps=2, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, status="failed")
+    with RunStore.open(run) as s:
+        s.set_meta(error=OLD_TRACEBACK)
+    rep = report.build_report(run)
+    assert [n.text for n in rep.notices if n.level == "error"] == [
+        "Run failed at step 1: RuntimeError: Engine core initialization failed. See root cause above. "
+        "The analysis covers the steps logged before the failure."]
+    for text in (report.to_markdown(rep), report.to_html(rep)):
+        assert "Traceback" not in text and "trainer.py" not in text
+
+
 def test_running_run_says_in_progress():
     run = make_run("live", steps=3, weights={"exact": 1.0, "f1": 0.0}, scores=change_scores, status="running")
     with RunStore.open(run) as s:

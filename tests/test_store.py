@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_core.errors import StoreError
+from grpo_core.errors import MAX_LINE, ConfigError, StoreError, exception_line
 from grpo_core.runs.live_settings import PAUSE, SET_WEIGHTS, STOP
 from grpo_core.runs.locations import check_run_id, new_run_id, resolve_db
 from grpo_core.runs.run_index import list_runs
-from grpo_core.runs.run_meta import CREATED, FAILED, FINISHED, RUNNING, STALE, STOPPED, display_status
+from grpo_core.runs.run_meta import CREATED, FAILED, FINISHED, RUNNING, STALE, STOPPED, display_status, error_line
 from grpo_core.runs.schema import SCHEMA_VERSION
 from grpo_core.runs.step_columns import StepGroups, StepRollouts
 from grpo_core.runs.step_scores import ROWS_PER_STATEMENT
@@ -327,6 +327,37 @@ def test_list_runs_lists_unreadable_stores_with_a_reason(runs_dir):
     assert "missing tables" in runs.loc["other", "error"]
     assert list(runs.index).index("good") == 0  # readable runs first (newest created)
     assert list_runs(runs_dir / "nowhere").empty
+
+
+def test_a_runs_error_is_stored_and_read_as_one_line(runs_dir):
+    """set_status stores any error as one line; a store from before (its whole traceback in
+    meta.error, written raw here) reads as its last line: list_runs and error_line, no migration."""
+    tb = ('Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n    boom()\n'
+          'ValueError: bad reward\n\n')
+    new = RunStore.create("new", {})
+    new.set_status(FAILED, error=tb)
+    assert new.get_meta()["error"] == "ValueError: bad reward"
+    new.set_status(FAILED, error="\n  first line\nsecond line")
+    assert new.get_meta()["error"] == "first line"
+    old = RunStore.create("old", {})
+    old.set_status(FAILED)
+    old.set_meta(error=tb)
+    assert old.get_meta()["error"] == tb  # the store as it is: nothing rewritten
+    assert error_line(old.get_meta()) == "ValueError: bad reward" and error_line({"error": None}) is None
+    runs = list_runs(runs_dir).set_index("run_id")
+    assert runs.loc["old", "error"] == "ValueError: bad reward" and runs.loc["new", "error"] == "first line"
+
+
+def test_an_exception_is_one_line_naming_its_type_and_its_first_meaningful_line():
+    assert exception_line(RuntimeError("\n\nEngine core initialization failed.\nFailed core proc(s): {}")) == \
+        "RuntimeError: Engine core initialization failed."
+    assert exception_line(KeyError("rollout 7")) == "KeyError: 'rollout 7'" and exception_line(MemoryError()) == \
+        "MemoryError"
+    assert exception_line(ConfigError("grpo.group_size must be >= 2, got 1")) == "grpo.group_size must be >= 2, got 1"
+    nested = RuntimeError("worker died:\nTraceback (most recent call last):\n  File 'w.py'\nOSError: no GPU\n")
+    assert exception_line(nested) == "RuntimeError: OSError: no GPU"  # a traceback carried in the message: its end
+    long = exception_line(ValueError("x" * 2000))
+    assert len(long) <= MAX_LINE + len("ValueError: ") and long.endswith("…")
 
 
 def test_display_status_derives_stale():

@@ -248,7 +248,7 @@ def test_a_killed_rank_fails_the_run_with_one_line(tmp_path, rank):
     assert meta["status"] == "failed", (meta["status"], out[-3000:])
     with RunStore.open(runs / "kill", readonly=True) as store:
         failed = store.events(kinds=["lifecycle"])["payload"].tolist()[-1]
-    assert failed["event"] == "failed" and failed["error"] == LOST_RANK
+    assert failed["event"] == "failed" and failed["error"] == LOST_RANK == meta["error"]  # one line, both places
 
 
 def test_sigterm_to_a_rank_stops_the_job_and_its_checkpoint_resumes_on_one_rank(tmp_path):

@@ -491,19 +491,23 @@ def test_jsonl_task_trains_with_its_own_metrics(tmp_path):
     assert store.get_meta()["metric_kinds"] == {"exact": "binary", "answer_f1": "continuous"}
 
 
-def test_a_crash_is_recorded_as_failed_with_the_traceback(tmp_path):
+def test_a_crash_is_recorded_as_failed_in_one_line_with_the_traceback_in_the_log(tmp_path):
     tr, store = _trainer(tmp_path, ["grpo.steps=3"])
     pending = store.request("set_threshold", {"min_group_std": 0.5})
 
     def boom(*a, **k):
-        raise RuntimeError("boom in a step")
+        raise RuntimeError("boom in a step\nits second line")
     tr.train_step = boom
     tr.poll_control = lambda: None  # leave the request pending: the crash must reject it
     with pytest.raises(RuntimeError):
         tr.run_safely()
-    meta = store.get_meta()
-    assert meta["status"] == FAILED
-    assert "Traceback" in meta["error"] and "boom in a step" in meta["error"]
+    meta, log = store.get_meta(), store.run_dir / "trainer.log"
+    assert meta["status"] == FAILED and tr.failure == meta["error"]
+    assert meta["error"] == f"RuntimeError: boom in a step (traceback in {log})"
+    failed = store.events(kinds=["lifecycle"])["payload"].tolist()[-1]
+    assert failed == {"event": FAILED, "error": meta["error"]}  # the event says the same one line
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "in boom" in text and "its second line" in text
     assert store.control().set_index("id").loc[pending, "status"] == "rejected"
     assert RunStore.open(store.path, readonly=True).last_step() is None  # readable, nothing half-written
 

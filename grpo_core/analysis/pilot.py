@@ -27,7 +27,7 @@ from grpo_core.analysis.reweighting import suggest_weights
 from grpo_core.analysis.rollout_stats import metric_columns, per_metric_group_std, rollout_arrays, uniform_fraction
 from grpo_core.analysis.run_tables import MOST_GROUPS
 from grpo_core.analysis.step_stats import trainable_ratio
-from grpo_core.runs.run_meta import RunMeta, display_status
+from grpo_core.runs.run_meta import RunMeta, display_status, error_line
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks.rewards import KINDS
 
@@ -186,7 +186,7 @@ def pilot_summary(store, target: float | None = None, g_max: int = PLANNER_G_MAX
     metrics = _metric_names(rollouts, weights) if len(rollouts) else []
     group_size = int(groups["size"].max()) if len(groups) else int(grpo.get("group_size", 8))
     out = PilotSummary(
-        run_id=run_id, status=display_status(meta), error=meta.get("error"), batches_done=int(groups["step"].nunique()),
+        run_id=run_id, status=display_status(meta), error=error_line(meta), batches_done=int(groups["step"].nunique()),
         batches=grpo.get("steps"), config=cfg, metrics=metrics, weights=weights, group_size=group_size,
         target=target, values=rollouts, metric_table=pd.DataFrame(), submitted=len(groups),
         trainable=int(groups["trainable"].sum()) if len(groups) else 0, ratio=None, reward_std=None,

@@ -16,7 +16,7 @@ import pandas as pd
 from grpo_core.analysis.rollout_stats import ROLLOUT_COLUMNS
 from grpo_core.analysis.windows import column, ratio_series
 from grpo_core.runs import names
-from grpo_core.runs.run_meta import FAILED, FINISHED, STALE, STOPPED, RunMeta, display_status
+from grpo_core.runs.run_meta import FAILED, FINISHED, STALE, STOPPED, RunMeta, display_status, error_line
 from grpo_core.runs.store import RunStore
 
 INCOMPLETE = "incomplete"  # an imported run whose source stopped before its planned last step
@@ -46,7 +46,7 @@ class RunData:
 
     @property
     def error(self) -> str | None:
-        return self.meta.get("error")
+        return error_line(self.meta)  # one line, an older store's traceback included
 
     @property
     def source(self) -> str:
@@ -150,7 +150,8 @@ def notices(data: RunData) -> list[Notice]:
     of = f" of {planned}" if planned else ""
     if data.status == FAILED:
         at = f" at step {last}" if last is not None else " before its first step"
-        out.append(Notice("error", f"Run failed{at}: {data.error or 'no error text recorded'}. "
+        error = (data.error or "no error text recorded").rstrip(".")  # the sentence ends here, once
+        out.append(Notice("error", f"Run failed{at}: {error}. "
                                    "The analysis covers the steps logged before the failure."))
     elif data.status == STALE:
         where = f"at step {last}{of}" if last is not None else "before its first step"

@@ -22,6 +22,7 @@ from grpo_core.analysis.alert_rules import user_rules
 from grpo_core.errors import ConfigError, StoreError, suggest
 from grpo_core.runs import requests
 from grpo_core.runs.config import RunConfig, from_dict, validate
+from grpo_core.runs.failure import LOG_NAME  # the run's log: the trainer's output and its tracebacks
 from grpo_core.runs.live_settings import PAUSE, RESUME, STOP
 from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir
 from grpo_core.runs.run_index import list_runs
@@ -29,7 +30,6 @@ from grpo_core.runs.run_meta import CREATED, FAILED, LIVE_STATUSES, STOPPED, dis
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks.rewards import BUILTIN
 
-LOG_NAME = "trainer.log"
 CONFIG_NAME = "config.toml"
 DEMO_PREFIX = "demo"
 

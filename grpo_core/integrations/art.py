@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_core.analysis import health
-from grpo_core.errors import ConfigError
+from grpo_core.errors import ConfigError, exception_line
 from grpo_core.integrations.art_steps import (
     NOT_SCORES,
     REWARD_METRIC,
@@ -247,8 +247,7 @@ class ArtMonitor:
     def fail(self, error: str):
         if not self._ended:
             self._ended = True
-            self.session.fail(error, self.last_step, error.splitlines()[0][:300] if error else "failed",
-                              at="the run failed")
+            self.session.fail(error or "failed", self.last_step, at="the run failed")  # stored as one line
             self.store.close()
 
     def _on_exit(self):
@@ -259,7 +258,7 @@ class ArtMonitor:
 
     def __exit__(self, kind, exc, tb):
         if exc is not None:
-            self.fail(f"{kind.__name__}: {exc}"[:500])
+            self.fail(exception_line(exc))
         else:
             self.finish()
 

@@ -48,7 +48,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_core.analysis import health, step_stats
-from grpo_core.errors import ConfigError
+from grpo_core.errors import ConfigError, exception_line
 from grpo_core.integrations.base import ImportReport
 from grpo_core.integrations.trl_scores import ScoreTap
 from grpo_core.integrations.trl_state import is_trl_summary, map_trl_entry
@@ -166,7 +166,7 @@ class GRPOHealthCallback(TrainerCallback):
             try:
                 return orig(*args, **kwargs)
             except BaseException as e:
-                self._fail(f"{type(e).__name__}: {e}"[:500])
+                self._fail(exception_line(e))  # one line: the traceback is the user's own process's to print
                 raise
             finally:
                 self.tap.remove()  # the trainer's reward functions as they were
@@ -175,7 +175,7 @@ class GRPOHealthCallback(TrainerCallback):
 
     def _fail(self, error: str):
         if self.session is not None and self.store.get_meta().get("status") in (RUNNING, PAUSED):
-            self.session.fail(error, None, error, at="the run failed")
+            self.session.fail(error, None, at="the run failed")
 
     # ---- lifecycle ------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kw):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from grpo_core.errors import one_line
 from grpo_core.runs.live_settings import CONTROL_KINDS
 from grpo_core.runs.run_meta import FAILED, RUNNING
 from grpo_core.runs.store import EV_LIFECYCLE, RunStore
@@ -105,9 +106,12 @@ class RunSession:
         self.store.reject_open_requests(at.format(status=status, step=step))
         self.store.set_status(status, **status_meta)
 
-    def fail(self, error: str, step: int | None, summary: str, at: str = "run failed at step {step}"):
-        """The run failed: `summary` (one line) in the event, `error` (a traceback) in meta."""
+    def fail(self, error: str, step: int | None, at: str = "run failed at step {step}"):
+        """The run failed: `error`, as one line (errors.one_line; runs/failure.py makes it and logs
+        the traceback), in the failed event and in meta.error alike. `at` tells a request still
+        open why it was not applied."""
+        line = one_line(error) or "failed"
         self.stop_heartbeat()
-        self.store.add_event(EV_LIFECYCLE, {"event": FAILED, "error": summary}, step=step)
+        self.store.add_event(EV_LIFECYCLE, {"event": FAILED, "error": line}, step=step)
         self.store.reject_open_requests(at.format(step=step))
-        self.store.set_status(FAILED, error=error)
+        self.store.set_status(FAILED, error=line)

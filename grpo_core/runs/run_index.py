@@ -10,15 +10,15 @@ import pandas as pd
 
 from grpo_core.errors import StoreError
 from grpo_core.runs.locations import runs_dir
-from grpo_core.runs.run_meta import RunMeta, display_status
+from grpo_core.runs.run_meta import RunMeta, display_status, error_line
 from grpo_core.runs.schema import DB_NAME
 from grpo_core.runs.store import RunStore
 
 
 def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
     """Every run under the runs dir: id, status (incl. stale/unreadable), last step, steps,
-    heartbeat, created, error, ranks (how many training processes; None when the store does not
-    say). An unreadable store is listed with the reason, never raised."""
+    heartbeat, created, error (one line: error_line), ranks (how many training processes; None
+    when the store does not say). An unreadable store is listed with the reason, never raised."""
     base = runs_dir(root)
     rows = []
     for db in sorted(base.glob(f"*/{DB_NAME}")) if base.is_dir() else []:
@@ -30,7 +30,7 @@ def list_runs(root: str | os.PathLike | None = None) -> pd.DataFrame:
                 row.update(status=display_status(meta), last_step=s.last_step(),
                            steps=parsed.steps_budget, kind=parsed.kind,
                            created=meta.get("created"), heartbeat=meta.get("heartbeat"),
-                           error=meta.get("error"), source=parsed.source,
+                           error=error_line(meta), source=parsed.source,
                            stop_reason=meta.get("stop_reason"), ranks=parsed.ranks)
         except (StoreError, sqlite3.DatabaseError, ValueError) as e:
             row.update(status="unreadable", error=str(e))

@@ -1,12 +1,15 @@
 """A run's status and meta as readers see them: the statuses, display_status and RunMeta.
 
 display_status derives "stale" from the heartbeat and the pid; RunMeta is a run's meta, parsed once
-(ranks: how many training processes wrote it, None when the store does not say)."""
+(ranks: how many training processes wrote it, None when the store does not say); error_line is
+its error as one line."""
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass
+
+from grpo_core.errors import one_line
 
 # Run status (meta.status). "stale" is never stored: readers derive it from the heartbeat.
 CREATED, RUNNING, PAUSED, FINISHED, FAILED, STOPPED = (
@@ -91,6 +94,13 @@ class RunMeta:
         config, which the trainer rewrites with the budget in force at each start)."""
         budget = self.steps_budget
         return int(budget) if budget is not None and steps == self.configured_steps else steps
+
+
+def error_line(meta: dict) -> str | None:
+    """A run's error as every reader shows it: one line (errors.one_line), None when there is none.
+    Stores written before errors were kept as one line hold a whole traceback: its last line,
+    the exception, is what they show (read so, never migrated; runs/failure.py)."""
+    return one_line(meta.get("error")) or None
 
 
 def ranks_label(ranks) -> str:

@@ -23,7 +23,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from grpo_core.errors import StoreError
+from grpo_core.errors import StoreError, one_line
 from grpo_core.runs.live_settings import CONTROL_KINDS
 from grpo_core.runs.locations import check_run_id, resolve_db, runs_dir, storage_problem
 from grpo_core.runs.reads import RunReads
@@ -202,9 +202,11 @@ class RunStore(RunReads):
         return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
 
     def set_status(self, status: str, error: str | None = None, **extra):
+        """Status and, when given, the run's error: stored as one line whatever the writer hands
+        over (errors.one_line: a traceback's last line); the traceback belongs in the run's log."""
         values = {"status": status, "status_time": time.time(), **extra}
         if error is not None:
-            values["error"] = error
+            values["error"] = one_line(error)
         self.set_meta(**values)
 
     def heartbeat(self, **extra):

@@ -2,28 +2,29 @@
 
 For `train`: the config and the store (a new run, one the dashboard created, or --resume), the
 checks that need no model, the stop signals, and one line (exit code 1 or 2) for what went
-wrong, never a traceback wall for a user's mistake. Those lines (stderr) are the verb's own
-output; what the trainer says as it runs comes through `logging` (the CLI shows it)."""
+wrong, never a traceback wall: a run that fails, at its start or mid-run, ends with its one line
+(runs/failure.py), the same line its store keeps, and its traceback in the run's log. Those lines
+(stderr) are the verb's own output; what the trainer says as it runs comes through `logging` (the
+CLI shows it)."""
 from __future__ import annotations
 
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 
 from grpo_core.analysis.alert_rules import user_rules
-from grpo_core.errors import ConfigError
+from grpo_core.errors import USER_ERRORS, ConfigError
+from grpo_core.runs import failure
 from grpo_core.runs.config import RunConfig, apply_overrides, from_dict, validate
-from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir, storage_problem
+from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir
 from grpo_core.runs.names import REWARD, TRAINABLE_RATIO
 from grpo_core.runs.run_meta import CREATED, FAILED
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks import build_metrics, make_task
 from grpo_core.tasks.loading import load_config
-from grpo_core.train import checkpoints, models, rank_failure, ranks
+from grpo_core.train import models, rank_failure, ranks
 from grpo_core.train.models import set_threads
-from grpo_core.train.out_of_memory import OutOfMemory
 from grpo_core.train.trainer import Trainer
 
 
@@ -101,7 +102,7 @@ def open_on_ranks(args, rank_set: ranks.Ranks):
             opened = {"config": cfg.to_dict(), "run_dir": str(store.run_dir)}
         except Exception as e:  # the other ranks wait for this broadcast: tell them, then fail
             if store is not None:
-                store.set_status(FAILED, error=str(e))
+                store.set_status(FAILED, error=failure.failure_line(e, store.run_dir))
             rank_set.broadcast({"error": str(e)})
             raise
     opened = rank_set.broadcast(opened)
@@ -124,11 +125,11 @@ def train(args, cfg: RunConfig, store: RunStore | None, run_dir: Path, rank_set:
         trainer = Trainer(cfg, store, resume=bool(getattr(args, "resume", False)), log=quiet, ranks=rank_set,
                           run_dir=run_dir)
     except BaseException as e:
-        if store is not None:
-            msg = str(e) if isinstance(e, ConfigError) else traceback.format_exc()
-            store.reject_open_requests("trainer failed to start")
-            store.set_status(FAILED, error=msg)
-        raise
+        line = start_failed(e, store, run_dir, rank_set)
+        if not isinstance(e, Exception):  # Ctrl-C while loading: exit 130, as before
+            raise
+        print(f"error{'' if rank_set.main else f' (rank {rank_set.rank})'}: {line}", file=sys.stderr)
+        return 2 if isinstance(e, USER_ERRORS) else 1  # bad input exits 2, as the CLI's other verbs
     install_stop_signals(trainer)
     try:
         status = trainer.run_safely()
@@ -145,23 +146,26 @@ def train(args, cfg: RunConfig, store: RunStore | None, run_dir: Path, rank_set:
     return 0
 
 
+def start_failed(e: BaseException, store: RunStore | None, run_dir: Path, rank_set: ranks.Ranks) -> str:
+    """A trainer that could not start (a model or an engine that does not load): its one line,
+    stored as the run's error (rank 0), its traceback in the run's log (every rank)."""
+    line = failure.failure_line(e, run_dir, who=f"rank {rank_set.rank}" if rank_set.distributed else "")
+    if store is not None:
+        store.reject_open_requests("trainer failed to start")
+        store.set_status(FAILED, error=line)
+    return line
+
+
 def report_failure(e: Exception, trainer: Trainer, rank_set: ranks.Ranks, run_dir: Path) -> int:
-    """One line for what stopped the run (exit 1); the finished steps are in the store."""
+    """The run's one line (the one its store keeps) for what stopped it, exit 1; the finished
+    steps are in the store, the traceback in the run's log."""
     if trainer.store is None:  # a rank without the store: rank 0 records it, unless rank 0 is what is gone
+        line = trainer.failure_line(e)  # logs this rank's traceback where the run's folder is reachable
         if ranks.lost_peer(e):
-            rank_failure.record_lost_main(run_dir, f"rank {rank_set.rank}: {e}".splitlines()[0])
-        print(f"error (rank {rank_set.rank}): {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-              file=sys.stderr)
+            rank_failure.record_lost_main(run_dir)
+        print(f"error (rank {rank_set.rank}): {line}", file=sys.stderr)
         return 1
-    why = storage_problem(e)
-    if why:  # disk full / read-only: one clear line, not a traceback (meta.error has both)
-        print(f"error: {checkpoints.storage_message(trainer.store, why, trainer.runs_root)}", file=sys.stderr)
-    elif isinstance(e, OutOfMemory):  # the line names the knobs; the finished steps are in the store
-        print(f"error: {e}; steps up to {trainer.step} are kept", file=sys.stderr)
-    elif rank_set.distributed and ranks.lost_peer(e):
-        print(f"error: {rank_failure.LOST_RANK}; steps up to {trainer.step} are kept", file=sys.stderr)
-    else:
-        traceback.print_exc()
+    print(f"error: {trainer.failure or trainer.failure_line(e)}", file=sys.stderr)
     return 1
 
 

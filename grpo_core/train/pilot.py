@@ -10,9 +10,10 @@ from __future__ import annotations
 import copy
 import os
 import sys
-import traceback
 
 from grpo_core.analysis.pilot import DEFAULT_BATCHES, pilot_summary
+from grpo_core.errors import USER_ERRORS
+from grpo_core.runs import failure
 from grpo_core.runs.lifecycle import RunSession
 from grpo_core.runs.live_settings import STOP
 from grpo_core.runs.locations import new_run_id, storage_problem
@@ -24,19 +25,22 @@ def _explicit_steps(overrides: list[str]) -> bool:
     return any(o.split("=", 1)[0].strip() == "grpo.steps" for o in overrides)
 
 
-def _pilot_failed(e: BaseException, store, batch: int) -> int:
-    """The exit code of a pilot that failed at `batch` (its store says failed already)."""
+def _pilot_line(e: BaseException, store, batch: int) -> str:
+    """The one line of a pilot that failed at `batch` (runs/failure.py: the traceback goes to its log)."""
+    why = storage_problem(e)
+    clear = (f"cannot write to {store.run_dir} ({why}): the pilot stopped after batch {batch}; free space "
+             "and pilot again") if why else None
+    return failure.failure_line(e, store.run_dir, clear)
+
+
+def _pilot_failed(e: BaseException, line: str) -> int:
+    """The exit code of a pilot that failed with its one `line` (its store says failed already)."""
     if isinstance(e, KeyboardInterrupt):
         return 130
-    if isinstance(e, ValueError):  # ConfigError and friends: one line, exit 2
+    if not isinstance(e, Exception):
         raise e
-    why = storage_problem(e)
-    if why:  # disk full / read-only: one line (meta.error has the traceback)
-        print(f"error: cannot write to {store.run_dir} ({why}): the pilot stopped after batch {batch}; free space "
-              "and pilot again", file=sys.stderr)
-    else:
-        traceback.print_exception(e)
-    return 1
+    print(f"error: {line}", file=sys.stderr)
+    return 2 if isinstance(e, USER_ERRORS) else 1  # bad input exits 2, as the CLI's other verbs
 
 
 def cli_pilot(args) -> int:
@@ -66,9 +70,10 @@ def cli_pilot(args) -> int:
     try:
         trainer = Trainer(sampling, store)
     except BaseException as e:
+        line = _pilot_line(e, store, 0)
         store.reject_open_requests("pilot failed to start")
-        store.set_status(FAILED, error=str(e) if isinstance(e, ValueError) else traceback.format_exc())
-        raise
+        store.set_status(FAILED, error=line)
+        return _pilot_failed(e, line)
     launch.install_stop_signals(trainer)  # SIGTERM / Ctrl-C: finish the batch, status stopped
 
     def stop(req):
@@ -92,8 +97,10 @@ def cli_pilot(args) -> int:
             trainer.step += 1
             store.log_step(trainer.step, scalars, groups, rollouts)
     except BaseException as e:
-        session.fail(traceback.format_exc(), trainer.step, f"{type(e).__name__}: {e}", at="pilot failed at batch {step}")
-        return _pilot_failed(e, store, trainer.step)
+        line = _pilot_line(e, store, trainer.step)
+        failure.record_failure(session, line, trainer.step, disk_full=bool(storage_problem(e)),
+                               at="pilot failed at batch {step}")
+        return _pilot_failed(e, line)
     status = STOPPED if trainer.stop_reason else FINISHED
     session.finish(status, trainer.step, trainer.stop_reason, at="pilot {status} at batch {step}")
     s = pilot_summary(store)

@@ -19,8 +19,9 @@ from grpo_core.runs.store import RunStore
 LOST_RANK = "a rank of this torchrun job ended before the run did (killed, or failed: torchrun's output names it)"
 
 
-def record_lost_main(run_dir: Path, line: str) -> bool:
-    """Fail the run for a rank 0 that is gone; True when this call recorded it. Returns at once
+def record_lost_main(run_dir: Path) -> bool:
+    """Fail the run for a rank 0 that is gone, with LOST_RANK as its one line (the rank that saw it
+    logged its traceback: runs/failure.py); True when this call recorded it. Returns at once
     when the store says the run already ended (rank 0 recorded it), and gives up after
     STALE_AFTER_S when rank 0 looks alive (it will record it)."""
     db = Path(run_dir) / DB_NAME
@@ -37,5 +38,5 @@ def record_lost_main(run_dir: Path, line: str) -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.2)
-        RunSession(store, {}, None).fail(f"{LOST_RANK}\n{line}", store.last_step(), LOST_RANK)
+        RunSession(store, {}, None).fail(LOST_RANK, store.last_step())
     return True

@@ -18,7 +18,6 @@ import logging
 import random
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ import torch
 
 from grpo_core.analysis import autopilot, flat_causes, step_stats
 from grpo_core.errors import ConfigError
-from grpo_core.runs import live_settings, names
+from grpo_core.runs import failure, live_settings, names
 from grpo_core.runs.config import RunConfig
 from grpo_core.runs.lifecycle import RunSession
 from grpo_core.runs.live_settings import CHECKPOINT, CONTROL_KINDS, PAUSE, RESUME, STOP
@@ -81,6 +80,7 @@ class Trainer:
         self.writer: BatchedWrites | None = None  # during run(): how steps reach the store
         self.skipper = PromptSkipper.from_config(g)  # grpo.skip_zero_variance (skipping.py)
         self.history = budgets.BudgetHistory()  # each prompt's groups so far: grpo.budget_pilot's prediction
+        self.failure: str | None = None  # the one line of a run that failed (failure_line)
 
         torch.manual_seed(g.seed)
         np.random.seed(g.seed)
@@ -564,32 +564,31 @@ class Trainer:
                                              self.store.run_dir, self.cfg.to_dict()))
 
     def failure_line(self, error: BaseException) -> str:
-        """The one line a failed run ends with."""
-        if self.ranks.distributed and ranks.lost_peer(error):
+        """The one line a failed run ends with: in its store, on its terminal, on every page; the
+        traceback goes to the run's log (runs/failure.py). A full disk, running out of memory and
+        a lost rank each have a line that says more than the exception's own."""
+        who = f"rank {self.ranks.rank}" if self.ranks.distributed else ""
+        return failure.failure_line(error, self.run_dir, self.clear_line(error), who)
+
+    def clear_line(self, error: BaseException) -> str | None:
+        why = storage_problem(error) if self.store is not None else None
+        if why:  # the disk's fault: where the run stopped and how to go on
+            return checkpoints.storage_message(self.store, why, self.runs_root)
+        if isinstance(error, out_of_memory.OutOfMemory):  # it names the knobs that lower memory
+            return f"{error}; steps up to {self.step} are kept"
+        if self.ranks.distributed and ranks.lost_peer(error):  # torchrun's output names the rank
             return rank_failure.LOST_RANK
-        return f"{type(error).__name__}: {error}"
+        return None
 
     def run_safely(self) -> str:
-        """run(), recording a crash as status failed with the traceback in meta.error (by rank 0:
-        a rank without the store only raises)."""
+        """run(), recording a crash as status failed with its one line (self.failure, what `train`
+        prints) in the store and its traceback in the run's log (by rank 0: a rank without the
+        store only raises)."""
         try:
             return self.run()
         except BaseException as e:
             if self.session is None:
                 raise
-            text = traceback.format_exc()
-            why = storage_problem(e)
-            if why:  # the disk's fault: the last line (what the runs page shows) says so and what to do
-                text += "\n" + checkpoints.storage_message(self.store, why, self.runs_root)
-            for attempt in range(2):
-                try:
-                    self.session.fail(text, self.step, self.failure_line(e))
-                    break
-                except Exception:
-                    if attempt or not why:
-                        break
-                    try:  # a full disk: fold the WAL into the db so the status write can reuse its space
-                        self.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    except Exception:
-                        break
+            self.failure = self.failure_line(e)
+            failure.record_failure(self.session, self.failure, self.step, disk_full=bool(storage_problem(e)))
             raise
