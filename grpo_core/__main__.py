@@ -169,6 +169,9 @@ def _serve_args(p: argparse.ArgumentParser):
     p.add_argument("--token", help="ask every browser for this token before showing anything (better: set "
                    "$GRPO_HEALTH_TOKEN, which `ps` does not show)")
     p.add_argument("--no-demo", action="store_true", help="do not start the demo run")
+    p.add_argument("--demo", default="builtin", metavar="NAME", help="which demo run to start: builtin (a tiny "
+                   "model, a step a second) or smollm2 (SmolLM2-135M-Instruct learning sums, about 10 s a step on "
+                   "2 cores)")
     p.add_argument("--redraws-per-s", metavar="N", help="how often a run's open pages together are redrawn at "
                    "most, the dashboard's share of the CPU (default: $GRPO_HEALTH_REDRAWS_PER_S or 1.5: with "
                    "ten pages open each is redrawn every 6.7 s, 2 s at the fastest)")

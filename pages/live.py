@@ -32,14 +32,18 @@ ss = st.session_state
 st.header("Live monitor")
 
 if not run_id:
-    st.info("No run yet. Start the built-in demo: a tiny model learning a cite-your-source task with "
-            "five reward metrics, on this machine's CPU (a GPU when there is one).")
-    if st.button("Start the demo run", type="primary", key="start_demo"):
-        try:
-            ss["goto_run"], _ = processes.start_demo_if_idle()
-            st.rerun()
-        except (ConfigError, StoreError) as e:
-            st.error(str(e))
+    st.info("No run yet. Start the built-in demo (a tiny model learning a cite-your-source task with five reward "
+            "metrics, a step a second) or SmolLM2 learning sums (a real 135M-parameter instruct model, about 10 s a "
+            "step on 2 cores), on this machine's CPU (a GPU when there is one).")
+    c = st.columns(2)
+    for which, label, col, kind in (("builtin", "Start the demo run", c[0], "primary"),
+                                    ("smollm2", "Start SmolLM2 learning sums", c[1], "secondary")):
+        if col.button(label, type=kind, key="start_demo" if which == "builtin" else f"start_demo_{which}"):
+            try:
+                ss["goto_run"], _ = processes.start_demo_if_idle(which=which)
+                st.rerun()
+            except (ConfigError, StoreError) as e:
+                st.error(str(e))
     st.stop()
 
 # uPlot for the charts, once per page (an element outside the fragments: not resent), and first: the

@@ -81,11 +81,25 @@ def test_live_page_without_runs_offers_the_demo(monkeypatch, runs_dir):
     at = app()
     assert any("No run yet" in i for i in texts(at.info))
     started = synth_run(runs_dir, "demo-x", 3)
-    monkeypatch.setattr(processes, "start_demo_if_idle", lambda root=None, overrides=None: ("demo-x", True))
+    monkeypatch.setattr(processes, "start_demo_if_idle", lambda root=None, overrides=None, which="builtin": ("demo-x", True))
     at.button(key="start_demo").click().run()
     assert at.session_state["run_id"] == "demo-x" and not at.exception
     assert len(live_charts(at)) == 6
     started.close()
+
+
+def test_both_pages_offer_the_real_model_demo(monkeypatch, runs_dir):
+    """The live page without runs and the Runs page start SmolLM2's demo (processes.DEMOS) by its name."""
+    asked = []
+    monkeypatch.setattr(processes, "start_demo_if_idle",
+                        lambda root=None, overrides=None, which="builtin": asked.append(which) or ("demo-smollm2-x", True))
+    at = app()
+    at.button(key="start_demo_smollm2").click().run()
+    assert asked == ["smollm2"] and not at.exception
+    at = app("pages/runs.py")
+    assert any("SmolLM2 learns sums" in c for c in texts(at.caption))
+    at.button(key="start_demo_smollm2").click().run()
+    assert asked == ["smollm2", "smollm2"] and not at.exception
 
 
 def test_imported_run_says_what_it_lacks_instead_of_empty_charts(runs_dir):
@@ -434,7 +448,7 @@ def test_runs_page_lists_a_real_run_with_progress(trained):
 @pytest.mark.parametrize("extra, message", [
     ("grpo.group_size=1", "grpo.group_size must be >= 2"),
     ("grpo.grup_size=3", "unknown key 'grpo.grup_size' (did you mean 'group_size'?)"),
-    ("task.level=9", "task.level must be between 1 and 4, got 9"),
+    ("task.level=9", "task.level must be between 1 and 4 for task demo, got 9"),
     ("no equals sign", "--set expects section.key=value"),
 ])
 def test_start_form_bad_input_is_one_line_and_starts_nothing(runs_dir, extra, message):

@@ -82,7 +82,7 @@ def test_set_overrides(tmp_path):
     ("grpo.top_p=1.5", "grpo.top_p must be in (0, 1], got 1.5"),
     ("log.progress=maybe", "log.progress must be true or false, got 'maybe'"),
     ("task.name=5", "task.name must be a string, got 5"),
-    ("task.name=csv", "task.name must be 'demo' or 'jsonl', got 'csv'"),
+    ("task.name=csv", "task.name must be one of demo, arithmetic, jsonl, got 'csv'"),
     ("reward.weights=3", "reward.weights must be a table"),
     ("reward.weights.answer_f1=nan", "reward.weights.answer_f1 must be finite, got nan"),
     ("reward.weights.answer_f1=-1", "reward.weights.answer_f1 must be >= 0, got -1.0"),

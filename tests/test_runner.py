@@ -145,3 +145,20 @@ def test_serve_with_a_bad_demo_setting_exits_2_with_one_line_and_starts_nothing(
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: grpo.group_size must be >= 2") and "got 1" in lines[0]
     assert list_runs(runs_dir).empty
+
+
+def test_each_demo_has_its_own_live_run_and_settings(runs_dir, monkeypatch):
+    """The built-in demo and SmolLM2's are told apart by their run ids: a live SmolLM2 demo does not
+    stand for the built-in one, nor the other way round; an unknown demo is one line."""
+    started = []
+    monkeypatch.setattr(processes, "start_run", lambda cfg, **kw: started.append((cfg, kw)) or "demo-smollm2-new")
+    synth_run(runs_dir, "demo-live", 2).close()
+    assert processes.start_demo_if_idle(runs_dir, which="smollm2") == ("demo-smollm2-new", True)
+    cfg, kw = started[0]
+    assert kw["prefix"] == "demo-smollm2" and cfg.model.path == "smollm2" and cfg.task.name == "arithmetic"
+    assert cfg.reward.weights == {"math_answer": 1.0} and cfg.autopilot.enabled and cfg.eval.every > 0
+    synth_run(runs_dir, "demo-smollm2-live", 2).close()
+    assert processes.live_demo(runs_dir, "smollm2") == "demo-smollm2-live"
+    assert processes.live_demo(runs_dir) == "demo-live"
+    with pytest.raises(ConfigError, match="--demo 'smolm2': no such demo.*smollm2"):
+        processes.demo_config(which="smolm2")

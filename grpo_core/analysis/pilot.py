@@ -27,6 +27,7 @@ from grpo_core.analysis.reweighting import suggest_weights
 from grpo_core.analysis.rollout_stats import metric_columns, per_metric_group_std, rollout_arrays, uniform_fraction
 from grpo_core.analysis.run_tables import MOST_GROUPS
 from grpo_core.analysis.step_stats import trainable_ratio
+from grpo_core.runs.config import TASK_LEVELS
 from grpo_core.runs.run_meta import RunMeta, display_status, error_line
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks.rewards import KINDS
@@ -270,7 +271,7 @@ def pilot_verdict(s: PilotSummary) -> PilotVerdict:
 def _difficulty(s: PilotSummary, easy: bool, what: str, metric: str) -> Action:
     task = s.config.get("task") or {}
     level, new_level = int(task.get("level", 1)), int(task.get("level", 1)) + (1 if easy else -1)
-    if task.get("name", "demo") == "demo" and 1 <= new_level <= 4:
+    if 1 <= new_level <= TASK_LEVELS.get(task.get("name", "demo"), 1):
         return Action("difficulty", f"{'raise' if easy else 'lower'} task.level from {level} to {new_level}: {what}",
                       {"level": new_level}, metric=metric)
     return Action("difficulty", f"use {'harder' if easy else 'easier'} prompts: {what}", {}, metric=metric)

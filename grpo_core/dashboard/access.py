@@ -9,8 +9,9 @@ reach it can start and stop runs, so what a browser sends is checked here:
   one is refused.
 - Paths typed in a form (model folder, JSONL dataset) must resolve, symlinks followed,
   inside an allowed place: the runs dir, the source checkout (none for an installed wheel),
-  or a folder listed in $GRPO_HEALTH_ALLOWED_DIRS (separated by ':'). A model path must be an existing folder, a
-  dataset an existing file; hub ids are for the CLI. `log.runs_dir` cannot be moved
+  or a folder listed in $GRPO_HEALTH_ALLOWED_DIRS (separated by ':'). A model path must be an existing folder
+  or .gguf file (or a shipped model's name, model_source.SHIPPED), a dataset an existing file; hub ids are for
+  the CLI. `log.runs_dir` cannot be moved
   from a form. Run ids, preset names and upload names are checked where they are used
   (locations.check_run_id, presets.check_name, importers' run-id from the file name).
 - With a token ($GRPO_HEALTH_TOKEN, or `serve --token`), every page asks for it first
@@ -23,6 +24,7 @@ import os
 from pathlib import Path
 
 from grpo_core.errors import ConfigError
+from grpo_core.runs import model_source
 from grpo_core.runs.config import RunConfig
 from grpo_core.runs.locations import env, runs_dir, source_checkout
 
@@ -84,8 +86,11 @@ def check_ui_config(cfg: RunConfig, root=None) -> RunConfig:
     here = runs_dir(root)
     if cfg.log.runs_dir and Path(cfg.log.runs_dir).expanduser().resolve() != here:
         raise ConfigError(f"log.runs_dir cannot be changed from the dashboard (runs go to {here})")
-    if cfg.model.path:
-        cfg.model.path = check_ui_path("model.path", cfg.model.path, "dir", root)
+    if cfg.model.path in model_source.SHIPPED:  # a package's file, not a typed path: installed, or the pip line
+        model_source.shipped_file(cfg.model.path)
+    elif cfg.model.path:
+        kind = "file" if cfg.model.path.endswith(".gguf") else "dir"
+        cfg.model.path = check_ui_path("model.path", cfg.model.path, kind, root)
     if cfg.task.dataset:
         cfg.task.dataset = check_ui_path("task.dataset", cfg.task.dataset, "file", root)
     return cfg

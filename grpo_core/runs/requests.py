@@ -17,6 +17,7 @@ from grpo_core.runs.live_settings import (
     STOP,
     RequestContext,
 )
+from grpo_core.runs.config import TASK_LEVELS
 from grpo_core.runs.run_meta import RunMeta
 from grpo_core.runs.store import RunStore
 
@@ -83,7 +84,7 @@ TRL_KINDS = (SET_WEIGHTS, live_settings.SET_THRESHOLD, PAUSE, RESUME, STOP, CHEC
 
 def accepted_kinds(meta: dict) -> tuple[str, ...]:
     """The request kinds the process behind a run applies, from the run's meta: the built-in
-    trainer takes every kind (set_difficulty only on a task with levels: the demo), a pilot only a
+    trainer takes every kind (set_difficulty only on a task with levels: demo, arithmetic), a pilot only a
     stop; the TRL callback takes weights, threshold, pause/resume, stop and checkpoint (G,
     prompts, temperature and steps are fixed in TRL's GRPOConfig, and the autopilot runs in the
     built-in trainer only); an imported run has no process behind it: none."""
@@ -98,8 +99,8 @@ def accepted_kinds(meta: dict) -> tuple[str, ...]:
         return (STOP,)
     if kind == "import" or source != "grpo_core":
         return ()
-    task = run.cfg("task", "name", "demo")
-    return tuple(k for k in CONTROL_KINDS if k != SET_DIFFICULTY or task == "demo")
+    levels = TASK_LEVELS.get(run.cfg("task", "name", "demo"), 1)
+    return tuple(k for k in CONTROL_KINDS if k != SET_DIFFICULTY or levels > 1)
 
 
 def unsupported_note(meta: dict) -> str:

@@ -1,12 +1,13 @@
 """Tasks: where prompts come from and which metrics score them; `make_task` and `build_metrics`.
 
-The task classes are in task.py (the base), demo.py (the built-in task) and jsonl.py (a
-dataset); rewards.py holds the metrics and chat.py renders prompts as the model reads them.
+The task classes are in task.py (the base), demo.py (the built-in task), arithmetic.py (sums,
+for a real model) and jsonl.py (a dataset); rewards.py holds the metrics and chat.py renders prompts as the model reads them.
 """
 from __future__ import annotations
 
 from grpo_core.errors import ConfigError, suggest
-from grpo_core.runs.config import RunConfig
+from grpo_core.runs.config import TASK_LEVELS, RunConfig
+from grpo_core.tasks.arithmetic import ArithmeticTask
 from grpo_core.tasks.demo import DemoTask
 from grpo_core.tasks.jsonl import JsonlTask
 from grpo_core.tasks.rewards import BUILTIN, KINDS, MetricFn, add_import_dirs, load_metric
@@ -38,7 +39,9 @@ def make_task(cfg: RunConfig) -> Task:
         add_import_dirs(cfg.reward.custom_dirs)
     if cfg.task.name == "demo":
         return DemoTask(level=cfg.task.level, seed=cfg.task.seed)
+    if cfg.task.name == "arithmetic":
+        return ArithmeticTask(level=cfg.task.level, seed=cfg.task.seed)
     if cfg.task.name == "jsonl":
         metric_names = list(cfg.reward.weights) + [n for n in cfg.reward.custom if n not in cfg.reward.weights]
         return JsonlTask(cfg.task.dataset, metric_names, custom=set(cfg.reward.custom), seed=cfg.task.seed)
-    raise ConfigError(f"task.name must be 'demo' or 'jsonl', got {cfg.task.name!r}")
+    raise ConfigError(f"task.name must be one of {', '.join(TASK_LEVELS)}, got {cfg.task.name!r}")

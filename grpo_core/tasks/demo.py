@@ -85,6 +85,10 @@ class DemoTask(Task):
     def warm_batch(self, n: int) -> list[dict]:
         return [make_example(self.warm_rng, self.level) for _ in range(n)]
 
+    def held_out(self, n: int) -> list[dict]:
+        """A stream of its own seed (the demo's prompt space is large: a repeat is rare, not excluded)."""
+        return DemoTask(level=self.level, seed=f"held-out-{self.seed}").batch(n)
+
     def target(self, example: dict) -> str:
         return f"{example['answer']} [{example['source']}]"
 

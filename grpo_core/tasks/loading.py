@@ -1,6 +1,7 @@
 """load_config: a run's config from its TOML file and --set overrides, with its task's default weights.
 
-A JSONL task whose config names no reward weights gets the metrics its rows can feed.
+A JSONL task whose config names no reward weights gets the metrics its rows can feed, the
+arithmetic task its own (math_answer).
 
 Here, in the tasks wing, because only the task knows which row field feeds which metric
 (jsonl.default_weights); runs/config.py holds the knobs and their checks.
@@ -18,12 +19,14 @@ from grpo_core.runs.config import (
     settle_reward,
     validate,
 )
+from grpo_core.tasks import arithmetic
 from grpo_core.tasks.jsonl import default_weights
 
 
 def with_task_weights(data: dict, overrides: list[str]) -> dict:
     """A JSONL task with no weights table (in the file or a whole `--set reward.weights={...}`)
-    starts from the metrics its rows can feed (jsonl.default_weights), not the demo's;
+    starts from the metrics its rows can feed (jsonl.default_weights), not the demo's, and the
+    arithmetic task from its own (arithmetic.WEIGHTS);
     `--set reward.weights.NAME=W` then changes those."""
     reward = data.get("reward") if isinstance(data.get("reward"), dict) else {}
     parsed = [parse_table_override(t) for t in overrides]
@@ -31,6 +34,8 @@ def with_task_weights(data: dict, overrides: list[str]) -> dict:
         return data
     merged = apply_overrides(data, overrides)
     task = merged.get("task") if isinstance(merged.get("task"), dict) else {}
+    if task.get("name") == "arithmetic":
+        return {**data, "reward": {**reward, "weights": dict(arithmetic.WEIGHTS)}}
     if task.get("name") != "jsonl" or not isinstance(task.get("dataset"), str) or not task["dataset"]:
         return data
     custom = (merged.get("reward") or {}).get("custom") if isinstance(merged.get("reward"), dict) else None

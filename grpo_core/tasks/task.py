@@ -34,6 +34,10 @@ class Task:
         shifts the GRPO prompt stream."""
         raise NotImplementedError
 
+    def held_out(self, n: int) -> list[dict]:
+        """n prompts for held-out evaluation, the same ones at every call, none of them trained on."""
+        raise NotImplementedError
+
     def target(self, example: dict) -> str:
         raise NotImplementedError
 

@@ -3,8 +3,8 @@
 It runs after step 1, every eval.every steps and after the last one, and its scalars are
 logged with the step they follow.
 
-The same prompts each time (a held-out file's first eval.prompts rows, or, on the demo task,
-prompts from a stream of their own), so the curve moves with the policy and not with the
+The same prompts each time (a held-out file's first eval.prompts rows, or, on a built-in task,
+its held-out prompts: `Task.held_out`), so the curve moves with the policy and not with the
 draw. Greedy by default (eval.samples = 1: pass@1 is the share of prompts answered right);
 with several samples each is drawn at the training temperature from a fixed seed, and pass@1
 is the mean over them. "Right" is the pass metric scoring 1: eval.pass_metric, else the
@@ -73,6 +73,5 @@ def held_out(cfg: RunConfig, task, metric_names: list[str], kinds: dict[str, str
         rows = JsonlTask(e.dataset, metric_names, custom=set(cfg.reward.custom)).rows[:e.prompts]
         examples = [dict(r) for r in rows]
     else:
-        from grpo_core.tasks.demo import DemoTask
-        examples = DemoTask(level=task.level, seed=f"held-out-{cfg.task.seed}").batch(e.prompts)
+        examples = task.held_out(e.prompts)
     return HeldOut(examples, e.every, e.samples, pass_metric(cfg, metric_names, kinds), cfg.grpo.seed)

@@ -16,13 +16,15 @@ task's targets first, cached per (model, task) config under `<runs_dir>/.cache/`
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
+import io
 import json
 import os
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -31,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from grpo_core.errors import ConfigError
+from grpo_core.runs import model_source
 from grpo_core.runs.config import ModelConfig, RunConfig
 from grpo_core.runs.locations import env
 
@@ -115,7 +118,7 @@ class AdaptersOff:
     def __init__(self, model):
         self.model, self._off = model, False
 
-    @contextmanager
+    @contextlib.contextmanager
     def forward_context(self):
         if self._off:  # nested (a call inside the block): peft's exit would turn them back on early
             yield
@@ -171,36 +174,26 @@ def save_pretrained(model, tokenizer, path: str | os.PathLike):
 
 # ---- any HF causal LM --------------------------------------------------------------------------
 def check_model_path(path: str) -> bool:
-    """Check a local model folder (exists, config.json, tokenizer files) without loading it;
-    ConfigError names what is missing. Returns True when `path` is a hub id instead."""
-    local = Path(path).expanduser()
-    hub_id = not local.exists() and not path.startswith((".", "/", "~")) and path.count("/") <= 1
-    if not hub_id:
-        if not local.is_dir():
-            raise ConfigError(f"model.path {path!r}: no such folder (give a local Hugging Face model "
-                              "folder, a hub id, or '' for the built-in model)")
-        if not (local / "config.json").is_file():
-            raise ConfigError(f"model.path {path!r} has no config.json: not a Hugging Face model folder")
-        if not any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json",
-                                                   "tokenizer.model", "vocab.json")):
-            raise ConfigError(f"model.path {path!r} has no tokenizer files (tokenizer.json / "
-                              "tokenizer_config.json): save the tokenizer next to the model")
-    return hub_id
+    """Check model.path without loading it (model_source.resolve; ConfigError names what is
+    missing). Returns True when `path` is a hub id."""
+    return model_source.resolve(path).kind == "hub"
 
 
 def load_pretrained(path: str, device: torch.device | None = None, dtype: torch.dtype | None = None):
-    """A local folder (or a hub id where there is network) -> (model, tokenizer), left padding,
-    a pad token (eos when the tokenizer has none)."""
-    local = Path(path).expanduser()
-    hub_id = check_model_path(path)
-    src = str(local) if not hub_id else path
+    """model.path (a folder, a GGUF, a shipped name, or a hub id where there is network) ->
+    (model, tokenizer), left padding, a pad token (eos when the tokenizer has none)."""
+    source = model_source.resolve(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src)
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype or torch.float32)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        where = "hub id (no local folder of that name)" if hub_id else "folder"
-        raise ConfigError(f"model.path {path!r} ({where}) cannot be loaded: {first}") from None
+        if source.kind == "gguf":
+            model, tokenizer = load_gguf(source, dtype or torch.float32)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(source.location)
+            model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype or torch.float32)
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError, NotImplementedError, RuntimeError) as e:
+        where = {"hub": "hub id (no local folder of that name)", "folder": "folder", "gguf": "GGUF file"}[source.kind]
+        raise ConfigError(f"model.path {path!r} ({where}) cannot be loaded: {first_line(e)}") from None
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -208,6 +201,38 @@ def load_pretrained(path: str, device: torch.device | None = None, dtype: torch.
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if device is not None:
         model.to(device)
+    return model, tokenizer
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def load_gguf(source: model_source.ModelSource, dtype: torch.dtype):
+    """A GGUF through transformers' reader (dequantised to float; tokenizer, eos and chat
+    template from the file), its weights then moved into a plain model of the same config: a
+    model transformers loaded from a GGUF refuses save_pretrained, and every checkpoint, export
+    and vLLM engine folder of the run is a plain Hugging Face folder."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ConfigError(f"model.path {source.label!r} is a GGUF file: reading it needs the gguf package "
+                          "(pip install gguf; make run and make test install it)")
+    tokenizer = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+    with contextlib.redirect_stderr(io.StringIO()):  # its tensor-by-tensor bar, which hf_logging does not silence
+        loaded = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=dtype)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are float now: nothing is quantized any more
+    with torch.random.fork_rng(devices=[]):  # the throwaway init never moves the caller's rng stream
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    tied = {k for k in missing if k == "lm_head.weight" and config.tie_word_embeddings}
+    if set(missing) - tied or unexpected:
+        raise ConfigError(f"model.path {source.label!r}: the GGUF's tensors do not fill a "
+                          f"{type(model).__name__} (missing {sorted(set(missing) - tied)[:3]}, unexpected "
+                          f"{sorted(unexpected)[:3]})")
+    model.tie_weights()
+    model.generation_config = loaded.generation_config
     return model, tokenizer
 
 
