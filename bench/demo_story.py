@@ -43,9 +43,9 @@ FLOOR = HealthConfig().min_trainable_ratio  # the default line (0.3): the demo s
 WINDOW = 20  # steps of the rolling ratio (the health window)
 
 
-def serve(root: Path, port: int) -> subprocess.Popen:
+def serve(root: Path, port: int, demo: str = "builtin") -> subprocess.Popen:
     log = open(root / "serve.log", "w")
-    cmd = [sys.executable, "-m", "grpo_core", "serve", "--port", str(port), "--runs-dir", str(root)]
+    cmd = [sys.executable, "-m", "grpo_core", "serve", "--demo", demo, "--port", str(port), "--runs-dir", str(root)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     wait_for(lambda: answers(f"http://127.0.0.1:{port}"), 180, every=1.0, what="Streamlit to answer")
     return proc

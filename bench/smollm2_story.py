@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,23 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.demo_story import serve  # noqa: E402
 from grpo_core.dashboard import processes  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
-from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, answers, wait_for  # noqa: E402
+from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, wait_for  # noqa: E402
 
 SHOTS = ROOT / "docs" / "screenshots"
 DOC = ROOT / "docs" / "demo.md"
 START, END = "<!-- smollm2_story -->", "<!-- /smollm2_story -->"
 CHARTS = "Array.from(document.querySelectorAll('.live-chart')).map(h => h.chart).filter(c => c)"
-
-
-def serve(root: Path, port: int) -> subprocess.Popen:
-    log = open(root / "serve.log", "w")
-    cmd = [sys.executable, "-m", "grpo_core", "serve", "--demo", "smollm2", "--port", str(port), "--runs-dir", str(root)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    wait_for(lambda: answers(f"http://127.0.0.1:{port}"), 180, every=1.0, what="Streamlit to answer")
-    return proc
 
 
 def look(browser, url: str, rid: str, minute: float) -> dict:
@@ -124,7 +116,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_term)
     root = Path(tempfile.mkdtemp(prefix="smollm2-story-"))
     load0, t0 = os.getloadavg()[0], time.time()
-    proc = serve(root, args.port)
+    proc = serve(root, args.port, demo="smollm2")
     checks = []
     try:
         rid = wait_for(lambda: processes.live_demo(root, "smollm2"), 60, every=0.5, what="the SmolLM2 demo run")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-from grpo_core.tasks.task import Task, prompt_id
+from grpo_core.tasks.task import StreamTask, prompt_id
 
 LEVELS = {1: (2, 2), 2: (3, 2), 3: (3, 3), 4: (4, 4)}  # digits of the two operands
 WEIGHTS = {"math_answer": 1.0}  # the task's metrics and their default weights
@@ -49,40 +49,26 @@ def make_example(rng: random.Random, level: int, held_out: bool = False) -> dict
     return {"prompt": prompt, "answer": a + b, "prompt_id": prompt_id(f"{a}+{b}"), "level": level}
 
 
-class ArithmeticTask(Task):
+class ArithmeticTask(StreamTask):
     name = "arithmetic"
     levels = len(LEVELS)
 
     def __init__(self, level: int = 1, seed: int = 0):
-        super().__init__(level, seed)
-        self.set_level(level)
-        self.rng = random.Random(f"arithmetic-{seed}")
+        super().__init__(level, seed, stream=f"arithmetic-{seed}")
 
     def metrics(self) -> list[str]:
         return list(WEIGHTS)
 
-    def batch(self, n: int) -> list[dict]:
-        return [make_example(self.rng, self.level) for _ in range(n)]
+    def make(self, rng: random.Random) -> dict:
+        return make_example(rng, self.level)
 
     def held_out(self, n: int) -> list[dict]:
         """The first n problems of the held-out set at this level: the same ones every time."""
         rng = random.Random(f"arithmetic-held-out-{self.seed}")
         return [make_example(rng, self.level, held_out=True) for _ in range(n)]
 
-    def warm_batch(self, n: int) -> list[dict]:
-        return [make_example(random.Random(f"warm-{self.seed}-{i}"), self.level) for i in range(n)]
-
     def target(self, example: dict) -> str:
         return str(example["answer"])
 
     def cache_key(self) -> dict:
         return {"name": self.name, "seed": self.seed, "level": self.level, "operands": LEVELS[self.level]}
-
-    def state_dict(self) -> dict:
-        return {"level": self.level, "rng": self.rng.getstate()}
-
-    def load_state_dict(self, state: dict):
-        self.set_level(int(state["level"]))
-        if "rng" in state:
-            version, internal, gauss = state["rng"]
-            self.rng.setstate((version, tuple(internal), gauss))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 
 from grpo_core.runs.config import DEMO_WEIGHTS
-from grpo_core.tasks.task import Task, prompt_id
+from grpo_core.tasks.task import StreamTask, prompt_id
 
 KEYS = ["sun", "ice", "cat", "dog", "sky", "sea", "oak", "owl", "fox", "bee", "elk", "ant",
         "cow", "eel", "yak", "emu", "bat", "jay", "ram", "hen"]
@@ -66,24 +66,15 @@ def make_example(rng: random.Random, level: int) -> dict:
             "level": level, "max_len": len(target) + 2}
 
 
-class DemoTask(Task):
+class DemoTask(StreamTask):
     name = "demo"
     levels = len(LEVELS)
-
-    def __init__(self, level: int = 1, seed: int = 0):
-        super().__init__(level, seed)
-        self.set_level(level)
-        self.rng = random.Random(seed)
-        self.warm_rng = random.Random(f"warm-{seed}")
 
     def metrics(self) -> list[str]:
         return list(DEMO_WEIGHTS)
 
-    def batch(self, n: int) -> list[dict]:
-        return [make_example(self.rng, self.level) for _ in range(n)]
-
-    def warm_batch(self, n: int) -> list[dict]:
-        return [make_example(self.warm_rng, self.level) for _ in range(n)]
+    def make(self, rng: random.Random) -> dict:
+        return make_example(rng, self.level)
 
     def held_out(self, n: int) -> list[dict]:
         """A stream of its own seed (the demo's prompt space is large: a repeat is rare, not excluded)."""
@@ -95,12 +86,3 @@ class DemoTask(Task):
     def cache_key(self) -> dict:
         return {"name": self.name, "seed": self.seed, "level": self.level, "spec": LEVELS[self.level],
                 "version": VERSION}
-
-    def state_dict(self) -> dict:
-        return {"level": self.level, "rng": self.rng.getstate()}
-
-    def load_state_dict(self, state: dict):
-        self.set_level(int(state["level"]))
-        if "rng" in state:
-            version, internal, gauss = state["rng"]
-            self.rng.setstate((version, tuple(internal), gauss))

@@ -3,12 +3,14 @@
 A task yields batches of examples (dicts with at least "prompt" and "prompt_id", plus the
 fields its metrics read, e.g. "answer", "source") from a seeded stream, names its metrics
 (`metrics()`), and gives the supervised target for the built-in model's warm-start
-(`target(example)`). The demo task can change difficulty mid-run (`set_level`); its
-stream state is part of a checkpoint (`state_dict` / `load_state_dict`).
+(`target(example)`). The built-in tasks (StreamTask: demo, arithmetic) can change difficulty
+mid-run (`set_level`); their stream state is part of a checkpoint (`state_dict` /
+`load_state_dict`).
 """
 from __future__ import annotations
 
 import hashlib
+import random
 
 from grpo_core.errors import ConfigError
 
@@ -55,3 +57,33 @@ class Task:
 
     def load_state_dict(self, state: dict):
         self.level = int(state.get("level", self.level))
+
+
+class StreamTask(Task):
+    """A task whose examples a seeded random stream makes (`make`), with a stream of its own for
+    the warm-start; the level and the stream's state are part of a checkpoint."""
+
+    def __init__(self, level: int = 1, seed=0, stream=None):  # seed: an int, or a string for a stream of its own
+        super().__init__(level, seed)
+        self.set_level(level)
+        self.rng = random.Random(seed if stream is None else stream)
+        self.warm_rng = random.Random(f"warm-{seed}")
+
+    def make(self, rng: random.Random) -> dict:
+        """One example at the current level."""
+        raise NotImplementedError
+
+    def batch(self, n: int) -> list[dict]:
+        return [self.make(self.rng) for _ in range(n)]
+
+    def warm_batch(self, n: int) -> list[dict]:
+        return [self.make(self.warm_rng) for _ in range(n)]
+
+    def state_dict(self) -> dict:
+        return {"level": self.level, "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict):
+        self.set_level(int(state["level"]))
+        if "rng" in state:
+            version, internal, gauss = state["rng"]
+            self.rng.setstate((version, tuple(internal), gauss))
