@@ -172,7 +172,7 @@ SMOLLM2_TOLERANCE = 1e-3
 
 
 def test_a_vllm_run_on_smollm2_sizes_its_engine_from_the_run_and_logs_the_mismatch_every_step(
-        smollm2, tmp_path, monkeypatch):
+        smollm2, tmp_path, monkeypatch, capfd):
     cfg = load_config(None, [f"model.path={smollm2}", "model.dtype=float32", "grpo.engine=vllm", "task.name=arithmetic",
                              "grpo.steps=3", "grpo.prompts_per_step=2", "grpo.group_size=4", "grpo.max_new_tokens=16",
                              "grpo.lr=1e-5", "log.progress=false", "log.checkpoint_every=0"])
@@ -191,6 +191,8 @@ def test_a_vllm_run_on_smollm2_sizes_its_engine_from_the_run_and_logs_the_mismat
     assert (wide[names.SAMPLER_LOGP_DIFF_MEAN] < SMOLLM2_TOLERANCE).all()
     assert (wide[names.TIME_WEIGHT_SYNC] > 0).all()
     assert store.events(kinds=[EV_ALERT]).empty
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err  # vLLM's chat-template warm-up fails without a tokenizer: kept quiet
     release(tr, store)
 
 

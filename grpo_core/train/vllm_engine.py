@@ -56,6 +56,9 @@ ADVICE = ("try ", "see ", "please ", "to resolve", "for more", "set ")
 SEED_RANGE = 2**31 - 1
 # Warns, on every reload, about the layers no checkpoint weight goes to (rotary, a tied head).
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+# Warns, with a whole traceback, at every start of a model with a chat template: its warm-up
+# renders one, which an engine without a tokenizer cannot (we pass token ids, never chats).
+RENDERER_LOGGER = "vllm.renderers.base"
 
 
 # ---- importing vLLM ---------------------------------------------------------------------------
@@ -108,20 +111,11 @@ def check_version(vllm):
                           f"(pip install 'vllm>={lo_major}.{lo_minor},<{hi_major}.{hi_minor}')")
 
 
-def cpu_head_sizes() -> list[int]:
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-    return list(CPUAttentionBackend.get_supported_head_sizes())
-
-
-def cpu_head_supported(config: dict) -> bool:
-    """Whether vLLM's CPU attention has a kernel for this model config's heads."""
-    return head_dim(config) in cpu_head_sizes()
-
-
 def check_cpu_head_size(model_dir):
     """vLLM's CPU attention has kernels for some head sizes only (none below 32): say so in one
     line rather than deep in the engine's start."""
-    head, sizes = head_dim(model_config(model_dir)), cpu_head_sizes()
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    head, sizes = head_dim(model_config(model_dir)), CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
         raise ConfigError(f"vLLM on CPU has no attention kernel for heads of {head} (hidden_size / "
                           f"num_attention_heads of {model_dir}); it has {sizes}: sample this model natively")
@@ -206,7 +200,7 @@ class VllmEngine:
         the run's log), and with the caller's random streams as they were: vLLM seeds Python's,
         numpy's and torch's global generators with its own seed when it starts."""
         try:
-            with kept_random_state():
+            with kept_random_state(), quiet(RENDERER_LOGGER):
                 return vllm.LLM(**args)
         except Exception as error:  # noqa: BLE001 - whatever vLLM raised, the user gets one line
             raise ConfigError(self.start_error(error)) from error
@@ -314,16 +308,20 @@ def kept_random_state():
         np.random.set_state(numpy)
 
 
+def errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
 @contextmanager
 def quiet(name: str):
-    """The named logger's warnings off for a block."""
+    """The named logger's warnings off for a block: a filter, not a level, since vLLM's start
+    reconfigures its logging and sets every vllm.* logger's level back to NOTSET."""
     logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    logger.addFilter(errors_only)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(errors_only)
 
 
 def rescore(flat, prompt_len: int, completion: list[int], temperature: float,
