@@ -9,6 +9,7 @@ import pytest
 from grpo_core.__main__ import main
 from grpo_core.errors import ConfigError
 from grpo_core.runs import config
+from grpo_core.runs import trl_names
 from grpo_core.runs.trl_names import ALIASES, UNMAPPED, names_for
 from grpo_core.tasks.loading import load_config
 
@@ -35,6 +36,8 @@ def test_set_and_toml_accept_trl_names(tmp_path):
     assert (g.group_size, g.max_new_tokens, g.lr, g.scale, g.loss_type) == (4, 64, 1e-6, "none", "dr_grpo")
     assert (g.epsilon_low, g.epsilon_high, g.beta, g.num_iterations, g.temperature) == (0.3, 0.28, 0.04, 2, 0.7)
     assert g.top_k == 20 and load_config(None, ["top_k=-1"]).grpo.top_k == 0  # TRL's -1: off, as 0
+    assert load_config(None, ["vllm_max_model_length=2048"]).grpo.vllm_max_model_length == 2048
+    assert trl_names.translate("vllm_max_model_length", None) == [("grpo", "vllm_max_model_length", 0)]
     p = write(tmp_path, 'num_generations = 6\nscale_rewards = "batch"\nbf16 = true\nepsilon = 0.25\n'
                         '[grpo]\nmax_completion_length = 32\nloss_type = "grpo"\nlr = 1e-5\n')
     cfg = load_config(p)

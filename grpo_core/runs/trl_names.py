@@ -59,6 +59,12 @@ class Alias:
     convert: Callable[[Any], Any] | None = None  # TRL value -> ours (DROP: nothing to set)
 
 
+def _context(value):
+    """TRL's vllm_max_model_length: None (its default: the model's whole context, which on CPU
+    leaves no room for the KV cache) is 0 here, the context sized from the run."""
+    return 0 if value is None else value
+
+
 def _a(*targets: str, convert=None) -> Alias:
     return Alias(targets, convert)
 
@@ -87,6 +93,7 @@ ALIASES: dict[str, Alias] = {
     "seed": _a("grpo.seed"),
     "use_vllm": _a("grpo.engine", convert=_choice("use_vllm", {True: "vllm", False: "native"})),
     "vllm_gpu_memory_utilization": _a("grpo.vllm_gpu_memory_utilization"),
+    "vllm_max_model_length": _a("grpo.vllm_max_model_length", convert=_context),
     "vllm_enable_sleep_mode": _a("grpo.vllm_sleep"),
     "vllm_importance_sampling_correction": _a("grpo.vllm_importance_sampling_correction"),
     "vllm_importance_sampling_mode": _a("grpo.vllm_importance_sampling_mode"),
