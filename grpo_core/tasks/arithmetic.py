@@ -7,12 +7,15 @@ measured story). The prompt is rendered as a user message by the model's chat te
 is `math_answer` (binary: the completion's last number equals the sum), so "23 + 48 = 71" is
 right and the model may show its work.
 
-Levels, harder by digits (task.level, raised mid-run by the autopilot's difficulty move or
-curriculum.mode = auto once most groups are solved):
+Levels, harder by digits, both operands of one length (task.level, raised mid-run by the
+autopilot's difficulty move or curriculum.mode = auto once most groups are solved):
   1: two digits + two digits (10..99 each)
-  2: three digits + two digits
-  3: three digits + three digits
-  4: four digits + four digits
+  2: three digits + three digits
+  3: four digits + four digits
+  4: five digits + five digits
+Operands of unequal length are not a step between them: a policy that learned level 1 gets
+three-digit + two-digit sums wrong far more often than three + three (docs/demo.md), so such a
+level would leave its groups flat (none solved) instead of giving the next signal.
 A pair of numbers belongs to the held-out set or to the training stream by a hash of the
 pair, never both: the held-out accuracy measures problems the policy never trained on.
 """
@@ -23,7 +26,7 @@ import random
 
 from grpo_core.tasks.task import StreamTask, prompt_id
 
-LEVELS = {1: (2, 2), 2: (3, 2), 3: (3, 3), 4: (4, 4)}  # digits of the two operands
+LEVELS = {1: (2, 2), 2: (3, 3), 3: (4, 4), 4: (5, 5)}  # digits of the two operands
 WEIGHTS = {"math_answer": 1.0}  # the task's metrics and their default weights
 HELD_OUT_SHARE = 10  # one pair in this many is held out
 PROMPT = "What is {a} + {b}? Answer with the number."
