@@ -289,8 +289,9 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
                           args=(f.kind, f.payload, "fixes", f"Sent {f.label}: applied at the next step boundary"))
             row[1].caption(f.note)
         told("fixes")
-        if live_view.current_settings(s)["autopilot"]:
-            st.caption("The autopilot is on: it makes such a move itself once the ratio stays below its target.")
+        note = advice.autopilot_note(s, offered)
+        if note:
+            st.caption(note)
 
 
 @st.fragment

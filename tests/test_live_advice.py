@@ -1,6 +1,9 @@
 """advice.what_to_do / advice.fixes / advice.what_would_help: the top alert's fix as one request, with
 its predicted effect where one can be predicted, computed without a browser."""
+import contextlib
 import os
+import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -16,11 +19,14 @@ from grpo_core.runs.store import RunStore
 METRICS = list(DEMO_WEIGHTS)
 
 
-def solved_run(root, steps: int = 30, P: int = 8, G: int = 8, fail: float = 0.03, level: int = 1) -> RunStore:
+def solved_run(root, steps: int = 30, P: int = 8, G: int = 8, fail: float = 0.03, level: int = 1,
+               autopilot_moves: list | None = None) -> RunStore:
     """A run whose task is solved: every metric at its top, except a rare failed completion
     (probability `fail`): most groups uniform at the best reward, a few with one outlier."""
     cfg = RunConfig()
     cfg.grpo.steps, cfg.grpo.prompts_per_step, cfg.grpo.group_size, cfg.task.level = 1000, P, G, level
+    if autopilot_moves is not None:
+        cfg.autopilot.enabled, cfg.autopilot.moves = True, autopilot_moves
     store = RunStore.create("solved", cfg.to_dict(), root=root)
     store.set_meta(pid=os.getpid(), host=os.uname().nodename)  # a live trainer: this process
     store.set_status(RUNNING)
@@ -62,6 +68,24 @@ def test_a_solved_task_gets_a_harder_level_first_then_a_larger_group_with_its_pr
     assert g.now < g.predicted <= 1 and f"{g.predicted:.0%}" in g.note
     assert all("reason" not in f.payload for f in answer["fixes"])  # what the button sends: the setting only
     requests.validate_request("set_group_size", g.payload)  # a request the trainer accepts as it is
+
+
+@pytest.mark.parametrize("moves, note", [
+    (None, None),  # the autopilot off: nothing to say
+    (["difficulty", "group_size"], "The autopilot is on: it makes such a move itself"),
+    (["difficulty"], "The autopilot is on, with moves: difficulty; it makes difficulty 1 -> 2 itself once the ratio "
+                     "stays below its target; G 8 -> 16 is yours to make."),
+    (["weights"], "The autopilot is on, with moves: weights; difficulty 1 -> 2 and G 8 -> 16 are yours to make."),
+])
+def test_the_autopilot_note_says_which_offered_moves_it_will_make(runs_dir, moves, note):
+    store = solved_run(runs_dir, autopilot_moves=moves)
+    try:
+        state = live_view.load(store.run_dir)
+        offered = advice.what_to_do(state)["fixes"][:2]
+        got = advice.autopilot_note(state, offered)
+        assert got == note if note is None or note.endswith(".") else got.startswith(note)
+    finally:
+        store.close()
 
 
 def test_the_advice_is_computed_once_per_new_step(solved, monkeypatch):
@@ -108,9 +132,37 @@ def test_at_the_top_level_and_the_cap_it_says_why_nothing_applies(runs_dir):
     assert "temperature 1 -> 1.25" in text and "not predictable" in text and "G 64" not in text
 
 
+@contextlib.contextmanager
+def trainer_beating(store: RunStore):
+    """The trainer's heartbeat every second: the run stays running (not stale, which hides the
+    steering) however long the app's reruns take on a loaded box."""
+    alive = threading.Event()
+    alive.set()
+
+    def beat():
+        while alive.is_set():
+            store.heartbeat()
+            time.sleep(1.0)
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        alive.clear()
+        thread.join()
+
+
 def test_the_live_page_offers_the_fix_as_one_click_and_sends_it(runs_dir):
     from tests.test_app import app, texts
     store = solved_run(runs_dir)
+    try:
+        with trainer_beating(store):
+            page_sends_the_fix(store, app, texts)
+    finally:
+        store.close()
+
+
+def page_sends_the_fix(store: RunStore, app, texts):
     at = app()
     assert any(md.startswith("**What to do now**") for md in texts(at.markdown))
     assert at.button(key="fix_difficulty").label == "difficulty 1 -> 2"
@@ -123,7 +175,6 @@ def test_the_live_page_offers_the_fix_as_one_click_and_sends_it(runs_dir):
     at.button(key="suggest").click().run()  # every metric uniform in the same groups: no reweight helps
     assert any(c.startswith("No weights near these") and "What would help instead" in c and "G 8 -> 16" in c
                for c in texts(at.caption))
-    store.close()
 
 
 def test_a_reweight_fix_carries_the_what_if_prediction(runs_dir):

@@ -108,6 +108,22 @@ def _fix_label(move: str, before: dict, payload: dict) -> str:
     return "weights " + ", ".join(f"{m} {before['weights'][m]:.2f} -> {payload['weights'][m]:.2f}" for m in changed)
 
 
+def autopilot_note(state: LiveState, offered: list[Fix]) -> str | None:
+    """What the autopilot will do about the offered fixes (None: it is off): only the moves in
+    its autopilot.moves are its to make, the others are the user's."""
+    if not current_settings(state)["autopilot"]:
+        return None
+    allowed = (RunMeta.parse(state.meta).config.get("autopilot") or {}).get("moves") or AutopilotConfig().moves
+    ours = [f.label for f in offered if f.move in allowed]
+    yours = [f.label for f in offered if f.move not in allowed]
+    if not yours:
+        return "The autopilot is on: it makes such a move itself once the ratio stays below its target."
+    moves = ", ".join(m.replace("_", " ") for m in allowed if m != "stop") or "none"
+    also = f"it makes {', '.join(ours)} itself once the ratio stays below its target; " if ours else ""
+    return (f"The autopilot is on, with moves: {moves}; {also}{' and '.join(yours)} "
+            f"{'is' if len(yours) == 1 else 'are'} yours to make.")
+
+
 def fixes(state: LiveState, moves=("difficulty", "group_size", "weights", "temperature")) -> tuple[list[Fix], list[str]]:
     """(fixes that apply now, why each other move does not), over the health window's rollouts,
     computed by the autopilot's own move functions with the run's autopilot bounds (G within its
