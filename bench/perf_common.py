@@ -1,7 +1,7 @@
 """Shared bits of the performance benchmarks (bench/trainer_vs_trl.py, profile_step.py,
-monitoring_overhead.py, store_scale.py, gpu_check.py, health_bench.py, dashboard_bench.py):
-the machine line, robust summaries (median and quartiles: the box is shared and noisy), a
-timing table's rows, and writing one section of
+monitoring_overhead.py, store_scale.py, gpu_check.py, health_bench.py, dashboard_bench.py,
+vllm_*.py): the machine line, robust summaries (median and quartiles: the box is shared and
+noisy), a timing table's rows, rewards that make every group train, and writing one section of
 docs/benchmarks.md without touching the others (a file lock: the scripts may run at once)."""
 from __future__ import annotations
 
@@ -74,6 +74,19 @@ def timeit(fn, repeats: int, warmup: int = 1) -> list[float]:
         fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def every_group_varies(trainer):
+    """Score so that every group has a reward spread (and every step trains every group): the
+    timing benchmarks' rewards, which a random-init model's ties or a task's flat groups would
+    otherwise turn into skipped backwards."""
+    from grpo_core.tasks.rewards import Scored
+
+    def varied(completions, examples):
+        raw = np.zeros((len(completions), len(trainer.reward.names)))
+        raw[:, 0] = [i % 2 + len(c) % 3 for i, c in enumerate(completions)]
+        return Scored(raw, trainer.reward.totals(raw), [None] * len(completions))
+    trainer.reward.score = varied
 
 
 def write_section(heading: str, text: str, doc: Path = DOC):

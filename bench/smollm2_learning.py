@@ -24,7 +24,7 @@ at every step (it forwards every group); ours depends on how many groups carry a
 median over the whole run is set against TRL's median over its steps.
 
     .venv/bin/python bench/smollm2_learning.py [--seeds 0 1 2] [--steps 50] [--trl-steps 8]
-        [--json out.json] [--from-json a.json,b.json] [--no-write]
+        [--set grpo.lr=2e-5] [--json out.json] [--from-json a.json,b.json] [--no-write]
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.perf_common import machine, publish, summary  # noqa: E402
 
 HEADING = "## A real model learns: SmolLM2-135M-Instruct, ours vs TRL"
+OVERRIDES: list[str] = []  # --set: the same change for ours and TRL's
 TARGET_GAIN = 0.70  # held-out greedy accuracy, points gained
 TARGET_MINUTES = 15.0
 TARGET_RATIO, TARGET_EQUAL_RATIO = 0.35, 0.6  # our seconds per step / TRL's, at the same settings / equal work
@@ -52,7 +53,7 @@ SETTINGS = ["model.path=smollm2", "task.name=arithmetic", "grpo.prompts_per_step
 
 def config(seed: int, steps: int, eval_every: int, extra: list[str] = ()):
     from grpo_core.tasks.loading import load_config
-    return load_config(None, SETTINGS + [f"grpo.seed={seed}", f"task.seed={seed}", f"grpo.steps={steps}",
+    return load_config(None, SETTINGS + OVERRIDES + [f"grpo.seed={seed}", f"task.seed={seed}", f"grpo.steps={steps}",
                                          f"eval.every={eval_every}", *extra])
 
 
@@ -95,11 +96,14 @@ def ours(seed: int, steps: int, eval_every: int, root: Path) -> dict:
     store.close()
     evals = wide[names.EVAL_PASS].dropna()
     wall = dict(stamps)
+    roll = tr.rollout(tr.held_out.examples, 1, 0.0)  # the last policy's greedy answers: what it gets wrong
+    wrong = [f"{e['prompt'].split('?')[0][8:]} -> {t.strip()[:40]!r}" for e, t, ok in
+             zip(roll.examples, roll.texts, tr.reward.score(roll.texts, roll.examples).raw[:, 0]) if ok < 1]
     reached = next((int(s) for s, v in evals.items() if v - before >= TARGET_GAIN), None)
     return {"seed": seed, "before": before, "after": float(evals.iloc[-1]), "best": float(evals.max()),
             "evals": {int(s): float(v) for s, v in evals.items()},
             "reached_step": reached, "reached_s": None if reached is None else wall[reached] - t0,
-            "run_s": time.perf_counter() - t0, "step_s": wide[names.TIME_STEP].tolist(),
+            "wrong": wrong[:6], "run_s": time.perf_counter() - t0, "step_s": wide[names.TIME_STEP].tolist(),
             "ratio": wide[names.TRAINABLE_RATIO].tolist()}
 
 
@@ -186,7 +190,9 @@ def report(results: list[dict], header: str) -> str:
               "first step of each trainer is left out of its seconds per step (first-call set-up). "
               "Held-out accuracy by step (ours): " + "; ".join(
                   f"seed {r['seed']}: " + ", ".join(f"{s}: {v:.0%}" for s, v in r["ours"]["evals"].items())
-                  for r in results) + "."]
+                  for r in results) + ".",
+              "", "The last policy's wrong greedy answers (first six): " + "; ".join(
+                  f"seed {r['seed']}: " + ", ".join(r["ours"].get("wrong", [])) for r in results) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -196,10 +202,13 @@ def main():
     p.add_argument("--steps", type=int, default=50, help="our learning run's steps")
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--trl-steps", type=int, default=8, help="TRL's steps, and ours at equal work")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting changed for ours and TRL's alike (e.g. grpo.lr=2e-5)")
     p.add_argument("--json", help="write the raw results here")
     p.add_argument("--from-json", help="comma-separated result files: only the report")
     p.add_argument("--no-write", action="store_true", help="print, do not write docs/benchmarks.md")
     args = p.parse_args()
+    OVERRIDES.extend(args.set)
     if args.from_json:
         results = [r for f in args.from_json.split(",") for r in json.loads(Path(f).read_text())["results"]]
         header = json.loads(Path(args.from_json.split(",")[0]).read_text())["header"]
@@ -214,7 +223,7 @@ def main():
             results.append(r)
             print(json.dumps({k: v for k, v in r["ours"].items() if k not in ("step_s", "ratio")}), flush=True)
         header = (f"`.venv/bin/python bench/smollm2_learning.py --seeds {' '.join(map(str, args.seeds))} --steps "
-                  f"{args.steps} --trl-steps {args.trl_steps}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                  f"{args.steps} --trl-steps {args.trl_steps}{''.join(f' --set {o}' for o in args.set)}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                   f"{machine()}; the GGUF read in {cache['load_s']:.0f} s, once).")
         if args.json:
             Path(args.json).write_text(json.dumps({"header": header, "results": results}))

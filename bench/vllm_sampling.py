@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
-from perf_common import machine, summary  # noqa: E402
+from perf_common import every_group_varies, machine, summary  # noqa: E402
 
 STEP_TIMES = ("time/step_s", "time/generate_s", "time/train_s", "time/weight_sync_s")
 
@@ -142,12 +142,9 @@ def start_engine(folder: Path, tokenizer, shapes, task: str):
 def train_steps(folder: Path, engine: str, task: str, steps: int, shape: str, root: Path) -> dict:
     """Run the trainer `steps` steps with `engine` in this process: each STEP_TIMES scalar and the
     mean completion length per step after the first."""
-    import numpy as np
-
     from grpo_core.runs import names
     from grpo_core.runs.store import RunStore
     from grpo_core.tasks.loading import load_config
-    from grpo_core.tasks.rewards import Scored
     from grpo_core.train.models import set_threads
     from grpo_core.train.trainer import Trainer
     prompts, group, tokens = parse_shape(shape)
@@ -158,12 +155,7 @@ def train_steps(folder: Path, engine: str, task: str, steps: int, shape: str, ro
     set_threads(cfg)
     store = RunStore.create(f"bench-{engine}", cfg.to_dict(), root=root / "runs")
     tr = Trainer(cfg, store, log=lambda m: None)
-
-    def varied(completions, examples):  # every group has a reward spread: every step trains all of them
-        raw = np.zeros((len(completions), len(tr.reward.names)))
-        raw[:, 0] = [i % 2 + len(c) % 3 for i, c in enumerate(completions)]
-        return Scored(raw, tr.reward.totals(raw), [None] * len(completions))
-    tr.reward.score = varied
+    every_group_varies(tr)
     tr.run()
     wide = store.scalars_wide().iloc[1:]
     store.close()

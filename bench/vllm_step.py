@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from perf_common import machine, summary  # noqa: E402
+from perf_common import every_group_varies, machine, summary  # noqa: E402
 
 
 def cell(seconds: list[float]) -> str:
@@ -35,11 +35,8 @@ TIMES = ("time/step_s", "time/generate_s", "time/train_s", "time/weight_sync_s")
 
 def one_engine(engine: str, steps: int, shape: str, root: Path) -> dict[str, list[float]]:
     """Run the trainer with `engine` in this process; each time/* scalar per step after the first."""
-    import numpy as np
-
     from grpo_core.runs.store import RunStore
     from grpo_core.tasks.loading import load_config
-    from grpo_core.tasks.rewards import Scored
     from grpo_core.train.models import set_threads
     from grpo_core.train.trainer import Trainer
     from tests.real_model import build
@@ -51,12 +48,7 @@ def one_engine(engine: str, steps: int, shape: str, root: Path) -> dict[str, lis
     set_threads(cfg)
     store = RunStore.create(f"bench-{engine}", cfg.to_dict(), root=root / "runs")
     tr = Trainer(cfg, store, log=lambda m: None)
-
-    def varied(completions, examples):  # a random-init model's rewards would tie: every group trains
-        raw = np.zeros((len(completions), len(tr.reward.names)))
-        raw[:, 0] = [i % 2 + len(c) % 3 for i, c in enumerate(completions)]
-        return Scored(raw, tr.reward.totals(raw), [None] * len(completions))
-    tr.reward.score = varied
+    every_group_varies(tr)
     tr.run()
     wide = store.scalars_wide().iloc[1:]
     store.close()
