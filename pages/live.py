@@ -289,7 +289,7 @@ def what_to_do_now(s: live_view.LiveState, c: live_cards.Cards, accepts):
                           args=(f.kind, f.payload, "fixes", f"Sent {f.label}: applied at the next step boundary"))
             row[1].caption(f.note)
         told("fixes")
-        note = advice.autopilot_note(s, offered)
+        note = advice.autopilot_note(s, offered[:3])  # about the buttons shown
         if note:
             st.caption(note)
 

@@ -108,12 +108,19 @@ def _fix_label(move: str, before: dict, payload: dict) -> str:
     return "weights " + ", ".join(f"{m} {before['weights'][m]:.2f} -> {payload['weights'][m]:.2f}" for m in changed)
 
 
+def autopilot_config(state: LiveState) -> AutopilotConfig:
+    """The run's [autopilot] section as the trainer reads it (its defaults where the run set none)."""
+    known = {f.name for f in dataclasses.fields(AutopilotConfig)}
+    return AutopilotConfig(**{k: v for k, v in (RunMeta.parse(state.meta).config.get("autopilot") or {}).items()
+                              if k in known})
+
+
 def autopilot_note(state: LiveState, offered: list[Fix]) -> str | None:
     """What the autopilot will do about the offered fixes (None: it is off): only the moves in
     its autopilot.moves are its to make, the others are the user's."""
     if not current_settings(state)["autopilot"]:
         return None
-    allowed = (RunMeta.parse(state.meta).config.get("autopilot") or {}).get("moves") or AutopilotConfig().moves
+    allowed = autopilot_config(state).moves
     ours = [f.label for f in offered if f.move in allowed]
     yours = [f.label for f in offered if f.move not in allowed]
     if not yours:
@@ -132,9 +139,7 @@ def fixes(state: LiveState, moves=("difficulty", "group_size", "weights", "tempe
     if a is None or a.n_groups == 0:
         return [], ["no rollout scores in the recent steps"]
     hcfg = health_config(state.meta)
-    known = {f.name for f in dataclasses.fields(AutopilotConfig)}
-    acfg = AutopilotConfig(**{k: v for k, v in (RunMeta.parse(state.meta).config.get("autopilot") or {}).items()
-                              if k in known})
+    acfg = autopilot_config(state)
     last = state.recent.tail(hcfg.trend_window)
     ro = state.rollouts[state.rollouts["step"].isin(last.index)]
     ratio, *_ = windows.window_ratio(last, hcfg.trend_window)
