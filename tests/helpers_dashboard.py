@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -170,6 +171,26 @@ def streamlit_app(app: Path, timeout: float = 120):
         except subprocess.TimeoutExpired:  # a shutdown waiting on a request that never ends: not left behind
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(30)
+
+
+@contextmanager
+def trainer_beating(store: RunStore):
+    """The trainer's heartbeat every second: the run stays running (not stale, which hides the
+    steering) however long the app's reruns take on a loaded box."""
+    alive = threading.Event()
+    alive.set()
+
+    def beat():
+        while alive.is_set():
+            store.heartbeat()
+            time.sleep(1.0)
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        alive.clear()
+        thread.join()
 
 
 def wait_for(pred, timeout: float, every: float = 0.25, what: str = "condition"):

@@ -5,13 +5,13 @@ per refresh, where Streamlit's run_every timer would queue one per period; a ste
 faded while it reruns. Waits follow the app's run counter, not a wall clock."""
 import re
 import textwrap
-import threading
 import time
 
 import pytest
 
 from grpo_core.runs.run_meta import FINISHED
-from tests.helpers_dashboard import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_app, synth_run, wait_for
+from tests.helpers_dashboard import (CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_app, synth_run, trainer_beating,
+                                    wait_for)
 
 pytestmark = pytest.mark.slow
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -154,14 +154,6 @@ def test_the_live_page_reruns_only_when_its_run_changed(tmp_path, monkeypatch):
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     store = synth_run(tmp_path, "r", 20, P=2, G=2, steps_total=1000)
     monkeypatch.setenv("GRPO_HEALTH_RUNS_DIR", str(tmp_path))
-    beating = threading.Event()
-    beating.set()
-
-    def beat():  # the trainer's heartbeat (a meta write, no new row): the run stays "running", not stale
-        while beating.is_set():
-            store.heartbeat()
-            time.sleep(1.0)
-    threading.Thread(target=beat, daemon=True).start()
     runs, probes = [], []
 
     def count(payload):
@@ -176,7 +168,7 @@ def test_the_live_page_reruns_only_when_its_run_changed(tmp_path, monkeypatch):
         page.wait_for_timeout(100)  # Playwright hands the events received meanwhile to the handlers
         return len(probes) >= n
     try:
-        with streamlit_app(REPO / "asgi.py", STALL_S) as url, sync_api.sync_playwright() as p:
+        with trainer_beating(store), streamlit_app(REPO / "asgi.py", STALL_S) as url, sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page()
@@ -197,7 +189,6 @@ def test_the_live_page_reruns_only_when_its_run_changed(tmp_path, monkeypatch):
             finally:
                 browser.close()
     finally:
-        beating.clear()
         store.close()
 
 

@@ -1,9 +1,6 @@
 """advice.what_to_do / advice.fixes / advice.what_would_help: the top alert's fix as one request, with
 its predicted effect where one can be predicted, computed without a browser."""
-import contextlib
 import os
-import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -132,27 +129,8 @@ def test_at_the_top_level_and_the_cap_it_says_why_nothing_applies(runs_dir):
     assert "temperature 1 -> 1.25" in text and "not predictable" in text and "G 64" not in text
 
 
-@contextlib.contextmanager
-def trainer_beating(store: RunStore):
-    """The trainer's heartbeat every second: the run stays running (not stale, which hides the
-    steering) however long the app's reruns take on a loaded box."""
-    alive = threading.Event()
-    alive.set()
-
-    def beat():
-        while alive.is_set():
-            store.heartbeat()
-            time.sleep(1.0)
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        alive.clear()
-        thread.join()
-
-
 def test_the_live_page_offers_the_fix_as_one_click_and_sends_it(runs_dir):
+    from tests.helpers_dashboard import trainer_beating
     from tests.test_app import app, texts
     store = solved_run(runs_dir)
     try:
