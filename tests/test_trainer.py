@@ -190,6 +190,21 @@ def test_zero_trainable_batch_changes_no_parameter(policy):
     assert not opt.state  # the optimizer never stepped (AdamW's moments would move weights later)
 
 
+def test_with_drop_untrainable_off_a_flat_batch_does_trls_work(policy):
+    """drop_untrainable off is TRL's work at every step: a batch with no trainable group is still
+    forwarded and backpropagated (a zero gradient) and the optimizer steps, so AdamW's weight
+    decay moves the weights as TRL's step does (bench/smollm2_learning.py's "equal work")."""
+    model, tok = policy
+    m = type(model)(model.config)
+    m.load_state_dict(model.state_dict())
+    roll = _roll((m, tok))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
+    before = _params(m)
+    st = train_on(m, opt, roll, np.zeros((2, 4)), np.array([False, False]), GRPOConfig(drop_untrainable=False))
+    assert st["rows"] == 8 and st["grad_norm"] == 0.0 and opt.state
+    assert any(not torch.equal(a, b) for a, b in zip(before, m.parameters()))
+
+
 def _two_of_three_trainable():
     """Three groups of 4, the middle one constant: (trainable [3], advantages [3, 4])."""
     totals = np.array([[1.0, 0.0, 0.5, 0.0], [0.2, 0.2, 0.2, 0.2], [0.0, 1.0, 1.0, 0.0]])

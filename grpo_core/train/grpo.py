@@ -14,7 +14,8 @@ Facts the code relies on:
   row has zero gradient, so by default they are dropped from the forward/backward batch:
   a step costs in proportion to its trainable ratio. A step with no trainable group does
   no backward at all and leaves every parameter untouched (with beta > 0 every row trains:
-  its KL term has a gradient).
+  its KL term has a gradient; with grpo.drop_untrainable off every step does TRL's work, the
+  optimizer stepped too, so AdamW's momentum and weight decay move the weights as TRL's do).
 """
 from __future__ import annotations
 
@@ -337,7 +338,8 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     """`gcfg.num_iterations` GRPO updates on the rollouts. adv [P, G] (groups of different sizes:
     padded to the largest, roll.sizes saying each group's rows), trainable [P]. Returns
     loss stats (policy, kl, clip_ratio, grad_norm, entropy: the mean over the passes); a batch
-    with no trainable group returns zeros without a forward or backward.
+    with no trainable group returns zeros without a forward or backward, unless drop_untrainable
+    is off (TRL's work: every group forwarded and backpropagated, the optimizer stepped, at every step).
 
     Each pass runs its forward/backward in micro-batches of whole groups (micro_batch_groups:
     the knob, or the most under grpo.micro_batch_mb), each loss divided by the whole step's counts, so the gradients add up to
@@ -362,7 +364,7 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     trainable_rows, policy_count, kl_count, rows = world.sum([
         float(row_trainable.sum()), _reduce_count(roll.completion_mask, gcfg.loss_type, gcfg.max_new_tokens),
         _reduce_count(roll.completion_mask[idx], gcfg.loss_type, gcfg.max_new_tokens), len(idx)])
-    if not with_kl and not trainable_rows:
+    if not with_kl and not trainable_rows and gcfg.drop_untrainable:
         return {"policy": 0.0, "kl": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0, "entropy": float("nan"),
                 "rows": 0, "tokens": 0, "mismatch": {}}
     per = max(1, micro_batch_groups(model, roll, int(forwarded.sum()), gcfg, compute_dtype))  # whole groups
