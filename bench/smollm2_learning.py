@@ -7,8 +7,9 @@ AdamW, grad clip 1.0, beta 0, token-level loss (ours `token` = TRL `bnpo`), fp32
 threads set_threads gives a real model (2 on this box) for both, checkpoints off.
 
 Per seed (--seeds), one after the other in this process:
-  ours     a real Trainer run of --steps steps: held-out greedy accuracy (eval/pass@1 on the
-           task's first 32 held-out sums, which no training prompt is) before training and every
+  ours     a real Trainer run of --minutes of wall time (it stops at the first step boundary past
+           it; --steps caps it too): held-out greedy accuracy (eval/pass@1 on the task's first
+           eval.prompts held-out sums, which no training prompt is) before training and every
            --eval-every steps; the wall time from the first step to the first evaluation at or
            above the target gain (+70 points), evaluations included; seconds per step
            (time/step_s: sample, score, train; the evaluations are not in it);
@@ -23,8 +24,8 @@ Both start from the same weights (the one load of the GGUF, copied). TRL's step 
 at every step (it forwards every group); ours depends on how many groups carry a signal, so its
 median over the whole run is set against TRL's median over its steps.
 
-    .venv/bin/python bench/smollm2_learning.py [--seeds 0 1 2] [--steps 50] [--trl-steps 8]
-        [--set grpo.lr=2e-5] [--json out.json] [--from-json a.json,b.json] [--no-write]
+    .venv/bin/python bench/smollm2_learning.py [--seeds 0 1 2] [--minutes 15] [--steps 1000] [--trl-steps 8]
+        [--set grpo.lr=2e-5] [--json out.json] [--from-json a.json,b.json] [--ours-from a.json] [--no-write]
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def shared_model(cache={}):
     return cache
 
 
-def ours(seed: int, steps: int, eval_every: int, root: Path) -> dict:
+def ours(seed: int, steps: int, eval_every: int, root: Path, minutes: float = TARGET_MINUTES) -> dict:
     """The learning run: accuracy before and after, the wall time to the target, seconds per step."""
     from grpo_core.runs import names
     from grpo_core.runs.store import RunStore
@@ -89,9 +90,12 @@ def ours(seed: int, steps: int, eval_every: int, root: Path) -> dict:
     def timed(*a, **kw):
         step_once(*a, **kw)
         stamps.append((tr.step, time.perf_counter()))
+        if stamps[-1][1] - t0 >= minutes * 60:
+            tr.stop_reason = f"the bench's {minutes:g} minutes"
     tr.one_step = timed
     t0 = time.perf_counter()
     tr.run()
+    run_s = time.perf_counter() - t0  # the checkpoint a stop writes included
     wide = store.scalars_wide()
     store.close()
     evals = wide[names.EVAL_PASS].dropna()
@@ -103,7 +107,8 @@ def ours(seed: int, steps: int, eval_every: int, root: Path) -> dict:
     return {"seed": seed, "before": before, "after": float(evals.iloc[-1]), "best": float(evals.max()),
             "evals": {int(s): float(v) for s, v in evals.items()},
             "reached_step": reached, "reached_s": None if reached is None else wall[reached] - t0,
-            "wrong": wrong[:6], "run_s": time.perf_counter() - t0, "step_s": wide[names.TIME_STEP].tolist(),
+            "wrong": wrong[:6], "run_s": run_s, "steps": tr.step,
+            "step_s": wide[names.TIME_STEP].tolist(),
             "ratio": wide[names.TRAINABLE_RATIO].tolist()}
 
 
@@ -169,9 +174,9 @@ def median(xs) -> float:
 
 def report(results: list[dict], header: str) -> str:
     lines = [HEADING, "", header, "",
-             "| seed | held-out greedy before | after | best | gain | reached +70 at | wall to it | ours s/step "
-             "(median, p25-p75) | equal work s/step | TRL s/step | ours / TRL | equal / TRL |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| seed | held-out greedy before | after | best | gain | reached +70 at | wall to it | steps run "
+             "| ours s/step (median, p25-p75) | equal work s/step | TRL s/step | ours / TRL | equal / TRL |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         o, e, t = summary(r["ours"]["step_s"][1:]), median(r["equal_s"][1:]), median(r["trl_s"][1:])
         gain = r["ours"]["best"] - r["ours"]["before"]
@@ -181,6 +186,7 @@ def report(results: list[dict], header: str) -> str:
         lines.append(
             f"| {r['seed']} | {r['ours']['before']:.0%} | {r['ours']['after']:.0%} | {r['ours']['best']:.0%} | "
             f"{gain * 100:+.0f} | {'-' if reached is None else f'step {reached}'} | {wall} {ok} | "
+            f"{r['ours'].get('steps', len(r['ours']['step_s']))} in {r['ours']['run_s'] / 60:.1f} min | "
             f"{o['median']:.1f} s ({o['p25']:.1f}-{o['p75']:.1f}) | {e:.1f} s | {t:.1f} s | "
             f"{o['median'] / t:.2f}x {'✓' if o['median'] / t <= TARGET_RATIO else '✗'} | "
             f"{e / t:.2f}x {'✓' if e / t <= TARGET_EQUAL_RATIO else '✗'} |")
@@ -199,13 +205,16 @@ def report(results: list[dict], header: str) -> str:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=50, help="our learning run's steps")
+    p.add_argument("--minutes", type=float, default=TARGET_MINUTES, help="our learning run's wall time")
+    p.add_argument("--steps", type=int, default=1000, help="our learning run's steps, at most")
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--trl-steps", type=int, default=8, help="TRL's steps, and ours at equal work")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting changed for ours and TRL's alike (e.g. grpo.lr=2e-5)")
     p.add_argument("--json", help="write the raw results here")
     p.add_argument("--from-json", help="comma-separated result files: only the report")
+    p.add_argument("--ours-from", help="a result file: its learning runs (ours) kept, equal work and TRL's run anew "
+                                       "(the same settings: a fix to those two needs no new 15-minute runs)")
     p.add_argument("--no-write", action="store_true", help="print, do not write docs/benchmarks.md")
     args = p.parse_args()
     OVERRIDES.extend(args.set)
@@ -215,16 +224,21 @@ def main():
     else:
         cache = shared_model()
         root = Path(tempfile.mkdtemp(prefix="smollm2-bench-"))
-        results = []
+        results, kept = [], json.loads(Path(args.ours_from).read_text()) if args.ours_from else None
         for seed in args.seeds:
-            r = {"seed": seed, "ours": ours(seed, args.steps, args.eval_every, root)}
+            r = {"seed": seed, "ours": next(r["ours"] for r in kept["results"] if r["seed"] == seed) if kept else
+                 ours(seed, args.steps, args.eval_every, root, args.minutes)}
             r["equal_s"] = equal_work(seed, args.trl_steps, root)
             r["trl_s"] = trl(seed, args.trl_steps, root)
             results.append(r)
             print(json.dumps({k: v for k, v in r["ours"].items() if k not in ("step_s", "ratio")}), flush=True)
-        header = (f"`.venv/bin/python bench/smollm2_learning.py --seeds {' '.join(map(str, args.seeds))} --steps "
-                  f"{args.steps} --trl-steps {args.trl_steps}{''.join(f' --set {o}' for o in args.set)}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-                  f"{machine()}; the GGUF read in {cache['load_s']:.0f} s, once).")
+        header = (f"`.venv/bin/python bench/smollm2_learning.py --seeds {' '.join(map(str, args.seeds))} --minutes "
+                  f"{args.minutes:g} --trl-steps {args.trl_steps}{''.join(f' --set {o}' for o in args.set)}"
+                  f"{f' --ours-from {args.ours_from}' if args.ours_from else ''}` "
+                  f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                  f"{machine()}; the GGUF read in {cache['load_s']:.0f} s, once)" +
+                  (f"; ours (the learning runs) from {kept['header'].split('` (')[0]}` ({kept['header'].split('` (')[1]}"
+                   if kept else "."))
         if args.json:
             Path(args.json).write_text(json.dumps({"header": header, "results": results}))
     publish(HEADING, report(results, header), write=not args.no_write)
