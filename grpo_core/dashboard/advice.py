@@ -4,7 +4,6 @@ All over the recent rollouts (the share of flat groups too, measured and predict
 pooled and per prompt); the fixes are judged by the autopilot's own move functions."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import pandas as pd
 
 from grpo_core.analysis import autopilot, flat_causes, prompt_history, reweighting, rollout_stats, windows
 from grpo_core.dashboard.live_cards import Cards, cards
-from grpo_core.dashboard.live_view import LiveState, current_settings, health_config
+from grpo_core.dashboard.live_view import LiveState, config_section, current_settings, health_config
 from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import AutopilotConfig
 from grpo_core.runs.run_meta import RunMeta
@@ -110,9 +109,7 @@ def _fix_label(move: str, before: dict, payload: dict) -> str:
 
 def autopilot_config(state: LiveState) -> AutopilotConfig:
     """The run's [autopilot] section as the trainer reads it (its defaults where the run set none)."""
-    known = {f.name for f in dataclasses.fields(AutopilotConfig)}
-    return AutopilotConfig(**{k: v for k, v in (RunMeta.parse(state.meta).config.get("autopilot") or {}).items()
-                              if k in known})
+    return config_section(state.meta, "autopilot", AutopilotConfig)
 
 
 def autopilot_note(state: LiveState, offered: list[Fix]) -> str | None:

@@ -92,10 +92,15 @@ def chart_names(metrics: list[str]) -> list[str]:
     return list(BASE_NAMES) + per
 
 
+def config_section(meta: dict, section: str, cls):
+    """The run's [section] as the trainer read it: cls's defaults where the run set none."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    values = RunMeta.parse(meta).config.get(section) or {}
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
 def health_config(meta: dict) -> HealthConfig:
-    known = {f.name for f in dataclasses.fields(HealthConfig)}
-    values = RunMeta.parse(meta).config.get("health") or {}
-    return HealthConfig(**{k: v for k, v in values.items() if k in known})
+    return config_section(meta, "health", HealthConfig)
 
 
 @dataclass
