@@ -226,7 +226,7 @@ def main():
         root = Path(tempfile.mkdtemp(prefix="smollm2-bench-"))
         results, kept = [], json.loads(Path(args.ours_from).read_text()) if args.ours_from else None
         for seed in args.seeds:
-            r = {"seed": seed, "ours": next(r["ours"] for r in kept["results"] if r["seed"] == seed) if kept else
+            r = {"seed": seed, "ours": next(k["ours"] for k in kept["results"] if k["seed"] == seed) if kept else
                  ours(seed, args.steps, args.eval_every, root, args.minutes)}
             r["equal_s"] = equal_work(seed, args.trl_steps, root)
             r["trl_s"] = trl(seed, args.trl_steps, root)
@@ -237,8 +237,7 @@ def main():
                   f"{f' --ours-from {args.ours_from}' if args.ours_from else ''}` "
                   f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                   f"{machine()}; the GGUF read in {cache['load_s']:.0f} s, once)" +
-                  (f"; ours (the learning runs) from {kept['header'].split('` (')[0]}` ({kept['header'].split('` (')[1]}"
-                   if kept else "."))
+                  (f"; ours (the learning runs) from {kept['header']}" if kept else "."))
         if args.json:
             Path(args.json).write_text(json.dumps({"header": header, "results": results}))
     publish(HEADING, report(results, header), write=not args.no_write)
