@@ -21,7 +21,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.perf_common import scratch_dir  # noqa: E402
 from grpo_core.analysis import (
     ledger,  # noqa: E402
     run_data,  # noqa: E402
@@ -275,7 +275,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.reuse and not args.runs_dir:
         ap.error("--reuse needs --runs-dir")
-    runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="autopilot-bench-")).resolve()
+    runs = Path(args.runs_dir).resolve() if args.runs_dir else scratch_dir("autopilot-bench-")  # --runs-dir: kept
     runs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     pairs = {seed: run_pair(runs, args.steps, seed, args.extra, args.reuse) for seed in args.seeds}

@@ -44,7 +44,6 @@ import math
 import multiprocessing
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,7 +53,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from perf_common import machine, publish  # noqa: E402
+from perf_common import machine, publish, scratch_dir  # noqa: E402
 
 HEADING = "## Per-prompt budgets"
 TARGET_RATIO = 1.5  # >= 1.5x fewer rollouts ...
@@ -231,7 +230,7 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
     args = ap.parse_args()
     start_machine, t_start = machine(), time.time()
-    work = Path(tempfile.mkdtemp(prefix="budgets-bench-"))
+    work = scratch_dir("budgets-bench-")
     runs_dir = work / "runs"
     os.environ["GRPO_HEALTH_RUNS_DIR"] = str(runs_dir)
     data = (*write_data(work, args.prompts, args.held_out, args.levels), args.held_out)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from live_viewers_pages import chromium_pids, cpu_seconds, cpu_share  # noqa: E402
-from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
+from perf_common import TABLE_HEAD, machine, publish, scratch_dir, table_row  # noqa: E402
 
 from grpo_core.analysis import charts  # noqa: E402
 from grpo_core.dashboard import advice, live_cards, live_chart, live_view  # noqa: E402
@@ -111,7 +111,7 @@ def bringup(port: int | None = None, watch_s: float = 30.0) -> dict:
         with socket.socket() as sk:
             sk.bind(("127.0.0.1", 0))
             port = sk.getsockname()[1]
-    root = Path(tempfile.mkdtemp(prefix="grpo-bringup-"))
+    root = scratch_dir("grpo-bringup-")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "grpo_core", "serve", "--port", str(port), "--runs-dir", str(root)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

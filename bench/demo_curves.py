@@ -19,7 +19,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.perf_common import scratch_dir  # noqa: E402
 from grpo_core.errors import StoreError
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=20, help="table row every N steps")
     args = ap.parse_args()
 
-    runs = Path(tempfile.mkdtemp(prefix="grpo-demo-bench-"))
+    runs = scratch_dir("grpo-demo-bench-")
     run_id = "demo-curves"
     cmd = [sys.executable, "-m", "grpo_core", "train", "--set", f"grpo.steps={args.max_steps}",
            "--set", "log.progress=false", "--run-id", run_id, "--runs-dir", str(runs)]

@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.perf_common import scratch_dir  # noqa: E402
 from grpo_core.dashboard import processes  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.config import HealthConfig  # noqa: E402
@@ -259,7 +259,7 @@ def main() -> int:
     def on_term(signum, frame):  # `kill <pid>` still stops the server, and with it the demo run (finally below)
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
-    root = Path(tempfile.mkdtemp(prefix="demo-story-"))
+    root = scratch_dir("demo-story-")
     load0, t0 = os.getloadavg()[0], time.time()
     proc = serve(root, args.port)
     try:

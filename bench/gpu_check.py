@@ -177,7 +177,7 @@ def run_variant(path: Path, smoke: bool, lora: bool, steps: int, warm: int) -> d
     cfg = make_config(path, smoke, lora, warm + steps)
     set_threads(cfg)
     store = RunStore.create("gpu-check-lora" if lora else "gpu-check-full", cfg.to_dict(),
-                            root=Path(tempfile.mkdtemp(prefix="grpo-gpu-check-")))
+                            root=path.parent / "runs")
     t0 = time.perf_counter()
     tr = Trainer(cfg, store, log=lambda m: print(m, file=sys.stderr))
     load_s = time.perf_counter() - t0
@@ -367,7 +367,8 @@ def ranks_variant(path: Path, smoke: bool, steps: int, warm: int = 1) -> dict:
     cfg = make_config(path, smoke, lora=False, steps=warm + steps)
     if not smoke:
         cfg.grpo.max_new_tokens = RANKS_NEW_TOKENS
-    root = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-ranks-"))
+    root = path.parent / "ranks"
+    root.mkdir()
     config = root / "config.toml"
     config.write_text(cfg.to_toml())
     res = {"variant": "ranks", "max_new_tokens": cfg.grpo.max_new_tokens, "steps_timed": steps}
@@ -395,6 +396,27 @@ def free_memory():
         torch.cuda.empty_cache()
 
 
+def check(root: Path, args, variants: list[str]) -> dict:
+    """Build the model under root, then run each variant on it (their runs under root too)."""
+    t0 = time.perf_counter()
+    path = build_model(root, args.smoke)
+    res = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.smoke else "cpu (smoke)",
+           "torch": torch.__version__, "model": {**(TINY if args.smoke else QWEN2_5_0_5B), "tied": True},
+           "batch": SMOKE_BATCH if args.smoke else BATCH, "lr": LR, "build_s": round(time.perf_counter() - t0, 2),
+           "variants": []}
+    for variant in variants:
+        if variant in SAMPLERS:  # each loads its own model, freed when it returns
+            res["variants"].append((generate_static if variant == "generate-static" else vllm_sampling)(
+                path, args.smoke, args.steps))
+            free_memory()
+        elif variant == "ranks":  # processes of their own
+            res["variants"].append(ranks_variant(path, args.smoke, args.steps))
+        else:
+            res["variants"].append(run_variant(path, args.smoke, variant == "lora", args.steps, warm=1))
+    res["total_s"] = round(time.perf_counter() - t0, 2)
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after 1 warm-up step)")
@@ -411,23 +433,8 @@ def main(argv=None) -> int:
     if not args.smoke and not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA is not available (use --smoke for the CPU check of this script)"}))
         return 2
-    t0 = time.perf_counter()
-    root = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-model-"))
-    path = build_model(root, args.smoke)
-    res = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.smoke else "cpu (smoke)",
-           "torch": torch.__version__, "model": {**(TINY if args.smoke else QWEN2_5_0_5B), "tied": True},
-           "batch": SMOKE_BATCH if args.smoke else BATCH, "lr": LR, "build_s": round(time.perf_counter() - t0, 2),
-           "variants": []}
-    for variant in variants:
-        if variant in SAMPLERS:  # each loads its own model, freed when it returns
-            res["variants"].append((generate_static if variant == "generate-static" else vllm_sampling)(
-                path, args.smoke, args.steps))
-            free_memory()
-        elif variant == "ranks":  # processes of their own
-            res["variants"].append(ranks_variant(path, args.smoke, args.steps))
-        else:
-            res["variants"].append(run_variant(path, args.smoke, variant == "lora", args.steps, warm=1))
-    res["total_s"] = round(time.perf_counter() - t0, 2)
+    with tempfile.TemporaryDirectory(prefix="grpo-gpu-check-") as scratch:  # models and runs: gone after
+        res = check(Path(scratch), args, variants)
     text = json.dumps(res, indent=1)
     print(text)
     out = args.out or (str(Path(os.environ["OUT"]) / "gpu_check.json") if os.environ.get("OUT") else None)

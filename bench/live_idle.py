@@ -20,7 +20,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import live_viewers  # noqa: E402
 import live_viewers_pages as pages  # noqa: E402
-from perf_common import publish  # noqa: E402
+from perf_common import publish, scratch_dir  # noqa: E402
 
 from grpo_core.dashboard import serve  # noqa: E402
 from grpo_core.runs import requests  # noqa: E402
@@ -117,7 +116,7 @@ def main():
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the pages opened before measuring")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="live-idle-"))
+    work = scratch_dir("live-idle-")
     procs = live_viewers.Processes(work)
     os.environ["GRPO_HEALTH_RUNS_DIR"] = str(work)  # the servers' runs dir (they inherit it)
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from perf_common import TABLE_HEAD, machine, publish, table_row  # noqa: E402
+from perf_common import TABLE_HEAD, machine, publish, scratch_dir, table_row  # noqa: E402
 
 HEADING = "## Live page: the work of a new step"
 # the charts' fragment, then the steering panel
@@ -38,7 +37,7 @@ STEER = ["rollouts read", "flat-group forecast", "what-if"]
 def measure(history: int, versions: int, grow: int) -> tuple[dict[str, list[float]], int]:
     """CPU seconds per part, one entry per version (the first two dropped: warm-up), and the
     charts' bytes at the last version."""
-    root = tempfile.mkdtemp(prefix="live_step_cost_")
+    root = str(scratch_dir("live-step-cost-"))
     os.environ["GRPO_HEALTH_RUNS_DIR"] = root
     from grpo_core.analysis import charts
     from grpo_core.dashboard import advice, live_cache, live_cards, live_chart, live_view

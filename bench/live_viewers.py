@@ -42,7 +42,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,7 +53,7 @@ from live_viewers_pages import (CHROME_ARGS, box_cpu_seconds, chromium_pids, cpu
                                 first_chart_new_browser, median_reading, new_context, niced_chromium, open_page,
                                 page_step)
 from live_viewers_report import HEADING, section  # noqa: E402
-from perf_common import publish  # noqa: E402
+from perf_common import publish, scratch_dir  # noqa: E402
 
 from grpo_core.runs.store import RunStore  # noqa: E402
 from tests.helpers_dashboard import CHROMIUM, answers, free_port, process_tree, streamlit_app, wait_for  # noqa: E402
@@ -365,7 +364,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t_start = time.time()
     hist_root, rid = history(Path(args.cache_dir), args.history_steps)
-    work = Path(tempfile.mkdtemp(prefix="grpo-live-viewers-"))
+    work = scratch_dir("grpo-live-viewers-")
     procs = Processes(work)
     try:
         shutil.copytree(hist_root / rid, work / rid)

@@ -2,13 +2,16 @@
 monitoring_overhead.py, store_scale.py, gpu_check.py, health_bench.py, dashboard_bench.py,
 vllm_*.py): the machine line, robust summaries (median and quartiles: the box is shared and
 noisy), a timing table's rows, rewards that make every group train, and writing one section of
-docs/benchmarks.md without touching the others (a file lock: the scripts may run at once)."""
+docs/benchmarks.md without touching the others (a file lock: the scripts may run at once), and
+scratch folders removed when the script exits (a SmolLM2 run's checkpoints are gigabytes)."""
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import platform
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -30,6 +33,15 @@ def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"nproc {len(os.sched_getaffinity(0))}, {cpu}; load average {load} (other agents share the CPU); "
             f"Python {platform.python_version()}")
+
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh folder under the system temp dir, removed (with what the runs wrote there) when the
+    script exits, normally or by an exception: benches leave no checkpoints behind."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def load_now() -> float:

@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from perf_common import machine, publish  # noqa: E402
+from perf_common import machine, publish, scratch_dir  # noqa: E402
 
 HEADING = "## Planner: per-prompt against pooled"
 ARMS = ("demo", "demo-fixed", "qwen2")
@@ -197,7 +196,7 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
     args = ap.parse_args()
     start_machine, t_start = machine(), time.time()
-    work = Path(tempfile.mkdtemp(prefix="planner-bench-"))
+    work = scratch_dir("planner-bench-")
     os.environ["GRPO_HEALTH_RUNS_DIR"] = str(work / "runs")
     results = []
     for arm in args.arms:

@@ -235,7 +235,8 @@ def run_timing(args, path: Path) -> dict:
     from transformers import TrainerCallback
 
     from grpo_core.runs import names
-    root = Path(tempfile.mkdtemp(prefix="real-bench-runs-"))
+    from perf_common import scratch_dir
+    root = scratch_dir("real-bench-runs-")
     from grpo_core.tasks.loading import load_config
     ours, cfg, store = our_trainer(args, path, "equal", root)
     knobs = {m: {k: getattr(load_config(None, MODE_SETS[m]).grpo, k) for k in KNOBS} for m in MODES}
@@ -312,8 +313,10 @@ def run_timing(args, path: Path) -> dict:
 def worker(args) -> dict:
     """One memory reading in this (fresh) process; prints its result as the last line."""
     import torch
+
+    from perf_common import scratch_dir
     path = model_dir(args)
-    root = Path(tempfile.mkdtemp(prefix="real-bench-mem-"))
+    root = scratch_dir("real-bench-mem-")
     probe, n = MemProbe(), args.mem_steps
     if args.worker.startswith("ours-"):
         ours, cfg, store = our_trainer(args, path, args.worker.split("-", 1)[1], root, args.set)

@@ -33,7 +33,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("GRPO_HEALTH_TORCH_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from perf_common import machine, publish  # noqa: E402
+from perf_common import machine, publish, scratch_dir  # noqa: E402
 
 HEADING = "## Skip before sampling"
 TARGET_RATIO = 1.5  # >= 1.5x fewer rollouts for the same final held-out reward
@@ -206,7 +205,7 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
     args = ap.parse_args()
     start_machine, t_start = machine(), time.time()
-    work = Path(tempfile.mkdtemp(prefix="skip-bench-"))
+    work = scratch_dir("skip-bench-")
     os.environ["GRPO_HEALTH_RUNS_DIR"] = str(work / "runs")
     train, held = write_data(work, args.prompts, args.level)
     runs: dict[str, list[dict]] = {m: [] for m in args.modes}

@@ -34,13 +34,12 @@ import copy
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.perf_common import machine, publish, summary  # noqa: E402
+from bench.perf_common import machine, publish, scratch_dir, summary  # noqa: E402
 
 HEADING = "## A real model learns: SmolLM2-135M-Instruct, ours vs TRL"
 OVERRIDES: list[str] = []  # --set: the same change for ours and TRL's
@@ -223,7 +222,7 @@ def main():
         header = json.loads(Path(args.from_json.split(",")[0]).read_text())["header"]
     else:
         cache = shared_model()
-        root = Path(tempfile.mkdtemp(prefix="smollm2-bench-"))
+        root = scratch_dir("smollm2-bench-")
         results, kept = [], json.loads(Path(args.ours_from).read_text()) if args.ours_from else None
         for seed in args.seeds:
             r = {"seed": seed, "ours": next(k["ours"] for k in kept["results"] if k["seed"] == seed) if kept else

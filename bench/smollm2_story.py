@@ -17,13 +17,13 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.perf_common import scratch_dir  # noqa: E402
 from bench.demo_story import serve  # noqa: E402
 from grpo_core.dashboard import processes  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
@@ -120,7 +120,7 @@ def main() -> int:
     def on_term(signum, frame):  # `kill <pid>` still stops the server, and with it the demo run (finally below)
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
-    root = Path(tempfile.mkdtemp(prefix="smollm2-story-"))
+    root = scratch_dir("smollm2-story-")
     load0, t0 = os.getloadavg()[0], time.time()
     proc = serve(root, args.port, demo="smollm2")
     checks = []

@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers deprec
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from perf_common import fmt_ms, machine, publish, summary  # noqa: E402
+from perf_common import fmt_ms, machine, publish, scratch_dir, summary  # noqa: E402
 
 HEADING = "## Trainer vs TRL"
 TARGET_RATIO = 0.5
@@ -122,7 +122,7 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     ours = Trainer(cfg, store, log=lambda m: None)
     warm_s = time.perf_counter() - t0
-    tmp = Path(tempfile.mkdtemp(prefix="trl-bench-"))
+    tmp = scratch_dir("trl-bench-")
     models.save_pretrained(ours.model, ours.tokenizer, tmp / "model")  # the same starting weights for TRL
 
     clock_ours, clock_trl = StepClock(), StepClock()
