@@ -35,7 +35,6 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-
 def scratch_dir(prefix: str) -> Path:
     """A fresh folder under the system temp dir, removed (with what the runs wrote there) when the
     script exits, normally or by an exception: benches leave no checkpoints behind."""
