@@ -143,6 +143,42 @@ def test_the_real_cli_process_prints_one_line_and_no_traceback(files, runs_dir):
     assert "line 3: not valid JSON" in one_line(out.stderr) and list_runs(runs_dir).empty
 
 
+@pytest.fixture
+def serve_starts_nothing(monkeypatch):
+    """serve's demo and Streamlit replaced by failures: a check that lets a bad port through
+    fails the test instead of starting a trainer and a server."""
+    from grpo_core.dashboard import serve
+
+    def started(*a, **kw):
+        raise AssertionError("serve started something before refusing the port")
+    monkeypatch.setattr(processes, "start_demo_if_idle", started)
+    monkeypatch.setattr(serve, "run_streamlit", started)
+
+
+@pytest.mark.parametrize("args, want", [
+    (["--port", "99999"], "--port must be a port number (1-65535), got 99999"),
+    (["--port", "0"], "--port must be a port number (1-65535), got 0"),
+    (["--host", "no-such-host.invalid"], "--host no-such-host.invalid: not an address of this machine"),
+])
+def test_serve_refuses_a_bad_port_or_host_in_one_line_before_starting_anything(args, want, runs_dir, capsys,
+                                                                                serve_starts_nothing):
+    assert main(["serve", "--runs-dir", str(runs_dir), *args]) == 2
+    assert want in one_line(capsys.readouterr().err)
+    assert list_runs(runs_dir).empty
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_no_demo(runs_dir, capsys, serve_starts_nothing):
+    import socket
+    with socket.socket() as taken:  # a real listener on a port the OS chose: in use, as another dashboard's
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--runs-dir", str(runs_dir), "--port", str(port)]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"port {port} on 127.0.0.1 is in use" in line and "--port" in line, line
+    assert list_runs(runs_dir).empty
+
+
 # ---- the dashboard: st.error with the message, no exception, no run ---------------------------------------
 def runs_page(**state) -> AppTest:
     at = app_test()

@@ -22,9 +22,11 @@ relative path typed in a form is read against).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tomllib
@@ -77,11 +79,33 @@ def _flag_values(value) -> list[str]:
 def serve_port(port: int | None) -> int:
     """--port, else $GRPO_HEALTH_PORT, else 8501."""
     if port is not None:
+        if not 0 < port < 65536:
+            raise ConfigError(f"--port must be a port number (1-65535), got {port}")
         return port
     text = env(PORT_ENV, str(DEFAULT_PORT))
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise ConfigError(f"${PORT_ENV} must be a port number (1-65535), got {text!r}")
     return int(text)
+
+
+def check_port_free(host: str, port: int):
+    """Streamlit's own bind, tried before any run starts: a port in use or an address this
+    machine does not have is one line here, not Streamlit's traceback after the demo started.
+    SO_REUSEADDR as Tornado binds, so a port left in TIME_WAIT by a dashboard just stopped is free."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: not an address of this machine ({e.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ConfigError(f"port {port} on {host} is in use (another dashboard?): choose another with --port "
+                                  f"or ${PORT_ENV}") from None
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
 
 
 def check_access(host: str, port: int, token: str | None):
@@ -147,6 +171,7 @@ def serve(port: int | None = None, demo: bool = True, root=None, overrides: list
           host: str = "127.0.0.1", token: str | None = None, redraws_per_s: str | None = None,
           which: str = "builtin") -> int:
     port = serve_port(port)
+    check_port_free(host, port)  # before anything starts: a busy port fails here, not after the demo started
     processes.check_demo(which)  # before anything starts: a misspelt demo fails here
     redraws = live_cache.redraws_per_s(redraws_per_s)  # before anything starts: a bad value fails here
     command = streamlit_command(port, host=host)  # before anything starts: a missing app fails here
