@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8501
 
-.PHONY: run test test-fast bench bench-gpu screenshots lint-docker clean-venv
+.PHONY: run test test-fast bench bench-gpu screenshots lint lint-docker clean-venv
 
 # Installs are keyed on the requirement files' contents, so a changed pin reinstalls.
 RUN_STAMP  := $(VENV)/.run-$(shell cat requirements.txt requirements-models.txt pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
@@ -59,12 +59,15 @@ DEMO   ?= builtin
 run: $(RUN_STAMP)  ## dashboard on http://127.0.0.1:$(PORT) with the demo run $(DEMO) training
 	$(PY) -m grpo_core serve --port $(PORT) --demo $(DEMO)
 
-test: $(TEST_STAMP) $(VLLM_STAMP) lint-docker  ## the whole suite, slow end-to-end tests included, and the vLLM tests in their venv
+test: $(TEST_STAMP) $(VLLM_STAMP) lint lint-docker  ## the whole suite, slow end-to-end tests included, and the vLLM tests in their venv
 	$(PY) -m pytest -q $(PARALLEL)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm_engine.py tests/test_vllm_trainer.py
 
 test-fast: $(TEST_STAMP)  ## everything but the slow end-to-end tests
 	$(PY) -m pytest -q -m "not slow" $(PARALLEL)
+
+lint: $(TEST_STAMP)  ## ruff, configured in pyproject.toml (make test runs it first)
+	$(PY) -m ruff check .
 
 lint-docker: $(TEST_STAMP)
 	$(PY) -m tests.check_dockerfile

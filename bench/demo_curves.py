@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.perf_common import scratch_dir  # noqa: E402
-from grpo_core.errors import StoreError
+from grpo_core.errors import StoreError  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
 

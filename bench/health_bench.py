@@ -21,10 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from perf_common import TABLE_HEAD, machine, publish, summary, table_row, timeit  # noqa: E402
 
-from grpo_core.analysis import (
-    reweighting,  # noqa: E402
-    rollout_stats,  # noqa: E402
-)
+from grpo_core.analysis import reweighting, rollout_stats  # noqa: E402
 
 HEADING = "## Health: what-if"
 TARGET_MS = 50.0

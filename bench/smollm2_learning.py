@@ -57,7 +57,10 @@ def config(seed: int, steps: int, eval_every: int, extra: list[str] = ()):
                                          f"eval.every={eval_every}", *extra])
 
 
-def shared_model(cache={}):
+MODEL_CACHE: dict = {}  # the one read of the GGUF, its copy per trainer
+
+
+def shared_model(cache=MODEL_CACHE):
     """The GGUF read once; each trainer gets a copy (models.load_pretrained is patched)."""
     from grpo_core.train import models
     if not cache:

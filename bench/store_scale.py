@@ -48,11 +48,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from perf_common import fmt_ms, machine, publish, summary, timeit  # noqa: E402
 
-from grpo_core.analysis import (
-    reweighting,  # noqa: E402
-    step_stats,  # noqa: E402
-)
-from grpo_core.errors import StoreError
+from grpo_core.analysis import reweighting, step_stats  # noqa: E402
+from grpo_core.errors import StoreError  # noqa: E402
 from grpo_core.runs import names  # noqa: E402
 from grpo_core.runs.config import DEMO_WEIGHTS, RunConfig  # noqa: E402
 from grpo_core.runs.run_meta import FINISHED  # noqa: E402

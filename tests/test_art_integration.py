@@ -23,15 +23,12 @@ art = pytest.importorskip("art")
 # pytest process would fail. Nothing here runs a model, so the original goes back.
 masking_utils._preprocess_mask_arguments = _MASK_ARGUMENTS
 
-from grpo_core.dashboard import advice, live_cards, live_view
-from grpo_core.errors import ConfigError
+from grpo_core.dashboard import advice, live_cards, live_view  # noqa: E402
+from grpo_core.errors import ConfigError  # noqa: E402
 from grpo_core.integrations.art import ArtMonitor  # noqa: E402
 from grpo_core.integrations.art_steps import REWARD_METRIC  # noqa: E402
 from grpo_core.integrations.importers import import_path  # noqa: E402
-from grpo_core.runs import (
-    names,  # noqa: E402
-    requests,
-)
+from grpo_core.runs import names, requests  # noqa: E402
 from grpo_core.runs.store import RunStore  # noqa: E402
 
 G = 4  # trajectories per group

@@ -11,8 +11,10 @@ from grpo_core.analysis.downsample import envelope_names
 from grpo_core.dashboard import live_cache, live_chart, live_view
 from grpo_core.runs import names
 from tests.helpers_dashboard import series, synth_run
-from tests.test_charts import run  # noqa: F401  (the charts' 40-step run with two weight changes)
+from tests import test_charts
 from tests.test_live import _extend
+
+run = test_charts.run  # a fixture: the charts' 40-step run with two weight changes
 
 
 def _sent(fig) -> dict:

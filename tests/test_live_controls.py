@@ -3,7 +3,6 @@ Validation and CLI parsing, the live page's helpers, and a real trainer process 
 exactly once at a step boundary (slow)."""
 from __future__ import annotations
 
-import json
 import time
 
 import pandas as pd

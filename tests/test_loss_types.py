@@ -15,7 +15,9 @@ from grpo_core.runs.trl_names import LOSS_TYPES, LOSS_TYPES_ELSEWHERE, loss_type
 from grpo_core.tasks.loading import load_config
 from grpo_core.train.grpo import advantages, grpo_loss, token_logprobs, train_on
 from tests import test_trl_arithmetic
-from tests.test_trl_arithmetic import _batch, policy64, trl_advantages  # noqa: F401 (a fixture)
+from tests.test_trl_arithmetic import _batch, trl_advantages
+
+policy64 = test_trl_arithmetic.policy64  # a fixture
 
 TRL_NAMES = ["grpo", "bnpo", "dapo", "dr_grpo"]
 

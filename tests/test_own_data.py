@@ -14,7 +14,6 @@ import pytest
 
 from grpo_core.__main__ import main
 from grpo_core.analysis import autopilot, pilot
-from grpo_core.errors import ConfigError
 from grpo_core.runs.config import from_dict
 from grpo_core.runs.run_index import list_runs
 from grpo_core.tasks import build_metrics, make_task

@@ -38,7 +38,9 @@ def write_step(store, step, p, g, text_len=20):
                 for gi in range(p) for i in range(g)]
     store.log_step(step, scal, groups, rollouts, events=[("lifecycle", {"step": step})])
 ''' % (SCALARS,)
-exec(STEP_CODE)
+STEP_NAMES: dict = {}
+exec(STEP_CODE, STEP_NAMES)
+write_step = STEP_NAMES["write_step"]
 
 
 def child(code: str, *args, **kw) -> subprocess.Popen:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from grpo_core.errors import StoreError
 from grpo_core.runs import names
 from grpo_core.runs.live_settings import PAUSE, SET_THRESHOLD
 from grpo_core.runs.run_meta import FAILED, FINISHED, RUNNING, STOPPED
@@ -187,7 +188,7 @@ def test_a_failed_write_fails_the_run_as_the_loop_writing_itself_does(tmp_path, 
             rollouts[0] = rollouts[0][:3] + ({**rollouts[0][3], "exact": object()},) + rollouts[0][4:]
         return scalars, groups, rollouts
     tr.train_step = bad_step3
-    with pytest.raises(Exception):
+    with pytest.raises(StoreError):
         tr.run_safely()
     meta = store.get_meta()
     assert meta["status"] == FAILED and store.last_step() == 2
