@@ -16,14 +16,13 @@ import dataclasses
 import json
 import logging
 import random
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from grpo_core.analysis import autopilot, flat_causes, step_stats
+from grpo_core.analysis import autopilot, step_stats
 from grpo_core.errors import ConfigError
 from grpo_core.runs import failure, live_settings, names
 from grpo_core.runs.config import RunConfig
@@ -37,8 +36,8 @@ from grpo_core.runs.store import APPLIED, EV_CHECKPOINT, EV_MEMORY, RunStore
 from grpo_core.runs.writer import BatchedWrites
 from grpo_core.tasks import build_metrics, chat, make_task
 from grpo_core.tasks.rewards import CompositeReward
-from grpo_core.train import (budgets, checkpoints, collapse_check, evaluation, gpu_memory, grpo, models, out_of_memory,
-                             rank_failure, ranks, sampling, step_batch)
+from grpo_core.train import (budgets, checkpoints, collapse_check, evaluation, grpo, models, out_of_memory,
+                             rank_failure, ranks, sampling, step_batch, step_record, step_sinks)
 from grpo_core.train.native_sampling import Rollouts
 from grpo_core.train.ranks import SINGLE, Ranks, group_seeds
 from grpo_core.train.skipping import PromptSkipper
@@ -218,70 +217,52 @@ class Trainer:
         return retry
 
     def train_step(self, update: bool = True) -> tuple[dict, StepGroups, StepRollouts]:
-        """One step; update=False samples, scores and logs without training (the pilot)."""
-        g = self.cfg.grpo
+        """One GRPO step; update=False samples, scores and logs without training (the pilot)."""
         t_start = time.perf_counter()
-        sample = self.sample()  # this rank's rollouts; the step's scores, every rank's
+        # sample: this rank's share of the step's completions, scored; every rank's scores gathered
+        sample = self.sample()
         self.last_roll = sample.roll  # the collapse check's sample (one_step)
-        done, raw, t_gen, t_score = sample.scored, sample.scored.raw, sample.generate_s, sample.score_s
-        P, G = len(sample.examples), g.group_size  # groups of different sizes (budgets.py): padded to the largest
+        # group statistics and advantages: which groups can teach, and what each completion is worth
         t0 = time.perf_counter()
-        totals = sample.grouped(self.reward.totals(raw), G)
-        scores = sample.grouped(raw, G)
-        stats = step_stats.group_stats(totals, scores, min_group_std=g.min_group_std,
-                                   outcome_index=self.outcome_index, uniform_std=self.cfg.health.uniform_std)
-        adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std, sizes=sample.sizes)
-        t_score += time.perf_counter() - t0
+        groups = step_record.score_groups(self, sample)
+        score_s = sample.score_s + time.perf_counter() - t0
+        # update: the loss on this rank's trainable groups, one optimizer step, the engine's weights synced
         t0 = time.perf_counter()
+        lr = self.set_learning_rate()
+        loss, sync_s = self.update(sample, groups) if update else (None, None)
+        train_s = time.perf_counter() - t0 - (sync_s or 0.0)
+        # what the step taught: why each flat group was flat; each prompt's history (skipping, budgets)
+        outcomes = step_record.flat_outcomes(self, sample, groups)
+        skipped = self.skipper.after_step(sample.examples, groups.stats.trainable)
+        self.history.after_step(sample.examples, groups.stats.trainable)
+        # the step's numbers and the store's columns
+        times = step_record.StepTimes(time.perf_counter() - t_start, sample.generate_s, score_s, train_s, sync_s,
+                                      self.last_log_s)
+        scalars = {**step_record.step_scalars(self, sample, groups, outcomes, loss, lr, times), **skipped}
+        self.cum_submitted = int(scalars[names.CUM_GROUPS_SUBMITTED])
+        self.cum_trainable = int(scalars[names.CUM_GROUPS_TRAINABLE])
+        self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
+        n_text = len(sample.examples) if self.cfg.log.keep_text == "all" else \
+            min(len(sample.examples), self.cfg.log.text_sample_groups)
+        return (scalars, *step_batch.store_columns(sample, self.cfg.grpo.group_size, self.reward.names,
+                                                   self.reward.totals(sample.scored.raw), groups.stats, outcomes,
+                                                   n_text))
+
+    def set_learning_rate(self) -> float:
+        """grpo.lr under its warmup and schedule at this step, set on the optimizer."""
+        g = self.cfg.grpo
         lr = g.lr * grpo.lr_factor(self.step, g.warmup_steps, g.steps, g.lr_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = dict.fromkeys(("policy", "kl", "entropy", "grad_norm", "clip_ratio"), float("nan"))
-        t_sync = None
-        if update:
-            self.sampler.before_update()
-            loss = self.train_on(sample.roll, adv[sample.mine], stats.trainable[sample.mine])
-            if loss["rows"]:  # an update happened: the engine samples the next step from the new weights
-                t_sync = self.sampler.sync(self.model)
-        t_train = time.perf_counter() - t0 - (t_sync or 0.0)
+        return lr
 
-        scalars = step_stats.step_scalars(stats, scores, self.reward.names, self.reward.weights,
-                                      self.cum_submitted, self.cum_trainable)
-        self.cum_submitted, self.cum_trainable = (int(scalars[names.CUM_GROUPS_SUBMITTED]),
-                                                  int(scalars[names.CUM_GROUPS_TRAINABLE]))
-        errors, lengths, texts = sample.padded_rows(done.errors, done.lengths, done.texts)  # [P x largest group]
-        sampled = flat_causes.Sampled(errors, lengths, g.max_new_tokens, texts)
-        outcomes = flat_causes.flat_causes(stats, totals, scores, self.reward.names, self.metric_kinds,
-                                           self.reward.weights, self.cfg.reward.outcome_metric or None, sampled,
-                                           self.cfg.health.uniform_std)  # why each flat group is flat
-        scalars.update(flat_causes.cause_counts(outcomes))
-        scalars.update(self.skipper.after_step(sample.examples, stats.trainable))
-        self.history.after_step(sample.examples, stats.trainable)  # per-prompt budgets' history (budgets.py)
-        scalars.update(step_stats.wasted_compute(sample.grouped(done.lengths, G, 0), stats.trainable, t_gen, self.cum_tokens))
-        self.cum_tokens = (int(scalars[names.CUM_SAMPLED_TOKENS]), int(scalars[names.CUM_WASTED_TOKENS]))
-        n_tokens = int(done.lengths.sum())
-        step_s = time.perf_counter() - t_start
-        scalars.update({
-            names.LOSS_POLICY: loss["policy"], names.LOSS_KL: loss["kl"], names.LOSS_ENTROPY: loss["entropy"],
-            names.GRAD_NORM: loss["grad_norm"], names.CLIP_RATIO: loss["clip_ratio"], names.LEARNING_RATE: lr,
-            names.COMPLETION_MEAN_LENGTH: n_tokens / len(done.texts),
-            names.TIME_STEP: step_s, names.TIME_GENERATE: t_gen, names.TIME_SCORE: t_score, names.TIME_TRAIN: t_train,
-            names.TIME_LOG: self.last_log_s, names.THROUGHPUT_TOKENS: n_tokens / max(step_s, 1e-9),
-            names.MIN_GROUP_STD: g.min_group_std, names.DIFFICULTY: float(self.task.level),
-            names.SCORING_ERRORS: float(sum(e is not None for e in done.errors)),
-            names.SAMPLING_BATCHES: float(sample.batches), **sample.scalars,
-        })
-        scalars.update(loss.get("mismatch") or {})  # an engine-sampled step: sampler vs trainer log-probs
-        scalars.update(gpu_memory.step_scalars(self.device))  # CUDA only: absent on CPU
-        if t_sync is not None:
-            scalars[names.TIME_WEIGHT_SYNC] = t_sync
-        if not update:  # nothing trained: log no loss at all rather than empty values
-            for k in (names.LOSS_POLICY, names.LOSS_KL, names.LOSS_ENTROPY, names.GRAD_NORM, names.CLIP_RATIO,
-                      names.LEARNING_RATE):
-                scalars.pop(k)
-        n_text = P if self.cfg.log.keep_text == "all" else min(P, self.cfg.log.text_sample_groups)
-        return (scalars, *step_batch.store_columns(sample, G, self.reward.names, self.reward.totals(raw), stats,
-                                                   outcomes, n_text))
+    def update(self, sample: step_batch.StepBatch, groups: step_record.ScoredGroups) -> tuple[dict, float | None]:
+        """The loss on this rank's trainable groups and one optimizer step -> (train_on's numbers,
+        the engine's weight-sync seconds: None when no row trained or the sampler is ours)."""
+        self.sampler.before_update()
+        loss = self.train_on(sample.roll, groups.adv[sample.mine], groups.stats.trainable[sample.mine])
+        # an update happened: the engine samples the next step from the new weights
+        return loss, (self.sampler.sync(self.model) if loss["rows"] else None)
 
     # ---- control requests -------------------------------------------------------------------
     def poll_control(self):
@@ -443,7 +424,7 @@ class Trainer:
         cfg, main = self.cfg, self.ranks.main
         if main:
             self.start_session()
-        mirror, bar = (self.open_mirror(), self.open_progress_bar()) if main else (None, None)
+        sinks = step_sinks.open_sinks(self) if main else []  # where each step goes: store, mirrors, ...
         finished = False
         try:
             # The loop writes its steps and commits those of the last log.commit_every_s together
@@ -455,18 +436,15 @@ class Trainer:
                 self.wait_while_paused()
                 if self.stop_reason:
                     break
-                self.one_step(mirror, bar)
+                self.one_step(sinks)
             finished = True
         finally:
             try:  # every step handed over is committed before the final status (or failed) is written
                 self.close_writer(raise_error=finished)
             finally:
-                if bar is not None:
-                    bar.close()
                 if self.session is not None:
                     self.session.stop_heartbeat()
-                if mirror is not None:
-                    mirror.finish()
+                step_sinks.close_sinks(sinks)
         self.save_checkpoint("stop" if self.stop_reason else "end")
         status = STOPPED if self.stop_reason else FINISHED
         if main:
@@ -490,10 +468,11 @@ class Trainer:
                            ranks=self.ranks.size)
         self.publish_settings()
 
-    def one_step(self, mirror, bar):
-        """One step of the loop: train, alerts and curriculum, the store (and mirror), the
-        autopilot, the progress bar, a periodic checkpoint (rank 0 writes; every rank trains
-        and follows the curriculum)."""
+    def one_step(self, sinks: list[step_sinks.StepSink]):
+        """One step of the loop: train, the held-out evaluation and the collapse check when due,
+        alerts and curriculum, then the step to each sink (step_sinks.py: the store, the mirrors,
+        the autopilot, the progress bar, a periodic checkpoint). Rank 0 logs; every rank trains
+        and follows the curriculum."""
         cfg, main = self.cfg, self.ranks.main
         scalars, groups, rollouts = self.train_step()
         self.step += 1
@@ -505,31 +484,13 @@ class Trainer:
         events += (self.alerts.new_alerts(self.step, scalars) if main else []) + \
             self.curriculum.after_step(self.step, scalars)
         self.pending_events = []
-        if not main:
-            return
-        t0 = time.perf_counter()
-        self.log_step(scalars, groups, rollouts, events)
-        if mirror is not None:
-            self.flush_writes()  # the mirror reads this step's events back from the store
-            mirror.stored_step(self.store, self.step, scalars, groups, rollouts)
-        self.last_log_s = time.perf_counter() - t0
-        if self.autopilot_on and not self.stop_reason and self.step < cfg.grpo.steps:
-            self.flush_writes()  # the autopilot reads the window from the store
-            self.run_autopilot()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(reward=f"{scalars[names.REWARD]:.3f}", ratio=f"{scalars[names.TRAINABLE_RATIO]:.2f}",
-                            level=self.task.level, refresh=False)
-        every = cfg.log.checkpoint_every
-        if every and self.step % every == 0 and self.step < cfg.grpo.steps:
-            self.save_checkpoint("periodic")
-
-    def open_progress_bar(self):
-        if not self.cfg.log.progress:
-            return None
-        from tqdm import tqdm
-        return tqdm(total=self.cfg.grpo.steps, initial=self.step, desc=self.store.run_id, file=sys.stderr,
-                    dynamic_ncols=True, mininterval=0.5)
+        record = step_sinks.StepRecord(self.step, scalars, groups, rollouts, events)
+        log_s = 0.0
+        for sink in sinks:
+            t0 = time.perf_counter()
+            sink.after_step(self, record)
+            log_s += (time.perf_counter() - t0) if sink.logs else 0.0
+        self.last_log_s = log_s
 
     # ---- the store writes of the loop ---------------------------------------------------------
     def log_step(self, scalars: dict, groups: StepGroups, rollouts: StepRollouts, events: list[tuple]):
@@ -550,18 +511,6 @@ class Trainer:
         writer, self.writer = self.writer, None
         if writer is not None:
             writer.close(raise_error=raise_error)
-
-    def open_mirror(self):
-        """The W&B mirror when log.wandb is offline/online, the Trackio mirror when log.trackio names
-        a project (each imported lazily: both optional); both on: fed as one."""
-        from grpo_core.integrations.trackio_mirror import TrackioMirror, together
-        trackio = TrackioMirror(self.cfg.log.trackio, self.store.run_id, self.cfg.to_dict()) \
-            if self.cfg.log.trackio else None
-        if self.cfg.log.wandb == "off":
-            return trackio
-        from grpo_core.integrations.wandb import WandbMirror
-        return together(trackio, WandbMirror(self.cfg.log.wandb, self.cfg.log.wandb_project, self.store.run_id,
-                                             self.store.run_dir, self.cfg.to_dict()))
 
     def failure_line(self, error: BaseException) -> str:
         """The one line a failed run ends with: in its store, on its terminal, on every page; the
