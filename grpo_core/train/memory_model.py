@@ -1,7 +1,7 @@
 """How much memory a training step needs, by part, from the model's sizes and the step's knobs.
 
 So the knobs (micro-batch, log-prob chunk, checkpointing, LoRA, sampling batch) can be picked
-before a run instead of found by running out of memory, and so the README's "what fits where"
+before a run instead of found by running out of memory, and so docs/trainer.md's "what fits where"
 table can be regenerated (bench/memory_table.py). Checked against CPU measurements of the real code path
 (tests/test_memory_model.py) and, where a GPU is lent, against torch.cuda.max_memory_allocated
 (bench/gpu_check.py reports both).

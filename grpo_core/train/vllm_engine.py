@@ -42,7 +42,7 @@ from grpo_core.train.models import is_lora
 # while missing_internals finds nothing, and names this range when it does.
 SUPPORTED = ((0, 32), (0, 34))
 NEEDS_VLLM = ("grpo.engine=vllm needs vLLM: pip install 'vllm>=0.32,<0.34' (CUDA; the wheel's [vllm] extra) "
-              "or see README 'Sample with vLLM'")
+              "or see docs/trainer.md, 'Sample with vLLM'")
 # On CPU the KV cache is plain memory of a size we choose (vLLM's share of "GPU memory" would be
 # one of the whole machine's): sized from the run, at least this (a few short sequences always fit),
 # at most a quarter of the memory free at start (the trainer, its optimizer and the OS keep the rest).
