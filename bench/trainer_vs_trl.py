@@ -63,7 +63,7 @@ def demo_config(steps: int, seed: int):
 
 def trl_reward_funcs(weights: dict):
     """One TRL reward function per metric: TRL passes the dataset's columns as keyword lists."""
-    from grpo_core.tasks.rewards import BUILTIN
+    from grpo_core.tasks.metrics import BUILTIN
 
     def make(name):
         fn = BUILTIN[name]

@@ -1,12 +1,14 @@
-"""The tables of docs/design.md that are generated from the code: the layout, the CLI verbs, the metric names.
+"""The tables of docs/ that are generated from the code: design.md's layout, CLI verbs and metric
+names, and trainer.md's built-in reward metrics.
 
-Each table sits between `<!-- generated: NAME -->` and `<!-- /generated -->` in docs/design.md.
+Each table sits between `<!-- generated: NAME -->` and `<!-- /generated -->` in its document.
 `python docs/tables.py --write` rewrites them from the tree as it is; `python docs/tables.py --check`
 exits 1 naming each table that no longer matches the code (tests/test_docs_tables.py runs it).
 
 The layout reads each module's docstring with `ast` (nothing is imported, so a torch module costs
 nothing); the CLI is read from `grpo_core.__main__`'s own parser; the metric names from
-`grpo_core/runs/names.py`, the help of a name being the comment on its line.
+`grpo_core/runs/names.py`, the help of a name being the comment on its line; the reward metrics
+from their records (`grpo_core/tasks/metrics.py`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "docs" / "design.md"
+TRAINER = REPO / "docs" / "trainer.md"
 # The wings in the order imports flow (each imports only those before it); a wing not listed
 # here still gets its rows, after these, so a new package never goes missing from the table.
 WINGS = ("runs", "tasks", "analysis", "train", "dashboard", "integrations")
@@ -169,8 +172,18 @@ def names_table(root: Path = REPO) -> str:
 
 # ---- the document -----------------------------------------------------------------------------
 def generate(root: Path = REPO) -> dict[str, str]:
-    """Table name -> its generated Markdown, from the tree under `root`."""
+    """design.md's tables: name -> its generated Markdown, from the tree under `root`."""
     return {"layout": layout_table(root), "cli": cli_table(), "metric names": names_table(root)}
+
+
+def metrics_table() -> str:
+    from grpo_core.tasks.metrics import docs_table
+    return docs_table()
+
+
+def documents(root: Path = REPO) -> dict[Path, dict[str, str]]:
+    """Each document with its generated tables."""
+    return {DESIGN: generate(root), TRAINER: {"built-in metrics": metrics_table()}}
 
 
 def block(name: str, text: str) -> str:
@@ -188,10 +201,10 @@ def stale(doc: str, tables: dict[str, str]) -> list[str]:
     return [name for name, text in tables.items() if current(doc, name) != text]
 
 
-def rewrite(doc: str, tables: dict[str, str]) -> str:
+def rewrite(doc: str, tables: dict[str, str], doc_name: str = DESIGN.name) -> str:
     for name, text in tables.items():
         if current(doc, name) is None:
-            raise SystemExit(f"{DESIGN.name}: no '{BEGIN.format(name)}' ... '{END}' markers; add them where "
+            raise SystemExit(f"{doc_name}: no '{BEGIN.format(name)}' ... '{END}' markers; add them where "
                              f"the {name} table goes, then run --write again")
         pattern = re.escape(BEGIN.format(name)) + r"\n.*?" + re.escape(END)
         doc = re.sub(pattern, lambda _: block(name, text), doc, count=1, flags=re.S)
@@ -203,18 +216,22 @@ def main(argv: list[str] | None = None, root: Path = REPO) -> int:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite the generated tables in place")
     mode.add_argument("--check", action="store_true", help="exit 1 naming each stale table")
-    ap.add_argument("--doc", type=Path, default=DESIGN, help="the document (default: docs/design.md)")
+    ap.add_argument("--doc", type=Path, help="only this copy of design.md or trainer.md (by its file name)")
     args = ap.parse_args(argv)
-    doc = args.doc.read_text(encoding="utf-8")
-    tables = generate(root)
-    if args.write:
-        args.doc.write_text(rewrite(doc, tables), encoding="utf-8")
-        return 0
-    behind = stale(doc, tables)
-    for name in behind:
-        why = "is stale" if current(doc, name) is not None else f"has no '{BEGIN.format(name)}' markers"
-        print(f"{args.doc.name}: the generated {name} table {why}: run `python docs/tables.py --write`",
-              file=sys.stderr)
+    docs = documents(root)
+    if args.doc:
+        docs = {args.doc: next(tables for path, tables in docs.items() if path.name == args.doc.name)}
+    behind = 0
+    for path, tables in docs.items():
+        doc = path.read_text(encoding="utf-8")
+        if args.write:
+            path.write_text(rewrite(doc, tables, path.name), encoding="utf-8")
+            continue
+        for name in stale(doc, tables):
+            why = "is stale" if current(doc, name) is not None else f"has no '{BEGIN.format(name)}' markers"
+            print(f"{path.name}: the generated {name} table {why}: run `python docs/tables.py --write`",
+                  file=sys.stderr)
+            behind += 1
     return 1 if behind else 0
 
 

@@ -18,7 +18,7 @@ from grpo_core.runs.config import from_dict
 from grpo_core.runs.run_index import list_runs
 from grpo_core.tasks import build_metrics, make_task
 from grpo_core.tasks.loading import load_config
-from grpo_core.tasks.rewards import KINDS
+from grpo_core.tasks.metrics import KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--set", "model.warm_start_steps=0", "--set", "log.progress=false"]
@@ -130,7 +130,7 @@ def test_rows_no_metric_can_feed_list_the_fields_and_the_set(tmp_path, runs_dir,
     assert line == ("error: q.jsonl: no built-in metric can score these rows (fields found: prompt (2 of 2 rows), "
                     "question (1 of 2 rows)); add an 'answer' to each row (math_answer, exact and answer_f1 read it), "
                     "or choose the metrics: --set 'reward.weights={json_valid = 1.0}' (built-in: answer_f1, exact, "
-                    "citation, format, length, math_answer, json_valid, token_length) or your own: "
+                    "citation, format, length, math_answer, json_valid, token_length, repetition) or your own: "
                     "--set reward.custom.mine=my_module:score")
     assert list_runs(runs_dir).empty
     # the --set it names works

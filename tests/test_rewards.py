@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from grpo_core.errors import ConfigError
-from grpo_core.tasks import rewards
+from grpo_core.tasks import metrics, rewards
 
 EX = {"answer": "Paris", "source": "S2"}
-DEMO = {m: rewards.BUILTIN[m] for m in ("answer_f1", "exact", "citation", "format", "length")}  # the demo's five
+DEMO = {m: metrics.BUILTIN[m] for m in ("answer_f1", "exact", "citation", "format", "length")}  # the demo's five
 
 
 @pytest.mark.parametrize("completion,example,want", [
@@ -116,15 +116,29 @@ def test_token_length_penalty_is_graduated():
     assert rewards.token_length_penalty("word " * (rewards.DEFAULT_MAX_TOKENS + 64), {}) == pytest.approx(-0.25)
 
 
-def test_builtins_are_registered_with_kinds():
-    assert set(rewards.BUILTIN) == set(rewards.KINDS)
-    assert set(rewards.KINDS.values()) <= {"binary", "continuous", "penalty"}  # what pilot/autopilot read
-    assert [m for m, k in rewards.KINDS.items() if k == "binary"] == ["exact", "citation", "format", "math_answer",
+def test_every_builtin_is_one_complete_record():
+    assert set(metrics.BUILTIN) == set(metrics.KINDS) == set(metrics.METRICS)
+    assert set(metrics.KINDS.values()) <= {"binary", "continuous", "penalty"}  # what pilot/autopilot read
+    assert [m for m, k in metrics.KINDS.items() if k == "binary"] == ["exact", "citation", "format", "math_answer",
                                                                         "json_valid"]
-    assert rewards.KINDS["token_length"] == rewards.KINDS["length"] == "penalty"
-    for name, fn in rewards.BUILTIN.items():
-        v = fn("Paris [S2]", EX)
+    assert metrics.KINDS["token_length"] == metrics.KINDS["length"] == metrics.KINDS["repetition"] == "penalty"
+    for name, record in metrics.METRICS.items():
+        v = record.fn("Paris [S2]", EX)
         assert isinstance(v, float) and math.isfinite(v), name
+        assert record.weight > 0 and record.help and record.fields, name
+        assert record.fed_by in ("", *(f.name for f in record.fields)), name  # it is fed by a field it reads
+
+
+@pytest.mark.parametrize("completion, want", [
+    ("the cat sat on the mat", 0.0),  # every 3-gram new
+    ("a b c a b c", -0.25),  # 4 trigrams, 3 distinct: one repeats
+    ("go go go go go", -2 / 3),  # 3 trigrams, 1 distinct
+    ("too short", 0.0),  # fewer words than n: nothing to repeat
+    ("Go go GO", -0.5),  # case ignored: 2 bigrams at n = 2, 1 distinct
+])
+def test_repetition_penalty_is_the_share_of_repeated_ngrams(completion, want):
+    example = {"ngram_size": 2} if completion == "Go go GO" else {}
+    assert rewards.repetition_penalty(completion, example) == pytest.approx(want)
 
 
 def test_composite_totals_are_raw_at_weights():
@@ -137,7 +151,7 @@ def test_composite_totals_are_raw_at_weights():
     assert scored.totals == pytest.approx(scored.raw @ w)
     # each column is the metric itself
     for j, name in enumerate(comp.names):
-        assert scored.raw[:, j].tolist() == [rewards.BUILTIN[name](c, EX) for c in completions]
+        assert scored.raw[:, j].tolist() == [metrics.BUILTIN[name](c, EX) for c in completions]
     assert scored.totals[0] == pytest.approx(0.4 + 0.3 + 0.2 + 0.1)
     # totals under other weights without changing the composite
     assert comp.totals(scored.raw, {"exact": 1.0}) == pytest.approx(scored.raw[:, comp.names.index("exact")])

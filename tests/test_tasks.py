@@ -11,7 +11,8 @@ from grpo_core.tasks import build_metrics, make_task
 from grpo_core.tasks.demo import LEVELS, NEAR, DemoTask
 from grpo_core.tasks.jsonl import JsonlTask, load_rows
 from grpo_core.tasks.loading import load_config
-from grpo_core.tasks.rewards import BUILTIN, CompositeReward
+from grpo_core.tasks.metrics import BUILTIN
+from grpo_core.tasks.rewards import CompositeReward
 
 
 def _reward():
@@ -153,11 +154,36 @@ def test_unknown_metric_is_a_config_error():
 
 
 # ---- a JSONL task's default metrics (issue 18) ----------------------------------------------------------------
-def test_every_builtin_metric_declares_its_row_fields():
-    from grpo_core.tasks import jsonl
-    assert set(jsonl.FIELDS) == set(BUILTIN)
-    assert {m for ms in jsonl.FEEDS.values() for m in ms} <= set(BUILTIN)
-    assert set(jsonl.DEFAULT_WEIGHTS) == set(BUILTIN)
+@pytest.fixture
+def one_more_metric():
+    """A built-in metric added as one record (metrics.register); the registry as it was after."""
+    from grpo_core.tasks import metrics
+    tables = (metrics.METRICS, metrics.BUILTIN, metrics.KINDS)
+    saved = [dict(table) for table in tables]
+    record = metrics.Metric("shouts", lambda c, ex: float(c.isupper()), "binary",
+                            (metrics.Field("volume", metrics.INTEGER, False, "optional"),), 0.5,
+                            "the completion is in capitals", fed_by="volume")
+    metrics.register(record)
+    yield record
+    for table, before in zip(tables, saved):
+        table.clear()
+        table.update(before)
+
+
+def test_a_metric_added_as_one_record_is_a_metric_everywhere(one_more_metric, tmp_path):
+    """The trainer's functions and kinds, a JSONL task's row checks and default weights, the
+    "no such metric" error and the docs table all read the one record."""
+    from grpo_core.tasks import jsonl, metrics
+    fns, kinds = build_metrics(["shouts"], {})
+    assert fns["shouts"]("HI", {}) == 1.0 and kinds == {"shouts": "binary"}
+    p = _write(tmp_path, ['{"prompt": "a", "answer": "b", "volume": 3}'])
+    assert jsonl.default_weights(p) == {"answer_f1": 0.4, "exact": 0.3, "shouts": 0.5}
+    bad = _write(tmp_path, ['{"prompt": "a", "volume": "loud"}'])
+    with pytest.raises(ConfigError, match="line 1: field 'volume' must be an integer"):
+        JsonlTask(str(bad), ["shouts"])
+    with pytest.raises(ConfigError, match=r"no such metric \(did you mean 'shouts'\?\).*shouts"):
+        build_metrics(["shout"], {})
+    assert "| `shouts` | binary | `volume` (optional) | the completion is in capitals |" in metrics.docs_table()
 
 
 def test_default_weights_follow_the_rows_and_add_custom_metrics(tmp_path):

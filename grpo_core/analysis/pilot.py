@@ -30,7 +30,7 @@ from grpo_core.analysis.step_stats import trainable_ratio
 from grpo_core.runs.config import TASK_LEVELS
 from grpo_core.runs.run_meta import RunMeta, display_status, error_line
 from grpo_core.runs.store import RunStore
-from grpo_core.tasks.rewards import KINDS
+from grpo_core.tasks.metrics import KINDS
 
 DEFAULT_BATCHES = 8  # pilot batches unless --set grpo.steps=N (a config's steps is its training length)
 PLANNER_G_MAX = 64  # the planner's curve runs G = 2 .. this; a G beyond it is a difficulty problem

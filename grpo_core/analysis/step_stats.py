@@ -141,7 +141,7 @@ def step_scalars(stats: GroupStats, scores: np.ndarray, metric_names: list[str],
 # too easy: harder prompts or the curriculum) or every one wrong (too hard: easier prompts, a
 # larger G, a higher temperature); "uniform" is neither (flat_causes splits it further).
 MIXED, SOLVED, UNSOLVED, UNIFORM = CAUSE_MIXED, CAUSE_SOLVED, CAUSE_UNSOLVED, CAUSE_UNRECORDED
-KIND_RANGES = {"binary": (0.0, 1.0), "continuous": (0.0, 1.0), "penalty": (-1.0, 0.0)}  # rewards.KINDS' ranges
+KIND_RANGES = {"binary": (0.0, 1.0), "continuous": (0.0, 1.0), "penalty": (-1.0, 0.0)}  # metrics.KINDS' ranges
 OUTCOME_TOL = 1e-6
 
 

@@ -18,7 +18,7 @@ from grpo_core.runs import live_settings, names
 from grpo_core.runs.config import AutopilotConfig
 from grpo_core.runs.run_meta import RunMeta
 from grpo_core.runs.store import RunStore
-from grpo_core.tasks.rewards import KINDS
+from grpo_core.tasks.metrics import KINDS
 
 
 def rollout_arrays(state: LiveState):

@@ -29,7 +29,7 @@ from grpo_core.runs.run_index import list_runs
 from grpo_core.runs.run_meta import CREATED, FAILED, LIVE_STATUSES, STOPPED, display_status, pid_alive
 from grpo_core.runs.store import RunStore
 from grpo_core.tasks import arithmetic
-from grpo_core.tasks.rewards import BUILTIN
+from grpo_core.tasks.metrics import BUILTIN, unknown_metric
 
 CONFIG_NAME = "config.toml"
 DEMO_PREFIX = "demo"
@@ -46,8 +46,7 @@ def as_config(cfg: RunConfig | dict | None) -> RunConfig:
     user_rules(cfg.health)  # each [[health.rules]] entry parses, or one line naming the rule and the field
     for name in cfg.reward.weights:  # by name only: a custom metric's code is imported by the trainer, not here
         if name not in BUILTIN and name not in cfg.reward.custom:
-            raise ConfigError(f"reward.weights.{name}: no such metric{suggest(name, BUILTIN)}; built-in metrics "
-                              f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
+            raise unknown_metric(name)
     return cfg
 
 

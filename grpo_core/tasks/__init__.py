@@ -1,16 +1,17 @@
 """Tasks: where prompts come from and which metrics score them; `make_task` and `build_metrics`.
 
 The task classes are in task.py (the base), demo.py (the built-in task), arithmetic.py (sums,
-for a real model) and jsonl.py (a dataset); rewards.py holds the metrics and chat.py renders prompts as the model reads them.
+for a real model) and jsonl.py (a dataset); rewards.py holds the metrics, metrics.py their records, and chat.py renders prompts as the model reads them.
 """
 from __future__ import annotations
 
-from grpo_core.errors import ConfigError, suggest
+from grpo_core.errors import ConfigError
 from grpo_core.runs.config import TASK_LEVELS, RunConfig
 from grpo_core.tasks.arithmetic import ArithmeticTask
 from grpo_core.tasks.demo import DemoTask
 from grpo_core.tasks.jsonl import JsonlTask
-from grpo_core.tasks.rewards import BUILTIN, KINDS, MetricFn, add_import_dirs, load_metric
+from grpo_core.tasks.metrics import BUILTIN, KINDS, unknown_metric
+from grpo_core.tasks.rewards import MetricFn, add_import_dirs, load_metric
 from grpo_core.tasks.task import Task
 
 
@@ -23,8 +24,7 @@ def build_metrics(names: list[str], custom: dict[str, str]) -> tuple[dict[str, M
         elif name in BUILTIN:
             fns[name], kinds[name] = BUILTIN[name], KINDS.get(name, "custom")
         else:
-            raise ConfigError(f"reward.weights.{name}: no such metric{suggest(name, BUILTIN)}; built-in metrics "
-                              f"are {', '.join(BUILTIN)}, others go in reward.custom.{name} = 'module:function'")
+            raise unknown_metric(name)
     for name in custom:
         if name not in fns:
             fns[name], kinds[name] = load_metric(custom[name], name), "custom"

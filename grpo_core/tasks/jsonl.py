@@ -11,8 +11,8 @@ epoch.
 
 Without a `[reward.weights]` table the task's metrics are the ones its rows can feed
 (`default_weights`): an `answer` gives math_answer when every answer is a number, else
-answer_f1 + exact; `source` adds citation, `format` format, `max_len` length, `schema`
-json_valid, `max_tokens` token_length; custom metrics join at weight 1.
+answer_f1 + exact; another field adds the metric whose record it feeds (metrics.py: `source`
+adds citation, `max_tokens` token_length, ...); custom metrics join at weight 1.
 """
 from __future__ import annotations
 
@@ -23,31 +23,11 @@ import re
 from pathlib import Path
 
 from grpo_core.errors import ConfigError
-from grpo_core.runs.config import DEMO_WEIGHTS
 from grpo_core.tasks import datasets_source
 from grpo_core.tasks.chat import check_messages
-from grpo_core.tasks.rewards import BUILTIN, as_number, final_answer, schema_validator
+from grpo_core.tasks.metrics import BUILTIN, METRICS, TEXT_OR_MESSAGES, TYPE_NAMES
+from grpo_core.tasks.rewards import as_number, final_answer, schema_validator
 from grpo_core.tasks.task import Task, prompt_id
-
-TEXT, INTEGER, OBJECT, TEXT_OR_NUMBER = (str,), (int,), (dict,), (str, int, float)
-TEXT_OR_MESSAGES = (str, list)  # a prompt: text, or chat messages (chat.py renders them)
-TYPE_NAMES = {TEXT: "a string", INTEGER: "an integer", OBJECT: "a JSON object", TEXT_OR_NUMBER: "a string or a number",
-              TEXT_OR_MESSAGES: "a string or a list of chat messages"}
-# metric -> (field, types, required). Custom metrics read what they like: not checked here.
-FIELDS = {
-    "answer_f1": [("answer", TEXT, True)],
-    "exact": [("answer", TEXT, True)],
-    "citation": [("source", TEXT, True)],
-    "format": [("format", TEXT, False)],
-    "length": [("max_len", INTEGER, False)],
-    "math_answer": [("answer", TEXT_OR_NUMBER, True)],
-    "json_valid": [("schema", OBJECT, False)],
-    "token_length": [("max_tokens", INTEGER, False)],
-}
-# A field in the rows -> the metrics it adds to a JSONL task's default weights ("answer": see default_weights).
-FEEDS = {"source": ("citation",), "format": ("format",), "max_len": ("length",), "schema": ("json_valid",),
-         "max_tokens": ("token_length",)}
-DEFAULT_WEIGHTS = {**DEMO_WEIGHTS, "math_answer": 1.0, "json_valid": 1.0, "token_length": 0.1}
 
 
 def _type_ok(value, want: tuple) -> bool:
@@ -96,9 +76,9 @@ def field_needs(metric_names: list[str], custom: set[str] = frozenset()) -> dict
     for m in metric_names:
         if m in custom:
             continue
-        for field, typ, required in FIELDS.get(m, []):
-            types, req, by = needs.get(field, (typ, False, []))
-            needs[field] = (tuple(t for t in types if t in typ) or typ, req or required, by + [m] * required)
+        for f in METRICS[m].fields if m in METRICS else ():
+            types, req, by = needs.get(f.name, (f.types, False, []))
+            needs[f.name] = (tuple(t for t in types if t in f.types) or f.types, req or f.required, by + [m] * f.required)
     return needs
 
 
@@ -174,8 +154,8 @@ def default_weights(path: str | Path, custom: dict | None = None) -> dict[str, f
     if "answer" in seen:
         answers = [r["answer"] for r in rows if "answer" in r]
         names += ["math_answer"] if all(_numeric(a) for a in answers) else ["answer_f1", "exact"]
-    names += [m for field, metrics in FEEDS.items() if field in seen for m in metrics]
-    weights = {m: DEFAULT_WEIGHTS[m] for m in names}
+    names += [m.name for m in METRICS.values() if m.fed_by not in ("", "answer") and m.fed_by in seen]
+    weights = {m: METRICS[m].weight for m in names}
     weights.update({m: 1.0 for m in (custom or {}) if m not in weights})
     if weights:
         return weights

@@ -5,9 +5,8 @@ A metric is `fn(completion: str, example: dict) -> float`, or a TRL reward funct
 None is NaN: not scored, left out of the metric's stats, 0 in the total as TRL's nansum). The built-in ones cover the
 kinds real GRPO runs combine: continuous credit (token F1), binary outcomes (exact
 match, citation, format, math answer, JSON validity) and graduated penalties (length in
-characters, length in tokens). Each has its kind in `KINDS` (binary | continuous | penalty,
-a graduated penalty whose best score is 0): the pilot's planner, the autopilot's "solved"
-test and the health advice read it. `CompositeReward` scores
+characters, length in tokens); metrics.py holds each one's record (its kind, the row fields it
+reads, its default weight). `CompositeReward` scores
 N completions into an N x K matrix of raw scores and the weighted totals; weights can
 change between steps. A metric that raises or returns a non-finite value for one
 completion scores 0 there and is recorded as that rollout's scoring error: one bad
@@ -213,21 +212,14 @@ def token_length_penalty(completion: str, example: dict) -> float:
     return 0.0 - min(1.0, max(0, count_tokens(completion) - limit) / limit)
 
 
-BUILTIN: dict[str, MetricFn] = {
-    "answer_f1": token_f1,
-    "exact": exact_match,
-    "citation": citation,
-    "format": format_check,
-    "length": length_penalty,
-    "math_answer": math_answer,
-    "json_valid": json_valid,
-    "token_length": token_length_penalty,
-}
-
-# binary: 0 or 1 (the planner's 1 - p^G - (1-p)^G applies); continuous: in [0, 1]; penalty: graduated,
-# in [-1, 0], best 0. Custom metrics are "custom": nothing is assumed about their range.
-KINDS = {"answer_f1": "continuous", "exact": "binary", "citation": "binary", "format": "binary",
-         "length": "penalty", "math_answer": "binary", "json_valid": "binary", "token_length": "penalty"}
+def repetition_penalty(completion: str, example: dict) -> float:
+    """Graduated penalty in [-1, 0]: minus the share of the completion's word n-grams (n =
+    `ngram_size`, default 3) that repeat an earlier one, as open-r1's repetition penalty reward
+    with max_penalty -1; 0 for a completion shorter than n words."""
+    n = max(1, int(example.get("ngram_size", 3)))
+    words = completion.lower().split()
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return -(1.0 - len(set(grams)) / len(grams)) if grams else 0.0
 
 
 def _import_failure(module: str, e: Exception) -> str:
