@@ -373,11 +373,10 @@ def train_on(model, optimizer, roll: Rollouts, adv: np.ndarray, trainable: np.nd
     rows_per, shares = _chunks(roll, sizes[forwarded], per)
     batch = _Batch(roll, idx, rows_per, shares, torch.as_tensor(adv_rows, dtype=torch.float64), row_trainable,
                    (float(policy_count), float(kl_count)))
-    kw = dict(ref_model=ref_model, suppress_ids=suppress_ids, compute_dtype=compute_dtype)
+    learner = _Learner(model, optimizer, gcfg, ref_model, suppress_ids, compute_dtype, scaler, world)
     if gcfg.num_iterations > 1:
-        batch.old = _agreed(world, lambda: _old_logprobs(model, batch, gcfg, **kw))
-    passes = [_update(model, optimizer, batch, gcfg, scaler=scaler, world=world, **kw)
-              for _ in range(gcfg.num_iterations)]
+        batch.old = _agreed(world, lambda: _old_logprobs(learner, batch))
+    passes = [_update(learner, batch) for _ in range(gcfg.num_iterations)]
     out = {k: float(np.mean([p[k] for p in passes])) for k in ("policy", "kl", "clip_ratio", "grad_norm", "entropy")}
     mismatch = passes[0]["mismatch"]
     if roll.sampler_logprobs is not None:  # engine-sampled (on every rank alike): every rank's tokens compared
@@ -418,6 +417,29 @@ def _chunks(roll: Rollouts, sizes: np.ndarray, groups: int) -> tuple[list[int], 
 
 
 @dataclass
+class _Learner:
+    """What every level of train_on trains with, travelling as one: the model and its optimizer,
+    the GRPO knobs, the frozen reference, the token ids never sampled, the compute dtype with
+    fp16's scaler, the ranks."""
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    gcfg: object  # GRPOConfig
+    ref_model: torch.nn.Module | None
+    suppress_ids: list[int] | None
+    compute_dtype: torch.dtype
+    scaler: object | None  # torch.amp.GradScaler (fp16), else None
+    world: Ranks
+
+    def logprobs(self, ids, attn, lp, group_size, *, model=None, with_entropy=False):
+        """token_logprobs of `model` (default: the policy) with the run's temperature, suppressed
+        ids and logit chunk."""
+        model = self.model if model is None else model
+        return token_logprobs(model, ids, attn, lp, temperature=self.gcfg.temperature, suppress_ids=self.suppress_ids,
+                              with_entropy=with_entropy, group_size=group_size,
+                              chunk=chunk_tokens(self.gcfg.logit_chunk_mb, vocab_size(self.model)))
+
+
+@dataclass
 class _Batch:
     """What every pass of train_on reuses."""
     roll: Rollouts
@@ -434,17 +456,15 @@ class _Batch:
         return self.idx.split(self.per) if len(self.idx) else ()
 
 
-def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype) -> torch.Tensor:
+def _old_logprobs(learner: _Learner, batch: _Batch) -> torch.Tensor:
     """The log-probs of the policy that sampled the batch [B, Lc] (no grad), in train mode as
     the passes' forwards are: the first pass's ratio is then 1, as with one pass."""
     roll, old = batch.roll, None
-    with torch.no_grad(), mode(model, training=True):
+    with torch.no_grad(), mode(learner.model, training=True):
         for chunk, share in zip(batch.chunks(), batch.shares):
             ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
-            with autocast(roll.input_ids.device, compute_dtype):
-                logp, _ = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                                         group_size=share,
-                                         chunk=chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model)))
+            with autocast(roll.input_ids.device, learner.compute_dtype):
+                logp, _ = learner.logprobs(ids, attn, lp, share)
             if old is None:
                 old = torch.zeros(roll.completion_ids.shape, dtype=logp.dtype, device=logp.device)
             old[chunk, :logp.shape[1]] = logp
@@ -454,18 +474,17 @@ def _old_logprobs(model, batch: _Batch, gcfg, *, ref_model, suppress_ids, comput
 _SUMMED = ("policy", "kl", "clipped", "policy_tokens", "entropy_sum", "tokens")
 
 
-def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, compute_dtype, scaler,
-            world: Ranks) -> dict:
+def _update(learner: _Learner, batch: _Batch) -> dict:
     """One pass: the micro-batches' forward/backward, the gradients summed over ranks, clipping,
     one optimizer step."""
+    optimizer, scaler, world, gcfg = learner.optimizer, learner.scaler, learner.world, learner.gcfg
     optimizer.zero_grad(set_to_none=True)
 
     def local() -> tuple[dict, list]:
         total, mismatch = dict.fromkeys(_SUMMED, 0.0), []
-        with mode(model, training=True):
+        with mode(learner.model, training=True):
             for chunk, share in zip(batch.chunks(), batch.shares):
-                part = _micro_batch(model, batch, chunk, share, gcfg, ref_model=ref_model, suppress_ids=suppress_ids,
-                                    compute_dtype=compute_dtype, scaler=scaler)
+                part = _micro_batch(learner, batch, chunk, share)
                 mismatch.append(part.pop("mismatch"))
                 for k in total:
                     total[k] += part[k]
@@ -487,23 +506,19 @@ def _update(model, optimizer, batch: _Batch, gcfg, *, ref_model, suppress_ids, c
             "tokens": int(total["tokens"]), "mismatch": mismatch}
 
 
-def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, G, gcfg, *, ref_model, suppress_ids, compute_dtype,
-                 scaler) -> dict:
+def _micro_batch(learner: _Learner, batch: _Batch, chunk: torch.Tensor, G) -> dict:
     """Forward and backward of the rows `chunk` (whole groups, sharing prompts as G says); the
     gradients accumulate."""
-    roll = batch.roll
+    roll, gcfg = batch.roll, learner.gcfg
     device = roll.input_ids.device
     ids, attn, lp = trim(roll.input_ids[chunk], roll.attention_mask[chunk], roll.prompt_len)
     cmask = attn[:, lp:]
-    per_chunk = chunk_tokens(gcfg.logit_chunk_mb, vocab_size(model))
-    with autocast(device, compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
-        logp, ent = token_logprobs(model, ids, attn, lp, temperature=gcfg.temperature, suppress_ids=suppress_ids,
-                                   with_entropy=True, group_size=G, chunk=per_chunk)  # whole groups: share prompts
+    with autocast(device, learner.compute_dtype):  # the log-softmax itself runs on fp32 logits (_upcast)
+        logp, ent = learner.logprobs(ids, attn, lp, G, with_entropy=True)  # whole groups: share prompts
         ref = None
-        if gcfg.beta > 0 and ref_model is not None:
+        if gcfg.beta > 0 and learner.ref_model is not None:
             with torch.no_grad():
-                ref, _ = token_logprobs(ref_model, ids, attn, lp, temperature=gcfg.temperature,
-                                        suppress_ids=suppress_ids, group_size=G, chunk=per_chunk)
+                ref, _ = learner.logprobs(ids, attn, lp, G, model=learner.ref_model)
     old = logp.detach() if batch.old is None else batch.old[chunk, :logp.shape[1]]
     weights, mismatch = None, {}
     if roll.sampler_logprobs is not None:  # sampled by another engine: its log-probs against the old policy's
@@ -517,6 +532,6 @@ def _micro_batch(model, batch: _Batch, chunk: torch.Tensor, G, gcfg, *, ref_mode
                             policy_rows=batch.row_trainable[chunk].to(device), eps_low=gcfg.epsilon_low,
                             eps_high=gcfg.epsilon_high, loss_type=gcfg.loss_type, ref_logp=ref, beta=gcfg.beta,
                             policy_denom=batch.denoms[0], kl_denom=batch.denoms[1], token_weights=weights)
-    (scaler.scale(loss) if scaler is not None else loss).backward()
+    (learner.scaler.scale(loss) if learner.scaler is not None else loss).backward()
     m = cmask.to(ent.dtype)
     return {**stats, "entropy_sum": float((ent * m).sum()), "tokens": int(cmask.sum()), "mismatch": mismatch}
