@@ -27,7 +27,7 @@ FAST = ["--set", "model.warm_start_steps=0", "--set", "log.progress=false"]
 GUIDE = REPO / "docs" / "trainer.md"  # "Train your own model", linked from the README's main paths
 
 
-def readme_block(marker: str) -> list[str]:
+def guide_block(marker: str) -> list[str]:
     """The commands of the fenced bash block that follows `marker` in docs/trainer.md, as printed."""
     text = GUIDE.read_text(encoding="utf-8")
     at = text.index(marker)
@@ -48,14 +48,14 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 
 # ---- the guide's commands, exactly as printed --------------------------------------------------------
-def test_readme_own_data_commands_run_as_printed(tmp_path):
+def test_the_guides_own_data_commands_run_as_printed(tmp_path):
     """A fresh folder with the checkout's .venv: the own-prompts block, then the own-metric block,
     each line a real shell command, no PYTHONPATH, no runs dir but the folder's own."""
     (tmp_path / ".venv").symlink_to(REPO / ".venv")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPO_HEALTH_RUNS_DIR")}
     env["GRPO_HEALTH_TORCH_THREADS"] = "1"
-    prompts = readme_block("<!-- own-data commands:")
-    metric = readme_block("<!-- own-metric commands:")
+    prompts = guide_block("<!-- own-data commands:")
+    metric = guide_block("<!-- own-metric commands:")
     assert any("task.name=jsonl" in c and "task.dataset=prompts.jsonl" in c for c in prompts)
     for command in prompts + metric:
         done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -1,9 +1,10 @@
 """The built-in reward metrics, one record each: what a metric is, for every part that reads one.
 
 A record holds the function, the kind, the row fields it reads, the field that adds it to a
-JSONL task, its default weight and its help. Everything else is read from these records: the trainer's metric functions and kinds
-(`BUILTIN`, `KINDS`), a JSONL task's row checks and default weights (jsonl.py), the "no such
-metric" error, and the table of docs/trainer.md (docs/tables.py writes it). A new metric is its
+JSONL task, its default weight and its help. Everything else is read from these records: the
+trainer's metric functions and kinds (`BUILTIN`, `KINDS`), a JSONL task's row checks and default
+weights (jsonl.py), the "no such metric" error, and the table of docs/trainer.md (docs/tables.py
+writes it). A new metric is its
 function in rewards.py and one record here.
 
 Kinds: binary (0 or 1: the planner's 1 - p^G - (1-p)^G applies), continuous (in [0, 1]),

@@ -22,7 +22,8 @@ LOSS_SCALARS = {"policy": names.LOSS_POLICY, "kl": names.LOSS_KL, "entropy": nam
 @dataclass
 class ScoredGroups:
     """A step's scores by group, every rank's: what the advantages and the health numbers read."""
-    totals: np.ndarray  # [P, G] weighted total reward (groups of different sizes padded with NaN)
+    row_totals: np.ndarray  # [N] weighted total reward, row by row (what the store keeps)
+    totals: np.ndarray  # [P, G] the same by group (groups of different sizes padded with NaN)
     scores: np.ndarray  # [P, G, M] each metric's raw score
     stats: step_stats.GroupStats  # per group: std, trainable, phantom, ...
     adv: np.ndarray  # [P, G] advantages (0 in a group that does not train)
@@ -42,12 +43,13 @@ class StepTimes:
 def score_groups(trainer, sample: StepBatch) -> ScoredGroups:
     """The step's scores as groups, which groups can teach (group_stats) and the advantages."""
     g, raw = trainer.cfg.grpo, sample.scored.raw
-    totals = sample.grouped(trainer.reward.totals(raw), g.group_size)
+    row_totals = trainer.reward.totals(raw)
+    totals = sample.grouped(row_totals, g.group_size)
     scores = sample.grouped(raw, g.group_size)
     stats = step_stats.group_stats(totals, scores, min_group_std=g.min_group_std, outcome_index=trainer.outcome_index,
                                    uniform_std=trainer.cfg.health.uniform_std)
     adv = grpo.advantages(totals, stats.trainable, g.scale, std=g.advantage_std, sizes=sample.sizes)
-    return ScoredGroups(totals, scores, stats, adv)
+    return ScoredGroups(row_totals, totals, scores, stats, adv)
 
 
 def flat_outcomes(trainer, sample: StepBatch, groups: ScoredGroups) -> list:

@@ -245,8 +245,7 @@ class Trainer:
         n_text = len(sample.examples) if self.cfg.log.keep_text == "all" else \
             min(len(sample.examples), self.cfg.log.text_sample_groups)
         return (scalars, *step_batch.store_columns(sample, self.cfg.grpo.group_size, self.reward.names,
-                                                   self.reward.totals(sample.scored.raw), groups.stats, outcomes,
-                                                   n_text))
+                                                   groups.row_totals, groups.stats, outcomes, n_text))
 
     def set_learning_rate(self) -> float:
         """grpo.lr under its warmup and schedule at this step, set on the optimizer."""
